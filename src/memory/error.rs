@@ -1,0 +1,58 @@
+//! Everything a caller of the memory manager can cause, as one typed error.
+
+use super::handle::AllocationId;
+use super::taint::FailureId;
+use crate::storage::StorageError;
+
+/// Why a memory operation was refused. None of these is a bug of the
+/// manager; each names what the caller did or what the device refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MemoryError {
+    /// A reservation of zero bytes.
+    #[error("cannot reserve 0 bytes")]
+    ZeroSize,
+    /// A reservation larger than any page the device allows.
+    #[error("a reservation of {size} bytes exceeds the largest page the device allows ({max} bytes)")]
+    TooLarge {
+        /// Bytes asked for.
+        size: u64,
+        /// The device's largest page.
+        max: u64,
+    },
+    /// A handle that was never bound to memory (made by `unbound`).
+    #[error("the allocation handle was never bound to memory")]
+    Uninitialized,
+    /// A handle whose allocation was released or rebound: its slot's
+    /// generation moved on, so it names nothing.
+    #[error("allocation {0} is stale: its memory was released or rebound")]
+    Stale(AllocationId),
+    /// A handle made by another manager (another stream or device).
+    #[error("allocation {0} belongs to another memory manager")]
+    Foreign(AllocationId),
+    /// `bind` was given an `assigned` handle that already names memory.
+    #[error("the handle to bind to already names allocation {0}")]
+    AlreadyBound(AllocationId),
+    /// No room is held for the reservation and the page update forbids a
+    /// new page.
+    #[error("no room held for {size} bytes, and the page update forbids a new page")]
+    PageUpdateForbidden {
+        /// Bytes asked for.
+        size: u64,
+    },
+    /// A byte range outside the allocation.
+    #[error("range {start}..{end} lies outside the allocation of {size} bytes")]
+    OutOfBounds {
+        /// First byte asked for.
+        start: u64,
+        /// One past the last byte asked for.
+        end: u64,
+        /// The allocation's size.
+        size: u64,
+    },
+    /// A failure id the manager's [`ErrorGraph`](super::ErrorGraph) never recorded.
+    #[error("{0} was never recorded")]
+    UnknownFailure(FailureId),
+    /// The storage refused (out of device memory, a driver failure, a fault).
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}

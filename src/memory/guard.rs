@@ -1,0 +1,202 @@
+//! Page guards, pins and taint: what keeps bytes where they are, and what
+//! says which of them a failure left invalid.
+
+use super::error::MemoryError;
+use super::handle::{Allocation, AllocationCell, MOVING, PIN_MASK, Release, ReleaseQueue};
+use super::manager::MemoryManager;
+use super::taint::{ErrorGraph, FailureId};
+use crate::storage::{DeviceStorage, Resource};
+use crate::sync::Arc;
+use crate::sync::atomic::Ordering;
+use std::fmt;
+use std::ops::Range;
+
+/// Keeps one page as it is while it lives: nothing new is carved from it,
+/// it is never returned to the device, and relocation leaves it alone. The
+/// allocations on it can still be updated in place. What a replayed graph
+/// (a CUDA graph, say) needs: its recorded addresses stay valid.
+pub struct PageGuard {
+    /// Where the drop is reported.
+    releases: Arc<ReleaseQueue>,
+    /// Pool index.
+    pool: u8,
+    /// Page index in the pool.
+    page: u32,
+}
+
+impl Drop for PageGuard {
+    fn drop(&mut self) {
+        self.releases.push(Release::Guard {
+            pool: self.pool,
+            page: self.page,
+        });
+    }
+}
+
+impl fmt::Debug for PageGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PageGuard(pool {}, page {})", self.pool, self.page)
+    }
+}
+
+/// Keeps an allocation at its address while it lives: relocation skips a
+/// pinned allocation, and if every handle drops meanwhile the bytes are
+/// freed only when the last pin goes. Pins do not count against
+/// [`Allocation::can_mut`].
+pub struct Pinned {
+    /// The allocation's cell.
+    cell: Arc<AllocationCell>,
+    /// Address and length, valid while the pin lives.
+    resource: Resource,
+}
+
+impl Pinned {
+    /// Pin `cell` if no move is under way; the caller reads the address
+    /// after this succeeds.
+    pub(crate) fn try_pin(cell: &Arc<AllocationCell>) -> bool {
+        let mut state = cell.pins.load(Ordering::SeqCst);
+        loop {
+            if state & MOVING != 0 {
+                return false;
+            }
+            match cell.pins.compare_exchange_weak(
+                state,
+                state + 1,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return true,
+                Err(now) => state = now,
+            }
+        }
+    }
+
+    pub(crate) fn new(cell: Arc<AllocationCell>, resource: Resource) -> Self {
+        Self { cell, resource }
+    }
+
+    /// The address of the first byte.
+    pub fn addr(&self) -> u64 {
+        self.resource.addr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        self.resource.len
+    }
+
+    /// Whether the allocation is empty (never: reservations are non-zero).
+    pub fn is_empty(&self) -> bool {
+        self.resource.len == 0
+    }
+
+    /// Address and length.
+    pub fn resource(&self) -> Resource {
+        self.resource
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        let before = self.cell.pins.fetch_sub(1, Ordering::SeqCst);
+        // The last pin of an allocation whose handles are all gone: the
+        // owner skipped the release while pinned, so queue it again. If the
+        // owner already freed it, the key is stale and the repeat is ignored.
+        if before & PIN_MASK == 1 && self.cell.handles.load(Ordering::SeqCst) == 0 {
+            let key = self.cell.key.load(Ordering::Acquire);
+            if key != 0 {
+                self.cell.releases.push(Release::Allocation(key));
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Pinned {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Pinned({:#x}, {} bytes)", self.resource.addr, self.resource.len)
+    }
+}
+
+impl<S: DeviceStorage> MemoryManager<S> {
+    /// Guard the page that holds `allocation` (see [`PageGuard`]).
+    pub fn guard(&mut self, allocation: &Allocation) -> Result<PageGuard, MemoryError> {
+        let (_, live) = self.live(allocation)?;
+        let (pool, page) = (live.pool, live.placement.page);
+        self.pools[pool as usize].guard(page);
+        Ok(PageGuard {
+            releases: allocation.cell.releases.clone(),
+            pool,
+            page,
+        })
+    }
+
+    /// Pin `allocation` at its address (see [`Pinned`]).
+    pub fn pin(&mut self, allocation: &Allocation) -> Result<Pinned, MemoryError> {
+        let resource = self.get_resource(allocation, None, None)?;
+        // Single-threaded, no move can be under way; the CAS is the one the
+        // service's lock-free resolve uses.
+        let pinned = Pinned::try_pin(&allocation.cell);
+        debug_assert!(pinned, "no relocation runs during a &mut call");
+        Ok(Pinned::new(allocation.cell.clone(), resource))
+    }
+
+    /// Whether `allocation` is pinned now.
+    pub fn is_pinned(&self, allocation: &Allocation) -> bool {
+        allocation.cell.pins.load(Ordering::SeqCst) & PIN_MASK != 0
+    }
+
+    /// Record a failure (caused by `causes`) for taint ranges to point at.
+    pub fn record_failure(&mut self, message: impl Into<String>, causes: &[FailureId]) -> FailureId {
+        self.failures.record(message, causes)
+    }
+
+    /// The failures recorded so far.
+    pub fn failures(&self) -> &ErrorGraph {
+        &self.failures
+    }
+
+    /// Point bytes `range` of `allocation` at `failure`.
+    pub fn taint(
+        &mut self,
+        allocation: &Allocation,
+        range: Range<u64>,
+        failure: FailureId,
+    ) -> Result<(), MemoryError> {
+        self.check_range(allocation, &range)?;
+        if !self.failures.contains(failure) {
+            return Err(MemoryError::UnknownFailure(failure));
+        }
+        self.live_mut(allocation)?.taint.taint(range, failure);
+        Ok(())
+    }
+
+    /// Bytes `range` of `allocation` were written (by a kernel, say): no
+    /// failure claims them any more. [`write`](Self::write) does this itself.
+    pub fn written(&mut self, allocation: &Allocation, range: Range<u64>) -> Result<(), MemoryError> {
+        self.check_range(allocation, &range)?;
+        self.live_mut(allocation)?.taint.written(range);
+        Ok(())
+    }
+
+    /// The failure that claims the lowest tainted byte of `range`, if any.
+    pub fn failure(
+        &self,
+        allocation: &Allocation,
+        range: Range<u64>,
+    ) -> Result<Option<FailureId>, MemoryError> {
+        self.check_range(allocation, &range)?;
+        Ok(self.live(allocation)?.1.taint.failure(&range))
+    }
+
+    fn check_range(&self, allocation: &Allocation, range: &Range<u64>) -> Result<(), MemoryError> {
+        let size = self.live(allocation)?.1.size;
+        if range.start > range.end || range.end > size {
+            return Err(MemoryError::OutOfBounds {
+                start: range.start,
+                end: range.end,
+                size,
+            });
+        }
+        Ok(())
+    }
+}

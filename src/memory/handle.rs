@@ -1,0 +1,239 @@
+//! Allocation handles: what a client holds.
+//!
+//! An [`Allocation`] is a reference-counted pointer to a shared cell that
+//! names its allocation by `(slot, generation)`. The manager's slot table
+//! checks the generation on every access, so a handle whose slot was
+//! released or rebound gets [`MemoryError::Stale`](super::MemoryError),
+//! never another allocation's bytes (sharded-slab's scheme). Dropping the
+//! last clone pushes the id onto the owner's [`ReleaseQueue`]; that is the
+//! allocator's "free", and it never blocks.
+
+use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{Arc, Mutex};
+use std::fmt;
+use std::ops::Deref;
+
+/// A device stream, as the service numbers them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct StreamId(pub u32);
+
+impl fmt::Display for StreamId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "stream {}", self.0)
+    }
+}
+
+/// Names one allocation: its stream, its slot in that stream's table, and
+/// the slot's generation when it was handed out.
+///
+/// Generations are 32 bits and skip 0 (which marks an unbound handle); a
+/// slot must be reused 2^32 - 1 times before a generation repeats, and only
+/// a handle that lived through all of those reuses could be confused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AllocationId {
+    /// The owning stream.
+    pub stream: StreamId,
+    /// Index in the owner's slot table.
+    pub slot: u32,
+    /// The slot's generation.
+    pub generation: u32,
+}
+
+impl fmt::Display for AllocationId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}#{}", self.stream.0, self.slot, self.generation)
+    }
+}
+
+/// `(slot, generation)` packed into a word; 0 is "unbound".
+pub(crate) type SlotKey = u64;
+
+pub(crate) fn pack(slot: u32, generation: u32) -> SlotKey {
+    (u64::from(slot) << 32) | u64::from(generation)
+}
+
+pub(crate) fn unpack(key: SlotKey) -> (u32, u32) {
+    ((key >> 32) as u32, key as u32)
+}
+
+/// Identifies one manager, so a handle of another is refused as foreign.
+pub(crate) type OwnerId = u64;
+
+/// What a client gave back, for the owner to process in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Release {
+    /// The last handle of this slot key dropped.
+    Allocation(SlotKey),
+    /// A page guard dropped: (pool, page, the guard's token).
+    Guard {
+        /// Pool index.
+        pool: u8,
+        /// Page index in the pool.
+        page: u32,
+    },
+}
+
+/// The owner's inbox of releases: unbounded, never blocks the dropper, and
+/// separate from any request channel (so an actor dropping a handle cannot
+/// block on its own inbox).
+#[derive(Debug, Default)]
+pub(crate) struct ReleaseQueue {
+    /// Released items, in the order they were pushed.
+    items: Mutex<Vec<Release>>,
+    /// Items waiting; lets the owner skip the lock when there are none.
+    waiting: AtomicUsize,
+}
+
+impl ReleaseQueue {
+    pub(crate) fn push(&self, release: Release) {
+        let mut items = self.items.lock();
+        items.push(release);
+        self.waiting.store(items.len(), Ordering::Release);
+    }
+
+    /// Move everything waiting into `out` (which the caller empties).
+    pub(crate) fn drain_into(&self, out: &mut Vec<Release>) {
+        if self.waiting.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut items = self.items.lock();
+        std::mem::swap(&mut *items, out);
+        self.waiting.store(0, Ordering::Release);
+    }
+
+    /// Whether anything is waiting.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.waiting.load(Ordering::Acquire) == 0
+    }
+}
+
+/// The state an allocation's handles share with its owner.
+#[derive(Debug)]
+pub(crate) struct AllocationCell {
+    /// The manager that made it.
+    pub(crate) owner: OwnerId,
+    /// The owner's stream.
+    pub(crate) stream: StreamId,
+    /// Packed `(slot, generation)`; 0 while unbound. Written by the owner
+    /// only (at reserve or bind), before any other thread can see the handle
+    /// or under the owner's exclusive access.
+    pub(crate) key: AtomicU64,
+    /// Live client handles (clones of [`Allocation`] and [`Binding`]).
+    /// Separate from the `Arc`'s count because the owner also keeps the
+    /// cell alive and must not count as a client.
+    pub(crate) handles: AtomicUsize,
+    /// Pins (low bits, see [`PIN_MASK`]) and the [`MOVING`] flag: a client
+    /// may use the published address only while it holds a pin, and the
+    /// owner moves the bytes only after setting `MOVING` with no pin held.
+    /// One word, so pinning and claiming a move are each one CAS.
+    pub(crate) pins: AtomicU64,
+    /// Where the last handle's drop sends the release.
+    pub(crate) releases: Arc<ReleaseQueue>,
+}
+
+/// The bits of [`AllocationCell::pins`] that count pins.
+pub(crate) const PIN_MASK: u64 = (1 << 62) - 1;
+/// Set in [`AllocationCell::pins`] while the owner moves the bytes.
+pub(crate) const MOVING: u64 = 1 << 62;
+
+impl AllocationCell {
+    pub(crate) fn id(&self) -> Option<AllocationId> {
+        let key = self.key.load(Ordering::Acquire);
+        (key != 0).then(|| {
+            let (slot, generation) = unpack(key);
+            AllocationId {
+                stream: self.stream,
+                slot,
+                generation,
+            }
+        })
+    }
+}
+
+/// A handle to an allocation. Cloning is cheap; dropping the last clone
+/// frees the allocation (its bytes go back to its pool, not to the device).
+pub struct Allocation {
+    pub(crate) cell: Arc<AllocationCell>,
+}
+
+impl Allocation {
+    pub(crate) fn new(cell: AllocationCell) -> Self {
+        cell.handles.store(1, Ordering::Relaxed);
+        Self {
+            cell: Arc::new(cell),
+        }
+    }
+
+    /// The allocation's id, `None` for a handle never bound to memory.
+    pub fn id(&self) -> Option<AllocationId> {
+        self.cell.id()
+    }
+
+    /// Whether this is the only handle, so the bytes may be updated in place.
+    /// Bindings count as handles; page guards and pins do not.
+    pub fn can_mut(&self) -> bool {
+        self.cell.handles.load(Ordering::Acquire) == 1
+    }
+
+    /// A binding: a handle that a kernel or a resource holds to keep the
+    /// allocation alive and in place.
+    pub fn binding(&self) -> Binding {
+        Binding(self.clone())
+    }
+
+    /// Whether two handles name the same allocation cell.
+    pub fn same(&self, other: &Allocation) -> bool {
+        Arc::ptr_eq(&self.cell, &other.cell)
+    }
+}
+
+impl Clone for Allocation {
+    fn clone(&self) -> Self {
+        self.cell.handles.fetch_add(1, Ordering::Relaxed);
+        Self {
+            cell: self.cell.clone(),
+        }
+    }
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        // AcqRel as in `Arc`: every use of the handle happens before the
+        // owner processes the release.
+        if self.cell.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let key = self.cell.key.load(Ordering::Acquire);
+            if key != 0 {
+                self.cell.releases.push(Release::Allocation(key));
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Allocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.id() {
+            Some(id) => write!(f, "Allocation({id})"),
+            None => f.write_str("Allocation(unbound)"),
+        }
+    }
+}
+
+/// A handle held by whatever uses the allocation's bytes (a kernel launch, a
+/// [`ManagedResource`](super::ManagedResource)): it keeps the allocation
+/// alive, and it counts against [`Allocation::can_mut`].
+#[derive(Clone, Debug)]
+pub struct Binding(Allocation);
+
+impl Deref for Binding {
+    type Target = Allocation;
+
+    fn deref(&self) -> &Allocation {
+        &self.0
+    }
+}
+
+impl From<Binding> for Allocation {
+    fn from(binding: Binding) -> Self {
+        binding.0
+    }
+}

@@ -1,0 +1,690 @@
+//! `MemoryManager`: one stream's pools behind one single-threaded,
+//! deterministic interface. Routing, modes, cleanup and handles live here;
+//! relocation, guards and taint in their own files (`impl` blocks of the
+//! same type).
+
+use super::config::{AllocationMode, MemoryConfig, MemoryLogLevel, PersistentMemory, PoolKind};
+use super::error::MemoryError;
+use super::handle::{
+    Allocation, AllocationCell, OwnerId, Release, ReleaseQueue, SlotKey, StreamId, pack, unpack,
+};
+use super::policy::{Cleanup, PageUpdate};
+use super::pool::{Placement, Pool, WholePagePool, align_up};
+use super::report::MemoryReport;
+use super::taint::{ErrorGraph, TaintRanges};
+use crate::storage::{DeviceStorage, Resource, StorageHandle};
+use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::Arc;
+use std::fmt;
+
+/// Index of the persistent pool in `pools`.
+pub(crate) const PERSISTENT: usize = 0;
+/// Index of the dedicated pool in `pools`.
+pub(crate) const DEDICATED: usize = 1;
+/// Index of the first dynamic pool.
+pub(crate) const FIRST_DYNAMIC: usize = 2;
+
+/// Hands out a distinct id to each manager ever made in the process.
+static NEXT_OWNER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// A live allocation as its slot records it.
+#[derive(Debug)]
+pub(crate) struct Live {
+    /// Index of its pool.
+    pub(crate) pool: u8,
+    /// Where the pool put it.
+    pub(crate) placement: Placement,
+    /// Bytes asked for.
+    pub(crate) size: u64,
+    /// Bytes taken (aligned).
+    pub(crate) aligned: u64,
+    /// The cursor `bind` recorded.
+    pub(crate) cursor: u64,
+    /// The cell its handles share (kept so relocation can publish moves).
+    pub(crate) cell: Arc<AllocationCell>,
+    /// Byte ranges that point at a failure.
+    pub(crate) taint: TaintRanges,
+}
+
+/// One entry of the slot table.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    /// Moves on each time the slot is freed or rebound (never 0).
+    pub(crate) generation: u32,
+    /// The allocation, while live.
+    pub(crate) live: Option<Live>,
+}
+
+/// The resource behind an allocation, with a binding that keeps the
+/// allocation alive (and so in place) for as long as this value lives.
+#[derive(Debug)]
+pub struct ManagedResource {
+    /// The binding that holds the allocation.
+    pub binding: super::Binding,
+    /// The address and length.
+    pub resource: Resource,
+}
+
+/// Reserves pages from a [`DeviceStorage`] and carves them into allocations.
+///
+/// Single-threaded and deterministic: every method takes `&mut self` or
+/// `&self`, and the same calls give the same placements. Handles it gives
+/// out are `Send`; dropping one from any thread queues a release that the
+/// next call processes.
+pub struct MemoryManager<S> {
+    /// Name for logs.
+    name: String,
+    /// This manager's identity (foreign-handle check).
+    owner: OwnerId,
+    /// The stream its ids carry.
+    stream: StreamId,
+    /// Where pages come from.
+    pub(crate) storage: S,
+    /// The device's limits.
+    max_page_size: u64,
+    /// Slice alignment.
+    alignment: u64,
+    /// Persistent, dedicated, then the dynamic pools in routing order.
+    pub(crate) pools: Vec<Pool>,
+    /// The slot table.
+    pub(crate) slots: Vec<Slot>,
+    /// Free slot indices.
+    free_slots: Vec<u32>,
+    /// Where handles' drops land.
+    releases: Arc<ReleaseQueue>,
+    /// Reused buffer for draining `releases`.
+    release_buf: Vec<Release>,
+    /// Reservations so far: the clock of deallocation periods.
+    pub(crate) tick: u64,
+    /// The persistent-memory policy.
+    persistent: PersistentMemory,
+    /// The mode no window overrides.
+    base_mode: AllocationMode,
+    /// Open windows, innermost last.
+    windows: Vec<AllocationMode>,
+    /// Log level.
+    log: MemoryLogLevel,
+    /// Carve new pages without backing until first dereference.
+    dry_run: bool,
+    /// Bytes in use, all pools.
+    in_use: u64,
+    /// Most bytes in use at once.
+    peak_in_use: u64,
+    /// Most bytes reserved at once.
+    peak_reserved: u64,
+    /// The failures taint ranges point at.
+    pub(crate) failures: ErrorGraph,
+    /// Reserved / carved ratio past which a sliced pool wants compaction.
+    pub(crate) compaction_threshold: Option<f64>,
+    /// The tick of the last relocation that could do nothing.
+    pub(crate) futile_at: Option<u64>,
+}
+
+impl<S: DeviceStorage> MemoryManager<S> {
+    /// A manager over `storage`.
+    pub fn new(storage: S, config: MemoryConfig) -> Self {
+        Self::for_stream(storage, config, StreamId(0))
+    }
+
+    /// A manager whose allocation ids name `stream`.
+    pub fn for_stream(storage: S, config: MemoryConfig, stream: StreamId) -> Self {
+        let device = config.device;
+        let alignment = device.alignment.max(1);
+        let mut pools = vec![
+            Pool::Whole(WholePagePool::new(
+                PoolKind::Persistent,
+                device.max_page_size,
+                config.persistent_dealloc_period,
+            )),
+            Pool::Whole(WholePagePool::new(
+                PoolKind::Dedicated,
+                device.max_page_size,
+                Some(0),
+            )),
+        ];
+        for pool in config.pools.pools(&device) {
+            pools.push(Pool::dynamic(&pool, alignment, device.max_page_size));
+        }
+        let base_mode = config.mode.unwrap_or(match config.persistent {
+            PersistentMemory::Enforced => AllocationMode::Persistent,
+            _ => AllocationMode::Auto,
+        });
+        Self {
+            name: config.name,
+            owner: NEXT_OWNER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            stream,
+            storage,
+            max_page_size: device.max_page_size,
+            alignment,
+            pools,
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            releases: Arc::new(ReleaseQueue::default()),
+            release_buf: Vec::new(),
+            tick: 0,
+            persistent: config.persistent,
+            base_mode,
+            windows: Vec::new(),
+            log: config.log,
+            dry_run: false,
+            in_use: 0,
+            peak_in_use: 0,
+            peak_reserved: 0,
+            failures: ErrorGraph::default(),
+            compaction_threshold: config.compaction_threshold,
+            futile_at: None,
+        }
+    }
+
+    /// The stream this manager's ids name.
+    pub fn stream(&self) -> StreamId {
+        self.stream
+    }
+
+    /// Open or close an allocation window, as the seed's `mode` does.
+    ///
+    /// Windows **nest**: `Persistent` or `Dedicated` opens one, `Auto` closes
+    /// the innermost, and the innermost open window decides the mode. A model
+    /// load opens a persistent window around the whole load while each
+    /// parameter opens its own inside it; without the stack the first inner
+    /// close would send the rest of the weights to the dynamic pools.
+    ///
+    /// Under `PersistentMemory::Disabled` or `Enforced` a persistent window
+    /// keeps the base mode; a dedicated window is always honoured.
+    pub fn mode(&mut self, mode: AllocationMode) {
+        let before = self.effective_mode();
+        match mode {
+            AllocationMode::Auto => {
+                self.windows.pop();
+            }
+            AllocationMode::Persistent => self.windows.push(match self.persistent {
+                PersistentMemory::Enabled | PersistentMemory::SizeMatch => mode,
+                PersistentMemory::Disabled | PersistentMemory::Enforced => self.base_mode,
+            }),
+            AllocationMode::Dedicated => self.windows.push(mode),
+        }
+        let after = self.effective_mode();
+        if self.log >= MemoryLogLevel::Basic {
+            tracing::debug!(manager = %self.name, ?before, ?after, "allocation mode");
+        }
+    }
+
+    /// The mode the innermost open window puts in force.
+    pub fn effective_mode(&self) -> AllocationMode {
+        self.windows.last().copied().unwrap_or(self.base_mode)
+    }
+
+    /// Carve new pages without backing until each is first dereferenced
+    /// (a dry run: plan a workload's memory without touching the device).
+    pub fn set_dry_run(&mut self, dry_run: bool) {
+        self.dry_run = dry_run;
+    }
+
+    /// Reserve `size` bytes in the effective mode, changing the pages held
+    /// only as far as `update` allows.
+    ///
+    /// # Errors
+    /// [`MemoryError::ZeroSize`], [`MemoryError::TooLarge`],
+    /// [`MemoryError::PageUpdateForbidden`] when no room is held and `update`
+    /// forbids a page, [`MemoryError::Storage`] when the device refuses one.
+    pub fn reserve(&mut self, size: u64, update: PageUpdate) -> Result<Allocation, MemoryError> {
+        let mode = self.effective_mode();
+        self.reserve_in(size, update, mode)
+    }
+
+    /// [`reserve`](Self::reserve) in `mode`, whatever the windows say (the
+    /// service passes each caller's own mode).
+    pub fn reserve_in(
+        &mut self,
+        size: u64,
+        update: PageUpdate,
+        mode: AllocationMode,
+    ) -> Result<Allocation, MemoryError> {
+        self.process_releases();
+        if update == PageUpdate::Allow {
+            self.cleanup_pools(Cleanup::Periodic);
+        }
+        let aligned = self.validate(size)?;
+        self.tick += 1;
+        let pool = self.route(size, aligned, mode)?;
+        let slot = self.claim_slot();
+        let placement = match self.pools[pool].try_reserve(size, aligned, slot) {
+            Some(placement) => placement,
+            None if update == PageUpdate::Forbidden => {
+                self.free_slots.push(slot);
+                return Err(MemoryError::PageUpdateForbidden { size });
+            }
+            None => {
+                let lazy = self.dry_run;
+                match self.pools[pool].reserve_new_page(&mut self.storage, size, aligned, slot, lazy)
+                {
+                    Ok(placement) => {
+                        self.note_reserved();
+                        if self.log >= MemoryLogLevel::Basic {
+                            tracing::debug!(manager = %self.name, pool, size, "new page");
+                        }
+                        placement
+                    }
+                    Err(err) => {
+                        self.free_slots.push(slot);
+                        return Err(err.into());
+                    }
+                }
+            }
+        };
+        if self.log >= MemoryLogLevel::Full {
+            tracing::trace!(manager = %self.name, pool, size, "reserved");
+        }
+        Ok(self.fill_slot(slot, pool, placement, size, aligned))
+    }
+
+    /// Check a size and return it aligned.
+    fn validate(&self, size: u64) -> Result<u64, MemoryError> {
+        if size == 0 {
+            return Err(MemoryError::ZeroSize);
+        }
+        let aligned = align_up(size, self.alignment);
+        if aligned > self.max_page_size {
+            return Err(MemoryError::TooLarge {
+                size,
+                max: self.max_page_size,
+            });
+        }
+        Ok(aligned)
+    }
+
+    /// The pool a reservation goes to.
+    fn route(&self, size: u64, aligned: u64, mode: AllocationMode) -> Result<usize, MemoryError> {
+        match mode {
+            AllocationMode::Dedicated => return Ok(DEDICATED),
+            AllocationMode::Persistent => return Ok(PERSISTENT),
+            AllocationMode::Auto => {}
+        }
+        if self.persistent == PersistentMemory::SizeMatch
+            && let Pool::Whole(persistent) = &self.pools[PERSISTENT]
+            && persistent.holds_size(aligned)
+        {
+            return Ok(PERSISTENT);
+        }
+        (FIRST_DYNAMIC..self.pools.len())
+            .find(|&pool| self.pools[pool].max_alloc_size() >= size)
+            .ok_or(MemoryError::TooLarge {
+                size,
+                max: self.pools[FIRST_DYNAMIC..]
+                    .iter()
+                    .map(Pool::max_alloc_size)
+                    .max()
+                    .unwrap_or(0),
+            })
+    }
+
+    fn claim_slot(&mut self) -> u32 {
+        self.free_slots.pop().unwrap_or_else(|| {
+            self.slots.push(Slot {
+                generation: 1,
+                live: None,
+            });
+            (self.slots.len() - 1) as u32
+        })
+    }
+
+    fn fill_slot(
+        &mut self,
+        slot: u32,
+        pool: usize,
+        placement: Placement,
+        size: u64,
+        aligned: u64,
+    ) -> Allocation {
+        let generation = self.slots[slot as usize].generation;
+        let allocation = Allocation::new(self.new_cell(pack(slot, generation)));
+        self.slots[slot as usize].live = Some(Live {
+            pool: pool as u8,
+            placement,
+            size,
+            aligned,
+            cursor: 0,
+            cell: allocation.cell.clone(),
+            taint: TaintRanges::default(),
+        });
+        self.in_use += size;
+        self.peak_in_use = self.peak_in_use.max(self.in_use);
+        allocation
+    }
+
+    fn new_cell(&self, key: SlotKey) -> AllocationCell {
+        AllocationCell {
+            owner: self.owner,
+            stream: self.stream,
+            key: AtomicU64::new(key),
+            handles: AtomicUsize::new(1),
+            pins: AtomicU64::new(0),
+            releases: self.releases.clone(),
+        }
+    }
+
+    /// Record a new high-water mark of reserved bytes.
+    fn note_reserved(&mut self) {
+        let reserved = self.bytes_reserved();
+        self.peak_reserved = self.peak_reserved.max(reserved);
+    }
+
+    /// Bytes of the pages all pools hold.
+    pub fn bytes_reserved(&self) -> u64 {
+        self.pools
+            .iter()
+            .map(|pool| pool.report().usage.bytes_reserved)
+            .sum()
+    }
+
+    /// Bytes the live allocations asked for.
+    pub fn bytes_in_use(&self) -> u64 {
+        self.in_use
+    }
+
+    /// A handle bound to nothing yet, for [`bind`](Self::bind) to give an
+    /// allocation to (the seed's `ManagedMemoryHandle::new()`).
+    pub fn unbound(&self) -> Allocation {
+        Allocation::new(self.new_cell(0))
+    }
+
+    /// Process every release queued by dropped handles and guards.
+    pub fn process_releases(&mut self) {
+        if self.releases.is_empty() {
+            return;
+        }
+        let mut buf = std::mem::take(&mut self.release_buf);
+        self.releases.drain_into(&mut buf);
+        for release in buf.drain(..) {
+            match release {
+                Release::Allocation(key) => self.free_slot(key),
+                Release::Guard { pool, page } => self.pools[pool as usize].unguard(page, self.tick),
+            }
+        }
+        self.release_buf = buf;
+    }
+
+    /// Free the allocation `key` names, unless the key is stale (the slot
+    /// was rebound since) or the allocation is still pinned (the last unpin
+    /// queues the release again).
+    pub(crate) fn free_slot(&mut self, key: SlotKey) {
+        let (slot, generation) = unpack(key);
+        let Some(entry) = self.slots.get_mut(slot as usize) else {
+            return;
+        };
+        if entry.generation != generation {
+            return;
+        }
+        let Some(live) = entry.live.as_ref() else {
+            return;
+        };
+        if live.cell.pins.load(Ordering::SeqCst) & super::handle::PIN_MASK != 0 {
+            return;
+        }
+        let live = entry.live.take().expect("checked above");
+        entry.generation = next_generation(entry.generation);
+        self.free_slots.push(slot);
+        self.in_use -= live.size;
+        self.pools[live.pool as usize].free(live.placement, live.size, live.aligned, self.tick);
+    }
+
+    /// The live allocation behind a handle.
+    pub(crate) fn live(&self, allocation: &Allocation) -> Result<(u32, &Live), MemoryError> {
+        let (slot, generation) = self.locate(allocation)?;
+        match self.slots.get(slot as usize) {
+            Some(Slot {
+                generation: current,
+                live: Some(live),
+            }) if *current == generation => Ok((slot, live)),
+            _ => Err(MemoryError::Stale(allocation.id().expect("bound"))),
+        }
+    }
+
+    /// The live allocation behind a handle, mutably.
+    pub(crate) fn live_mut(&mut self, allocation: &Allocation) -> Result<&mut Live, MemoryError> {
+        let (slot, _) = self.live(allocation)?;
+        Ok(self.slots[slot as usize].live.as_mut().expect("checked"))
+    }
+
+    /// `(slot, generation)` of a handle of this manager.
+    fn locate(&self, allocation: &Allocation) -> Result<(u32, u32), MemoryError> {
+        let Some(id) = allocation.id() else {
+            return Err(MemoryError::Uninitialized);
+        };
+        if allocation.cell.owner != self.owner {
+            return Err(MemoryError::Foreign(id));
+        }
+        Ok((id.slot, id.generation))
+    }
+
+    /// Hand the allocation `reserved` names to the unbound handle `assigned`,
+    /// with `cursor`. Every clone of `reserved` is stale afterwards.
+    ///
+    /// # Errors
+    /// `reserved`'s lookup errors; [`MemoryError::Foreign`] or
+    /// [`MemoryError::AlreadyBound`] for an `assigned` that cannot take it.
+    pub fn bind(
+        &mut self,
+        reserved: Allocation,
+        assigned: &Allocation,
+        cursor: u64,
+    ) -> Result<(), MemoryError> {
+        let (slot, _) = self.live(&reserved)?;
+        if let Some(id) = assigned.id() {
+            return Err(if assigned.cell.owner == self.owner {
+                MemoryError::AlreadyBound(id)
+            } else {
+                MemoryError::Foreign(id)
+            });
+        }
+        if assigned.cell.owner != self.owner {
+            return Err(MemoryError::Foreign(reserved.id().expect("bound")));
+        }
+        let entry = &mut self.slots[slot as usize];
+        entry.generation = next_generation(entry.generation);
+        let live = entry.live.as_mut().expect("checked");
+        live.cursor = cursor;
+        live.cell = assigned.cell.clone();
+        assigned
+            .cell
+            .key
+            .store(pack(slot, entry.generation), Ordering::Release);
+        Ok(())
+    }
+
+    /// The cursor recorded by [`bind`](Self::bind).
+    pub fn get_cursor(&self, allocation: &Allocation) -> Result<u64, MemoryError> {
+        Ok(self.live(allocation)?.1.cursor)
+    }
+
+    /// The storage range behind an allocation, giving a lazily carved page
+    /// its backing first: this is the funnel every dereference passes.
+    pub fn get_storage(&mut self, allocation: &Allocation) -> Result<StorageHandle, MemoryError> {
+        let (_, live) = self.live(allocation)?;
+        let (pool, placement, size) = (live.pool as usize, live.placement, live.size);
+        let page = match self.pools[pool].page_storage(placement.page) {
+            Some(page) => page,
+            None => self.pools[pool].materialize(&mut self.storage, placement.page)?,
+        };
+        Ok(StorageHandle {
+            id: page.id,
+            offset: page.offset + placement.offset,
+            size,
+        })
+    }
+
+    /// The storage range of bytes `start..end` of an allocation (`None`:
+    /// from its start, to its end).
+    pub fn get_storage_range(
+        &mut self,
+        allocation: &Allocation,
+        start: Option<u64>,
+        end: Option<u64>,
+    ) -> Result<StorageHandle, MemoryError> {
+        let whole = self.get_storage(allocation)?;
+        let (start, end) = (start.unwrap_or(0), end.unwrap_or(whole.size));
+        whole.sub_range(start, end).ok_or(MemoryError::OutOfBounds {
+            start,
+            end,
+            size: whole.size,
+        })
+    }
+
+    /// The address of bytes `start..end` of an allocation (`None`: from its
+    /// start, to its end). Valid until the allocation is freed or moved;
+    /// [`managed_resource`](Self::managed_resource) keeps it alive.
+    pub fn get_resource(
+        &mut self,
+        allocation: &Allocation,
+        start: Option<u64>,
+        end: Option<u64>,
+    ) -> Result<Resource, MemoryError> {
+        let range = self.get_storage_range(allocation, start, end)?;
+        Ok(self.storage.resource(&range)?)
+    }
+
+    /// [`get_resource`](Self::get_resource) with a binding that keeps the
+    /// allocation alive while the resource is used.
+    pub fn managed_resource(
+        &mut self,
+        allocation: &Allocation,
+        start: Option<u64>,
+        end: Option<u64>,
+    ) -> Result<ManagedResource, MemoryError> {
+        let resource = self.get_resource(allocation, start, end)?;
+        Ok(ManagedResource {
+            binding: allocation.binding(),
+            resource,
+        })
+    }
+
+    /// Write `data` at `offset` of the allocation. The written bytes are no
+    /// longer tainted.
+    pub fn write(
+        &mut self,
+        allocation: &Allocation,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), MemoryError> {
+        let end = offset.saturating_add(data.len() as u64);
+        let range = self.get_storage_range(allocation, Some(offset), Some(end))?;
+        self.storage.write(&range, data)?;
+        self.live_mut(allocation)?.taint.written(offset..end);
+        Ok(())
+    }
+
+    /// Read `out.len()` bytes from `offset` of the allocation.
+    pub fn read_into(
+        &mut self,
+        allocation: &Allocation,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<(), MemoryError> {
+        let end = offset.saturating_add(out.len() as u64);
+        let range = self.get_storage_range(allocation, Some(offset), Some(end))?;
+        Ok(self.storage.read(&range, out)?)
+    }
+
+    /// Read `len` bytes from `offset` of the allocation.
+    pub fn read(
+        &mut self,
+        allocation: &Allocation,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, MemoryError> {
+        let size = self.live(allocation)?.1.size;
+        let end = offset.saturating_add(len);
+        if end > size {
+            return Err(MemoryError::OutOfBounds {
+                start: offset,
+                end,
+                size,
+            });
+        }
+        let mut out = vec![0; len as usize];
+        self.read_into(allocation, offset, &mut out)?;
+        Ok(out)
+    }
+
+    /// Return pages to the device: what each pool's period says is idle
+    /// (`Periodic`), or everything nothing holds (`Explicit`).
+    pub fn cleanup(&mut self, cleanup: Cleanup) {
+        self.process_releases();
+        if cleanup == Cleanup::Explicit && self.log >= MemoryLogLevel::Basic {
+            tracing::debug!(manager = %self.name, "explicit cleanup");
+        }
+        self.cleanup_pools(cleanup);
+    }
+
+    fn cleanup_pools(&mut self, cleanup: Cleanup) {
+        let mut released = false;
+        for pool in &mut self.pools {
+            released |= pool.cleanup(&mut self.storage, self.tick, cleanup);
+        }
+        // Pools only queue deallocations; the memory goes back at a flush,
+        // which the storage orders after the stream's work on the pages.
+        if released {
+            self.storage.flush();
+        }
+    }
+
+    /// Return queued page deallocations to the driver now.
+    pub fn flush(&mut self) {
+        self.storage.flush();
+    }
+
+    /// Bytes the storage holds from the device now.
+    pub fn bytes_allocated(&self) -> u64 {
+        self.storage.bytes_allocated()
+    }
+
+    /// The storage (to time deallocations, or read its own counters).
+    pub fn storage(&mut self) -> &mut S {
+        &mut self.storage
+    }
+
+    /// Every pool's shape, usage and peaks.
+    pub fn memory_report(&self) -> MemoryReport {
+        let mut pools = self.pools.iter().map(Pool::report);
+        let persistent = pools.next().expect("persistent pool");
+        let dedicated = pools.next().expect("dedicated pool");
+        MemoryReport {
+            dynamic: pools.collect(),
+            persistent,
+            dedicated,
+            peak_bytes_reserved: self.peak_reserved,
+            peak_bytes_in_use: self.peak_in_use,
+        }
+    }
+
+    /// Log the report at `info`.
+    pub fn print_memory_usage(&self) {
+        tracing::info!(manager = %self.name, "\n{}", self.memory_report());
+    }
+}
+
+/// The generation after `generation`, skipping 0 (the unbound marker).
+fn next_generation(generation: u32) -> u32 {
+    match generation.wrapping_add(1) {
+        0 => 1,
+        next => next,
+    }
+}
+
+impl<S> fmt::Debug for MemoryManager<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryManager")
+            .field("name", &self.name)
+            .field("stream", &self.stream)
+            .field("storage", &std::any::type_name::<S>())
+            .field("tick", &self.tick)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: DeviceStorage> fmt::Display for MemoryManager<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "memory {:?} ({})", self.name, self.stream)?;
+        write!(f, "{}", self.memory_report())
+    }
+}

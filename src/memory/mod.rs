@@ -1,0 +1,30 @@
+//! The single-threaded memory manager: pools, routing, modes, cleanup,
+//! relocation, guards, pins, taint and reports. Nothing here starts a
+//! thread; the `service` layer wraps one manager per stream actor.
+
+mod arena;
+mod bins;
+mod config;
+mod error;
+mod guard;
+mod handle;
+mod manager;
+mod policy;
+mod pool;
+mod relocation;
+mod report;
+mod taint;
+
+pub use config::{
+    ADAPTIVE_MIN_PAGE_SIZE, AllocationMode, DEFAULT_COMPACTION_THRESHOLD, ConfigError, DEFAULT_DEALLOC_PERIOD, DeviceProperties,
+    ENV_MEMORY_LOG, ENV_PERSISTENT_MEMORY, METADATA_MAX_ALLOC, METADATA_PAGE_SIZE, MemoryConfig,
+    MemoryConfiguration, MemoryLogLevel, PersistentMemory, PoolConfig, PoolKind,
+};
+pub use error::MemoryError;
+pub use guard::{PageGuard, Pinned};
+pub use handle::{Allocation, AllocationId, Binding, StreamId};
+pub use manager::{ManagedResource, MemoryManager};
+pub use policy::{Cleanup, PageUpdate};
+pub use relocation::{RelocationError, RelocationNeed, RelocationReason, RelocationReport};
+pub use report::{Bytes, MemoryReport, MemoryUsage, PoolReport};
+pub use taint::{ErrorGraph, FailureId};

@@ -1,0 +1,162 @@
+//! The pools a manager routes reservations to. Two mechanisms serve every
+//! kind: [`SlicedPool`] carves many allocations from each page (the
+//! metadata pool and the adaptive arena), [`WholePagePool`] gives each
+//! allocation a page of its own (exclusive pages, persistent, dedicated)
+//! and differs per kind only in how freed pages are reused and returned.
+
+mod sliced;
+mod whole;
+
+pub(crate) use sliced::SlicedPool;
+pub(crate) use whole::WholePagePool;
+
+use super::config::{PoolConfig, PoolKind};
+use super::policy::Cleanup;
+use super::report::PoolReport;
+use crate::storage::{DeviceStorage, StorageError, StorageHandle};
+
+/// Where a pool put an allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Placement {
+    /// The pool's page index.
+    pub(crate) page: u32,
+    /// The arena node of a sliced pool's block (`arena::NONE` for whole pages).
+    pub(crate) node: u32,
+    /// Offset in the page.
+    pub(crate) offset: u64,
+}
+
+/// A page as the manager sees it when deciding what to relocate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PageInfo {
+    /// The pool's page index.
+    pub(crate) page: u32,
+    /// Bytes of the page.
+    pub(crate) size: u64,
+    /// Bytes carved from it (aligned).
+    pub(crate) used: u64,
+    /// Left behind by a growth of the page size.
+    pub(crate) outdated: bool,
+    /// Guarded: never moved from, carved from or released.
+    pub(crate) guarded: bool,
+}
+
+/// One pool.
+#[derive(Debug)]
+pub(crate) enum Pool {
+    /// Many allocations per page.
+    Sliced(SlicedPool),
+    /// One allocation per page.
+    Whole(WholePagePool),
+}
+
+macro_rules! each {
+    ($self:ident, $pool:ident => $body:expr) => {
+        match $self {
+            Pool::Sliced($pool) => $body,
+            Pool::Whole($pool) => $body,
+        }
+    };
+}
+
+impl Pool {
+    /// A dynamic pool from its configuration.
+    pub(crate) fn dynamic(config: &PoolConfig, alignment: u64, max_page: u64) -> Self {
+        match config.kind {
+            PoolKind::Sliced { page_size } => Pool::Sliced(SlicedPool::new(
+                config.kind,
+                page_size,
+                None,
+                config,
+                alignment,
+            )),
+            PoolKind::Adaptive { min_page_size } => Pool::Sliced(SlicedPool::new(
+                config.kind,
+                min_page_size,
+                Some(max_page),
+                config,
+                alignment,
+            )),
+            PoolKind::ExclusivePages | PoolKind::Persistent | PoolKind::Dedicated => {
+                Pool::Whole(WholePagePool::new(
+                    config.kind,
+                    config.max_alloc_size,
+                    config.dealloc_period,
+                ))
+            }
+        }
+    }
+
+    pub(crate) fn max_alloc_size(&self) -> u64 {
+        each!(self, pool => pool.max_alloc_size())
+    }
+
+    /// Serve `aligned` bytes from the pages held, for `slot`.
+    pub(crate) fn try_reserve(&mut self, size: u64, aligned: u64, slot: u32) -> Option<Placement> {
+        each!(self, pool => pool.try_reserve(size, aligned, slot))
+    }
+
+    /// Add a page that holds `aligned` bytes (with no backing when `lazy`)
+    /// and serve them from it.
+    pub(crate) fn reserve_new_page(
+        &mut self,
+        storage: &mut dyn DeviceStorage,
+        size: u64,
+        aligned: u64,
+        slot: u32,
+        lazy: bool,
+    ) -> Result<Placement, StorageError> {
+        each!(self, pool => pool.reserve_new_page(storage, size, aligned, slot, lazy))
+    }
+
+    /// Give an allocation's bytes back to the pool (not to the device).
+    pub(crate) fn free(&mut self, placement: Placement, size: u64, aligned: u64, tick: u64) {
+        each!(self, pool => pool.free(placement, size, aligned, tick))
+    }
+
+    /// Return pages to the device as `cleanup` says; whether any went.
+    pub(crate) fn cleanup(
+        &mut self,
+        storage: &mut dyn DeviceStorage,
+        tick: u64,
+        cleanup: Cleanup,
+    ) -> bool {
+        each!(self, pool => pool.cleanup(storage, tick, cleanup))
+    }
+
+    /// The page's storage, `None` while it has no backing (lazy).
+    pub(crate) fn page_storage(&self, page: u32) -> Option<StorageHandle> {
+        each!(self, pool => pool.page_storage(page))
+    }
+
+    /// Give a lazily carved page its backing.
+    pub(crate) fn materialize(
+        &mut self,
+        storage: &mut dyn DeviceStorage,
+        page: u32,
+    ) -> Result<StorageHandle, StorageError> {
+        each!(self, pool => pool.materialize(storage, page))
+    }
+
+    pub(crate) fn guard(&mut self, page: u32) {
+        each!(self, pool => pool.guard(page))
+    }
+
+    pub(crate) fn unguard(&mut self, page: u32, tick: u64) {
+        each!(self, pool => pool.unguard(page, tick))
+    }
+
+    pub(crate) fn report(&self) -> PoolReport {
+        each!(self, pool => pool.report())
+    }
+}
+
+/// `size` rounded up to a multiple of `alignment` (any alignment >= 1).
+pub(crate) fn align_up(size: u64, alignment: u64) -> u64 {
+    size.div_ceil(alignment).saturating_mul(alignment)
+}
+
+/// `size` rounded down to a multiple of `alignment`.
+pub(crate) fn align_down(size: u64, alignment: u64) -> u64 {
+    size / alignment * alignment
+}

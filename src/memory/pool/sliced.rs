@@ -1,0 +1,436 @@
+//! A pool that carves many allocations from each page: the metadata pool
+//! (one fixed page size) and the adaptive arena (a page size that grows
+//! with the largest allocation served, leaving older pages *outdated*).
+
+use super::{PageInfo, Placement, align_down, align_up};
+use crate::memory::arena::Arena;
+use crate::memory::config::{PoolConfig, PoolKind};
+use crate::memory::policy::Cleanup;
+use crate::memory::report::{PoolReport, PoolStats};
+use crate::storage::{DeviceStorage, StorageError, StorageHandle};
+use std::collections::VecDeque;
+
+/// Adaptive pages grow in steps of this many bytes (or the smallest page
+/// size, if smaller).
+const GROWTH_STEP: u64 = 1024 * 1024;
+
+/// One page of the pool.
+#[derive(Debug, Clone)]
+struct Page {
+    /// Backing; `None` while carved lazily under a dry run, or once released.
+    storage: Option<StorageHandle>,
+    /// Bytes.
+    size: u64,
+    /// Its first arena node (stable for the page's life).
+    first: u32,
+    /// Live allocations on it.
+    live: u32,
+    /// Bytes carved from it (aligned sizes).
+    used: u64,
+    /// Left behind by a growth: nothing new is carved from it.
+    outdated: bool,
+    /// Live page guards.
+    guards: u32,
+    /// Being emptied by a relocation: nothing new is carved from it.
+    evacuating: bool,
+    /// Bumped each time the page stops being empty, so an idle-queue entry
+    /// from an earlier empty spell is recognised as stale.
+    epoch: u32,
+    /// Held (not yet returned).
+    held: bool,
+}
+
+impl Page {
+    fn withdrawn(&self) -> bool {
+        self.outdated || self.guards > 0 || self.evacuating
+    }
+
+    fn releasable(&self) -> bool {
+        self.held && self.live == 0 && self.guards == 0
+    }
+}
+
+/// Many allocations per page.
+#[derive(Debug)]
+pub(crate) struct SlicedPool {
+    /// Configured kind (for reports).
+    kind: PoolKind,
+    /// The largest reservation served.
+    max_alloc_size: u64,
+    /// Size of new pages.
+    page_size: u64,
+    /// For adaptive pools, the largest page size it may grow to.
+    growth_limit: Option<u64>,
+    /// Slice alignment.
+    alignment: u64,
+    /// Reservations a page may sit empty before a periodic cleanup returns it.
+    dealloc_period: Option<u64>,
+    /// Pages by index; released indices are reused.
+    pages: Vec<Page>,
+    /// Released page indices.
+    spare: Vec<u32>,
+    /// Free space of every carvable page.
+    arena: Arena,
+    /// Pages that went empty: (page, epoch, tick).
+    idle: VecDeque<(u32, u32, u64)>,
+    /// Outdated pages that emptied: returned at the next cleanup.
+    drained: Vec<u32>,
+    /// Usage and peaks.
+    stats: PoolStats,
+}
+
+impl SlicedPool {
+    pub(crate) fn new(
+        kind: PoolKind,
+        page_size: u64,
+        growth_limit: Option<u64>,
+        config: &PoolConfig,
+        alignment: u64,
+    ) -> Self {
+        let page_size = align_up(page_size.max(1), alignment);
+        Self {
+            kind,
+            max_alloc_size: config.max_alloc_size,
+            page_size,
+            growth_limit,
+            alignment,
+            dealloc_period: config.dealloc_period,
+            pages: Vec::new(),
+            spare: Vec::new(),
+            arena: Arena::default(),
+            idle: VecDeque::new(),
+            drained: Vec::new(),
+            stats: PoolStats::default(),
+        }
+    }
+
+    pub(crate) fn max_alloc_size(&self) -> u64 {
+        self.max_alloc_size
+    }
+
+    pub(crate) fn try_reserve(&mut self, size: u64, aligned: u64, slot: u32) -> Option<Placement> {
+        let node = self.arena.carve(aligned)?;
+        Some(self.carved(node, size, aligned, slot))
+    }
+
+    fn carved(&mut self, node: u32, size: u64, aligned: u64, slot: u32) -> Placement {
+        self.arena.set_owner(node, slot);
+        let page_index = self.arena.page(node);
+        let page = &mut self.pages[page_index as usize];
+        if page.live == 0 {
+            page.epoch = page.epoch.wrapping_add(1);
+        }
+        page.live += 1;
+        page.used += aligned;
+        self.stats.allocated(size, aligned);
+        Placement {
+            page: page_index,
+            node,
+            offset: self.arena.offset(node),
+        }
+    }
+
+    pub(crate) fn reserve_new_page(
+        &mut self,
+        storage: &mut dyn DeviceStorage,
+        size: u64,
+        aligned: u64,
+        slot: u32,
+        lazy: bool,
+    ) -> Result<Placement, StorageError> {
+        if aligned > self.page_size {
+            self.grow(aligned);
+        }
+        let page_size = self.page_size.max(aligned);
+        self.add_page(storage, page_size, lazy)?;
+        let node = self
+            .arena
+            .carve(aligned)
+            .expect("a fresh page holds the allocation it was sized for");
+        Ok(self.carved(node, size, aligned, slot))
+    }
+
+    /// Grow the page size of an adaptive pool to serve `aligned` bytes, with a
+    /// quarter to spare; every current page becomes outdated.
+    fn grow(&mut self, aligned: u64) {
+        let Some(limit) = self.growth_limit else {
+            return;
+        };
+        let step = match self.kind {
+            PoolKind::Adaptive { min_page_size } => GROWTH_STEP.min(min_page_size.max(1)),
+            _ => GROWTH_STEP,
+        };
+        let wanted = align_up(aligned.saturating_add(aligned / 4), step).min(limit);
+        self.page_size = align_down(wanted, self.alignment).max(aligned);
+        for index in 0..self.pages.len() {
+            let page = &mut self.pages[index];
+            if page.held && !page.outdated {
+                page.outdated = true;
+                self.arena.withdraw_page(page.first);
+                if page.live == 0 {
+                    self.drained.push(index as u32);
+                }
+            }
+        }
+        tracing::debug!(page_size = self.page_size, "adaptive pool grew its pages");
+    }
+
+    fn add_page(
+        &mut self,
+        storage: &mut dyn DeviceStorage,
+        size: u64,
+        lazy: bool,
+    ) -> Result<u32, StorageError> {
+        let backing = if lazy {
+            None
+        } else {
+            Some(storage.allocate(size)?)
+        };
+        let index = self.spare.pop().unwrap_or_else(|| {
+            self.pages.push(Page {
+                storage: None,
+                size: 0,
+                first: 0,
+                live: 0,
+                used: 0,
+                outdated: false,
+                guards: 0,
+                evacuating: false,
+                epoch: 0,
+                held: false,
+            });
+            (self.pages.len() - 1) as u32
+        });
+        let first = self.arena.add_page(index, size, true);
+        let page = &mut self.pages[index as usize];
+        *page = Page {
+            storage: backing,
+            size,
+            first,
+            live: 0,
+            used: 0,
+            outdated: false,
+            guards: 0,
+            evacuating: false,
+            epoch: page.epoch.wrapping_add(1),
+            held: true,
+        };
+        self.stats.page_added(size);
+        Ok(index)
+    }
+
+    pub(crate) fn free(&mut self, placement: Placement, size: u64, aligned: u64, tick: u64) {
+        let page = &mut self.pages[placement.page as usize];
+        page.live -= 1;
+        page.used -= aligned;
+        let listed = !page.withdrawn();
+        self.arena.free(placement.node, listed);
+        self.stats.freed(size, aligned);
+        self.note_if_empty(placement.page, tick);
+    }
+
+    /// Queue a page that just became releasable for the cleanup that suits it.
+    fn note_if_empty(&mut self, index: u32, tick: u64) {
+        let page = &self.pages[index as usize];
+        if !page.releasable() {
+            return;
+        }
+        if page.outdated {
+            self.drained.push(index);
+        } else {
+            self.idle.push_back((index, page.epoch, tick));
+        }
+    }
+
+    pub(crate) fn cleanup(
+        &mut self,
+        storage: &mut dyn DeviceStorage,
+        tick: u64,
+        cleanup: Cleanup,
+    ) -> bool {
+        let mut released = false;
+        for index in std::mem::take(&mut self.drained) {
+            released |= self.release(storage, index);
+        }
+        match cleanup {
+            Cleanup::Explicit => {
+                self.idle.clear();
+                for index in 0..self.pages.len() as u32 {
+                    released |= self.release(storage, index);
+                }
+            }
+            Cleanup::Periodic => {
+                let Some(period) = self.dealloc_period else {
+                    return released;
+                };
+                while let Some(&(index, epoch, since)) = self.idle.front() {
+                    if tick.saturating_sub(since) < period {
+                        break;
+                    }
+                    self.idle.pop_front();
+                    if self.pages[index as usize].epoch == epoch {
+                        released |= self.release(storage, index);
+                    }
+                }
+            }
+        }
+        released
+    }
+
+    /// Return the page to the device if nothing holds it.
+    fn release(&mut self, storage: &mut dyn DeviceStorage, index: u32) -> bool {
+        let page = &mut self.pages[index as usize];
+        if !page.releasable() {
+            return false;
+        }
+        page.held = false;
+        page.epoch = page.epoch.wrapping_add(1);
+        if let Some(backing) = page.storage.take() {
+            storage.deallocate(backing.id);
+        }
+        let (first, size) = (page.first, page.size);
+        self.arena.remove_page(first);
+        self.spare.push(index);
+        self.stats.page_removed(size);
+        true
+    }
+
+    pub(crate) fn page_storage(&self, page: u32) -> Option<StorageHandle> {
+        self.pages[page as usize].storage
+    }
+
+    pub(crate) fn materialize(
+        &mut self,
+        storage: &mut dyn DeviceStorage,
+        index: u32,
+    ) -> Result<StorageHandle, StorageError> {
+        let page = &mut self.pages[index as usize];
+        if let Some(backing) = page.storage {
+            return Ok(backing);
+        }
+        let backing = storage.allocate(page.size)?;
+        page.storage = Some(backing);
+        Ok(backing)
+    }
+
+    pub(crate) fn guard(&mut self, index: u32) {
+        let page = &mut self.pages[index as usize];
+        page.guards += 1;
+        if page.guards == 1 {
+            self.arena.withdraw_page(page.first);
+        }
+    }
+
+    pub(crate) fn unguard(&mut self, index: u32, tick: u64) {
+        let page = &mut self.pages[index as usize];
+        page.guards -= 1;
+        if page.guards == 0 {
+            if !page.withdrawn() {
+                self.arena.relist_page(page.first);
+            }
+            self.note_if_empty(index, tick);
+        }
+    }
+
+    /// The pages held, for relocation decisions.
+    pub(crate) fn page_infos(&self) -> impl Iterator<Item = PageInfo> + '_ {
+        self.pages
+            .iter()
+            .enumerate()
+            .filter(|(_, page)| page.held)
+            .map(|(index, page)| PageInfo {
+                page: index as u32,
+                size: page.size,
+                used: page.used,
+                outdated: page.outdated,
+                guarded: page.guards > 0,
+            })
+    }
+
+    /// The slots of the allocations on a page, in address order.
+    pub(crate) fn slots_on(&self, index: u32) -> Vec<u32> {
+        self.arena
+            .used_blocks(self.pages[index as usize].first)
+            .into_iter()
+            .map(|node| self.arena.owner(node))
+            .collect()
+    }
+
+    /// Stop (or resume) carving from a page while a relocation empties it.
+    pub(crate) fn set_evacuating(&mut self, index: u32, evacuating: bool, tick: u64) {
+        let page = &mut self.pages[index as usize];
+        if page.evacuating == evacuating {
+            return;
+        }
+        let was_withdrawn = page.withdrawn();
+        page.evacuating = evacuating;
+        match (was_withdrawn, page.withdrawn()) {
+            (false, true) => self.arena.withdraw_page(page.first),
+            (true, false) => self.arena.relist_page(page.first),
+            _ => {}
+        }
+        if !evacuating {
+            self.note_if_empty(index, tick);
+        }
+    }
+
+    /// Free bytes on carvable pages other than `except`.
+    pub(crate) fn carvable_free_bytes_excluding(&self, except: u32) -> u64 {
+        self.pages
+            .iter()
+            .enumerate()
+            .filter(|(index, page)| *index != except as usize && page.held && !page.withdrawn())
+            .map(|(_, page)| page.size - page.used)
+            .sum()
+    }
+
+    /// Whether the pages hold more than `threshold` times the bytes carved
+    /// from them, with at least a page's worth to win back.
+    pub(crate) fn wants_compaction(&self, threshold: f64) -> bool {
+        let reserved = self.stats.usage.bytes_reserved;
+        let used: u64 = self.pages.iter().filter(|p| p.held).map(|p| p.used).sum();
+        let smallest = self
+            .pages
+            .iter()
+            .filter(|p| p.held)
+            .map(|p| p.size)
+            .min()
+            .unwrap_or(u64::MAX);
+        self.stats.pages > 1
+            && reserved.saturating_sub(used) >= smallest
+            && reserved as f64 > used as f64 * threshold
+    }
+
+    /// Return `index` to the device now if nothing holds it; its bytes.
+    pub(crate) fn release_now(
+        &mut self,
+        storage: &mut dyn DeviceStorage,
+        index: u32,
+    ) -> Option<u64> {
+        let size = self.pages[index as usize].size;
+        self.release(storage, index).then_some(size)
+    }
+
+    pub(crate) fn has_outdated(&self) -> bool {
+        self.pages.iter().any(|page| page.held && page.outdated)
+    }
+
+    pub(crate) fn report(&self) -> PoolReport {
+        PoolReport {
+            kind: self.kind,
+            page_size: Some(self.page_size),
+            max_alloc_size: self.max_alloc_size,
+            pages: self.stats.pages,
+            outdated_pages: self
+                .pages
+                .iter()
+                .filter(|page| page.held && page.outdated)
+                .count() as u64,
+            pages_peak: self.stats.pages_peak,
+            usage: self.stats.usage,
+            peak_bytes_in_use: self.stats.peak_in_use,
+            peak_bytes_reserved: self.stats.peak_reserved,
+            largest_alloc: self.stats.largest_alloc,
+        }
+    }
+}

@@ -1,0 +1,299 @@
+//! A pool that gives each allocation a page of its own. The three kinds that
+//! use it differ in how a freed page is found again and when it goes back:
+//!
+//! - exclusive pages: pages binned by size class (at most 12.5% over the
+//!   request), reused by any request of the class, returned after the
+//!   deallocation period;
+//! - persistent: exact-size pages (weights), reused by the same size only,
+//!   returned at an explicit cleanup;
+//! - dedicated: exact-size pages returned on the first cleanup after the
+//!   free (a period of 0), so a buffer kept out of every pool does not linger.
+
+use super::{PageInfo, Placement};
+use crate::memory::arena::NONE;
+use crate::memory::bins;
+use crate::memory::config::PoolKind;
+use crate::memory::policy::Cleanup;
+use crate::memory::report::{PoolReport, PoolStats};
+use crate::storage::{DeviceStorage, StorageError, StorageHandle};
+use std::collections::{HashMap, VecDeque};
+
+/// One page.
+#[derive(Debug, Clone, Default)]
+struct Page {
+    /// Backing; `None` while lazy, or once released.
+    storage: Option<StorageHandle>,
+    /// Bytes.
+    size: u64,
+    /// Its reuse key (size class or exact size).
+    key: u64,
+    /// Holds a live allocation.
+    used: bool,
+    /// The slot of that allocation.
+    owner: u32,
+    /// Live page guards.
+    guards: u32,
+    /// Bumped at every change of state, so queued entries can be recognised
+    /// as stale without searching the queues.
+    epoch: u32,
+    /// Held (not yet returned).
+    held: bool,
+}
+
+impl Page {
+    fn reusable(&self) -> bool {
+        self.held && !self.used && self.guards == 0
+    }
+}
+
+/// One allocation per page.
+#[derive(Debug)]
+pub(crate) struct WholePagePool {
+    /// Exclusive, persistent or dedicated.
+    kind: PoolKind,
+    /// The largest reservation served.
+    max_alloc_size: u64,
+    /// Reservations a free page may wait before a periodic cleanup returns it.
+    dealloc_period: Option<u64>,
+    /// Pages by index.
+    pages: Vec<Page>,
+    /// Released page indices.
+    spare: Vec<u32>,
+    /// Free pages by reuse key: (page, epoch), newest last.
+    free: HashMap<u64, Vec<(u32, u32)>>,
+    /// Free pages in the order they were freed: (page, epoch, tick).
+    idle: VecDeque<(u32, u32, u64)>,
+    /// Pages held per reuse key (for the size-match policy).
+    held_sizes: HashMap<u64, u32>,
+    /// Usage and peaks.
+    stats: PoolStats,
+}
+
+impl WholePagePool {
+    pub(crate) fn new(kind: PoolKind, max_alloc_size: u64, dealloc_period: Option<u64>) -> Self {
+        Self {
+            kind,
+            max_alloc_size,
+            dealloc_period,
+            pages: Vec::new(),
+            spare: Vec::new(),
+            free: HashMap::new(),
+            idle: VecDeque::new(),
+            held_sizes: HashMap::new(),
+            stats: PoolStats::default(),
+        }
+    }
+
+    pub(crate) fn max_alloc_size(&self) -> u64 {
+        self.max_alloc_size
+    }
+
+    /// The page size (and reuse key) for an aligned request.
+    fn key(&self, aligned: u64) -> u64 {
+        match self.kind {
+            PoolKind::ExclusivePages => bins::class_size(bins::round_up(aligned)),
+            _ => aligned,
+        }
+    }
+
+    /// Whether a page of this request's size is held (used or free).
+    pub(crate) fn holds_size(&self, aligned: u64) -> bool {
+        self.held_sizes.get(&self.key(aligned)).is_some_and(|n| *n > 0)
+    }
+
+    pub(crate) fn try_reserve(&mut self, size: u64, aligned: u64, slot: u32) -> Option<Placement> {
+        let key = self.key(aligned);
+        let list = self.free.get_mut(&key)?;
+        while let Some((index, epoch)) = list.pop() {
+            let page = &self.pages[index as usize];
+            if page.epoch == epoch && page.reusable() {
+                return Some(self.take(index, size, aligned, slot));
+            }
+        }
+        None
+    }
+
+    fn take(&mut self, index: u32, size: u64, aligned: u64, slot: u32) -> Placement {
+        let page = &mut self.pages[index as usize];
+        page.used = true;
+        page.owner = slot;
+        page.epoch = page.epoch.wrapping_add(1);
+        self.stats.allocated(size, aligned);
+        Placement {
+            page: index,
+            node: NONE,
+            offset: 0,
+        }
+    }
+
+    pub(crate) fn reserve_new_page(
+        &mut self,
+        storage: &mut dyn DeviceStorage,
+        size: u64,
+        aligned: u64,
+        slot: u32,
+        lazy: bool,
+    ) -> Result<Placement, StorageError> {
+        let key = self.key(aligned);
+        let backing = if lazy {
+            None
+        } else {
+            Some(storage.allocate(key)?)
+        };
+        let index = self.spare.pop().unwrap_or_else(|| {
+            self.pages.push(Page::default());
+            (self.pages.len() - 1) as u32
+        });
+        let page = &mut self.pages[index as usize];
+        *page = Page {
+            storage: backing,
+            size: key,
+            key,
+            used: false,
+            owner: NONE,
+            guards: 0,
+            epoch: page.epoch.wrapping_add(1),
+            held: true,
+        };
+        *self.held_sizes.entry(key).or_default() += 1;
+        self.stats.page_added(key);
+        Ok(self.take(index, size, aligned, slot))
+    }
+
+    pub(crate) fn free(&mut self, placement: Placement, size: u64, aligned: u64, tick: u64) {
+        let page = &mut self.pages[placement.page as usize];
+        page.used = false;
+        page.epoch = page.epoch.wrapping_add(1);
+        self.stats.freed(size, aligned);
+        self.offer(placement.page, tick);
+    }
+
+    /// Make a page that just became reusable findable, and start its idle clock.
+    fn offer(&mut self, index: u32, tick: u64) {
+        let page = &self.pages[index as usize];
+        if !page.reusable() {
+            return;
+        }
+        let entry = (index, page.epoch);
+        self.free.entry(page.key).or_default().push(entry);
+        self.idle.push_back((entry.0, entry.1, tick));
+    }
+
+    pub(crate) fn cleanup(
+        &mut self,
+        storage: &mut dyn DeviceStorage,
+        tick: u64,
+        cleanup: Cleanup,
+    ) -> bool {
+        let mut released = false;
+        match cleanup {
+            Cleanup::Explicit => {
+                self.idle.clear();
+                self.free.clear();
+                for index in 0..self.pages.len() as u32 {
+                    released |= self.release(storage, index);
+                }
+            }
+            Cleanup::Periodic => {
+                let Some(period) = self.dealloc_period else {
+                    return false;
+                };
+                while let Some(&(index, epoch, since)) = self.idle.front() {
+                    if tick.saturating_sub(since) < period {
+                        break;
+                    }
+                    self.idle.pop_front();
+                    if self.pages[index as usize].epoch == epoch {
+                        released |= self.release(storage, index);
+                    }
+                }
+            }
+        }
+        released
+    }
+
+    fn release(&mut self, storage: &mut dyn DeviceStorage, index: u32) -> bool {
+        let page = &mut self.pages[index as usize];
+        if !page.reusable() {
+            return false;
+        }
+        page.held = false;
+        page.epoch = page.epoch.wrapping_add(1);
+        if let Some(backing) = page.storage.take() {
+            storage.deallocate(backing.id);
+        }
+        let (key, size) = (page.key, page.size);
+        if let Some(count) = self.held_sizes.get_mut(&key) {
+            *count -= 1;
+        }
+        self.spare.push(index);
+        self.stats.page_removed(size);
+        true
+    }
+
+    pub(crate) fn page_storage(&self, page: u32) -> Option<StorageHandle> {
+        self.pages[page as usize].storage
+    }
+
+    pub(crate) fn materialize(
+        &mut self,
+        storage: &mut dyn DeviceStorage,
+        index: u32,
+    ) -> Result<StorageHandle, StorageError> {
+        let page = &mut self.pages[index as usize];
+        if let Some(backing) = page.storage {
+            return Ok(backing);
+        }
+        let backing = storage.allocate(page.size)?;
+        page.storage = Some(backing);
+        Ok(backing)
+    }
+
+    pub(crate) fn guard(&mut self, index: u32) {
+        let page = &mut self.pages[index as usize];
+        page.guards += 1;
+        // A free page that gains a guard leaves the free lists: its queued
+        // entries go stale with the epoch.
+        page.epoch = page.epoch.wrapping_add(1);
+    }
+
+    pub(crate) fn unguard(&mut self, index: u32, tick: u64) {
+        let page = &mut self.pages[index as usize];
+        page.guards -= 1;
+        if page.guards == 0 {
+            page.epoch = page.epoch.wrapping_add(1);
+            self.offer(index, tick);
+        }
+    }
+
+    /// The pages held, for reports and relocation decisions.
+    #[allow(dead_code)]
+    pub(crate) fn page_infos(&self) -> impl Iterator<Item = PageInfo> + '_ {
+        self.pages
+            .iter()
+            .enumerate()
+            .filter(|(_, page)| page.held)
+            .map(|(index, page)| PageInfo {
+                page: index as u32,
+                size: page.size,
+                used: if page.used { page.size } else { 0 },
+                outdated: false,
+                guarded: page.guards > 0,
+            })
+    }
+
+    pub(crate) fn report(&self) -> PoolReport {
+        PoolReport {
+            kind: self.kind,
+            page_size: None,
+            max_alloc_size: self.max_alloc_size,
+            pages: self.stats.pages,
+            outdated_pages: 0,
+            pages_peak: self.stats.pages_peak,
+            usage: self.stats.usage,
+            peak_bytes_in_use: self.stats.peak_in_use,
+            peak_bytes_reserved: self.stats.peak_reserved,
+            largest_alloc: self.stats.largest_alloc,
+        }
+    }
+}

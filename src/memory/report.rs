@@ -1,0 +1,203 @@
+//! What the pools hold: usage per pool, peaks, a total, and a human form.
+
+use super::config::PoolKind;
+use std::fmt;
+
+/// Bytes in a human unit (B, KiB, MiB, GiB).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bytes(pub u64);
+
+impl fmt::Display for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+        let mut value = self.0 as f64;
+        let mut unit = 0;
+        while value >= 1024.0 && unit + 1 < UNITS.len() {
+            value /= 1024.0;
+            unit += 1;
+        }
+        if unit == 0 {
+            write!(f, "{} B", self.0)
+        } else {
+            write!(f, "{value:.2} {}", UNITS[unit])
+        }
+    }
+}
+
+/// Usage of memory at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemoryUsage {
+    /// Live allocations.
+    pub number_allocs: u64,
+    /// Bytes the live allocations asked for.
+    pub bytes_in_use: u64,
+    /// Bytes lost to alignment behind live allocations.
+    pub bytes_padding: u64,
+    /// Bytes of the pages held.
+    pub bytes_reserved: u64,
+}
+
+impl MemoryUsage {
+    /// The sum of two usages.
+    pub fn combine(self, other: Self) -> Self {
+        Self {
+            number_allocs: self.number_allocs + other.number_allocs,
+            bytes_in_use: self.bytes_in_use + other.bytes_in_use,
+            bytes_padding: self.bytes_padding + other.bytes_padding,
+            bytes_reserved: self.bytes_reserved + other.bytes_reserved,
+        }
+    }
+}
+
+impl fmt::Display for MemoryUsage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ratio = if self.bytes_in_use == 0 {
+            0.0
+        } else {
+            self.bytes_reserved as f64 / self.bytes_in_use as f64
+        };
+        write!(
+            f,
+            "{} allocations, {} in use, {} reserved ({ratio:.2}x), {} padding",
+            self.number_allocs,
+            Bytes(self.bytes_in_use),
+            Bytes(self.bytes_reserved),
+            Bytes(self.bytes_padding),
+        )
+    }
+}
+
+/// One pool's shape, usage and high-water marks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolReport {
+    /// What kind of pool.
+    pub kind: PoolKind,
+    /// The size new pages get now (sliced and adaptive pools).
+    pub page_size: Option<u64>,
+    /// The largest reservation it serves.
+    pub max_alloc_size: u64,
+    /// Pages held.
+    pub pages: u64,
+    /// Outdated pages held (adaptive pools).
+    pub outdated_pages: u64,
+    /// The most pages held at once.
+    pub pages_peak: u64,
+    /// Usage now.
+    pub usage: MemoryUsage,
+    /// The most bytes in use at once.
+    pub peak_bytes_in_use: u64,
+    /// The most bytes reserved at once.
+    pub peak_bytes_reserved: u64,
+    /// The largest allocation served.
+    pub largest_alloc: u64,
+}
+
+impl fmt::Display for PoolReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {} pages (peak {}), {}; peaks {} in use, {} reserved; largest {}",
+            self.kind,
+            self.pages,
+            self.pages_peak,
+            self.usage,
+            Bytes(self.peak_bytes_in_use),
+            Bytes(self.peak_bytes_reserved),
+            Bytes(self.largest_alloc),
+        )?;
+        if self.outdated_pages > 0 {
+            write!(f, "; {} outdated", self.outdated_pages)?;
+        }
+        Ok(())
+    }
+}
+
+/// Everything a manager holds, pool by pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryReport {
+    /// The dynamic pools, in routing order.
+    pub dynamic: Vec<PoolReport>,
+    /// The persistent pool.
+    pub persistent: PoolReport,
+    /// The dedicated pool.
+    pub dedicated: PoolReport,
+    /// The most bytes reserved by all pools at once.
+    pub peak_bytes_reserved: u64,
+    /// The most bytes in use across all pools at once.
+    pub peak_bytes_in_use: u64,
+}
+
+impl MemoryReport {
+    /// Every pool, persistent and dedicated first.
+    pub fn pools(&self) -> impl Iterator<Item = &PoolReport> {
+        [&self.persistent, &self.dedicated]
+            .into_iter()
+            .chain(self.dynamic.iter())
+    }
+
+    /// The sum over all pools.
+    pub fn usage(&self) -> MemoryUsage {
+        self.pools()
+            .fold(MemoryUsage::default(), |total, pool| total.combine(pool.usage))
+    }
+}
+
+impl fmt::Display for MemoryReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for pool in self.pools() {
+            writeln!(f, "  {pool}")?;
+        }
+        write!(
+            f,
+            "  total: {}; peaks {} in use, {} reserved",
+            self.usage(),
+            Bytes(self.peak_bytes_in_use),
+            Bytes(self.peak_bytes_reserved)
+        )
+    }
+}
+
+/// Running usage of one pool with its peaks.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PoolStats {
+    /// Usage now.
+    pub(crate) usage: MemoryUsage,
+    /// Pages now.
+    pub(crate) pages: u64,
+    /// Most pages at once.
+    pub(crate) pages_peak: u64,
+    /// Most bytes in use at once.
+    pub(crate) peak_in_use: u64,
+    /// Most bytes reserved at once.
+    pub(crate) peak_reserved: u64,
+    /// Largest allocation served.
+    pub(crate) largest_alloc: u64,
+}
+
+impl PoolStats {
+    pub(crate) fn allocated(&mut self, size: u64, aligned: u64) {
+        self.usage.number_allocs += 1;
+        self.usage.bytes_in_use += size;
+        self.usage.bytes_padding += aligned - size;
+        self.largest_alloc = self.largest_alloc.max(size);
+        self.peak_in_use = self.peak_in_use.max(self.usage.bytes_in_use);
+    }
+
+    pub(crate) fn freed(&mut self, size: u64, aligned: u64) {
+        self.usage.number_allocs -= 1;
+        self.usage.bytes_in_use -= size;
+        self.usage.bytes_padding -= aligned - size;
+    }
+
+    pub(crate) fn page_added(&mut self, size: u64) {
+        self.pages += 1;
+        self.usage.bytes_reserved += size;
+        self.pages_peak = self.pages_peak.max(self.pages);
+        self.peak_reserved = self.peak_reserved.max(self.usage.bytes_reserved);
+    }
+
+    pub(crate) fn page_removed(&mut self, size: u64) {
+        self.pages -= 1;
+        self.usage.bytes_reserved -= size;
+    }
+}

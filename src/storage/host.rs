@@ -1,0 +1,245 @@
+//! Pages of real host memory: the default storage, so that everything runs
+//! on a machine without a GPU and every byte written can be read back.
+
+use super::{DeviceStorage, Resource, StorageError, StorageHandle, StorageId, check_range};
+use std::alloc::{Layout, alloc_zeroed, dealloc};
+use std::collections::HashMap;
+use std::ptr::NonNull;
+
+/// Host pages start on this boundary (a page of the MMU), whatever smaller
+/// alignment the device properties ask of slices.
+const HOST_PAGE_ALIGN: usize = 4096;
+
+/// One page: an owned, zero-initialised, aligned heap block.
+#[derive(Debug)]
+struct HostPage {
+    /// Start of the block; valid for `layout.size()` bytes until dropped.
+    ptr: NonNull<u8>,
+    /// The layout it was allocated with (needed to free it).
+    layout: Layout,
+}
+
+impl HostPage {
+    fn new(size: u64) -> Result<Self, StorageError> {
+        let bytes = usize::try_from(size).map_err(|_| StorageError::InvalidSize(size))?;
+        let layout = Layout::from_size_align(bytes, HOST_PAGE_ALIGN)
+            .map_err(|_| StorageError::InvalidSize(size))?;
+        if bytes == 0 {
+            return Err(StorageError::InvalidSize(size));
+        }
+        // SAFETY: the layout has a non-zero size (checked just above).
+        let ptr = unsafe { alloc_zeroed(layout) };
+        let ptr = NonNull::new(ptr).ok_or(StorageError::OutOfMemory {
+            requested: size,
+            held: 0,
+            capacity: 0,
+        })?;
+        Ok(Self { ptr, layout })
+    }
+
+    fn size(&self) -> u64 {
+        self.layout.size() as u64
+    }
+
+    /// The bytes `handle` names, after its range was checked against this page.
+    fn bytes(&self, handle: &StorageHandle) -> &[u8] {
+        // SAFETY: `check_range` proved offset + size <= the page's size, the
+        // block is zero-initialised and lives as long as `self`, and the
+        // shared borrow of `self` excludes writers through this storage.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.ptr.as_ptr().add(handle.offset as usize),
+                handle.size as usize,
+            )
+        }
+    }
+
+    /// The bytes `handle` names, mutably.
+    fn bytes_mut(&mut self, handle: &StorageHandle) -> &mut [u8] {
+        // SAFETY: as in `bytes`, and the unique borrow of `self` makes this
+        // the only live reference into the block from this storage.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.ptr.as_ptr().add(handle.offset as usize),
+                handle.size as usize,
+            )
+        }
+    }
+}
+
+impl Drop for HostPage {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from `alloc_zeroed(self.layout)` and is freed once.
+        unsafe { dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+// SAFETY: a `HostPage` owns its block exclusively (like a `Box<[u8]>`); moving
+// it to another thread moves that ownership.
+unsafe impl Send for HostPage {}
+
+/// Page-aligned host memory.
+#[derive(Debug, Default)]
+pub struct HostStorage {
+    /// Live pages by id.
+    pages: HashMap<StorageId, HostPage>,
+    /// Pages queued by `deallocate`, freed at `flush`.
+    pending: Vec<StorageId>,
+    /// The next id to hand out; ids are never reused.
+    next_id: u64,
+    /// Bytes held, pending pages included.
+    bytes: u64,
+}
+
+impl HostStorage {
+    /// An empty storage.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn page(&self, id: StorageId) -> Result<&HostPage, StorageError> {
+        self.pages.get(&id).ok_or(StorageError::UnknownPage(id))
+    }
+}
+
+impl DeviceStorage for HostStorage {
+    fn alignment(&self) -> u64 {
+        HOST_PAGE_ALIGN as u64
+    }
+
+    fn allocate(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
+        let page = HostPage::new(size).map_err(|err| match err {
+            StorageError::OutOfMemory { requested, .. } => StorageError::OutOfMemory {
+                requested,
+                held: self.bytes,
+                capacity: self.bytes,
+            },
+            other => other,
+        })?;
+        let id = StorageId(self.next_id);
+        self.next_id += 1;
+        self.bytes += size;
+        self.pages.insert(id, page);
+        Ok(StorageHandle::whole(id, size))
+    }
+
+    fn deallocate(&mut self, id: StorageId) {
+        if self.pages.contains_key(&id) && !self.pending.contains(&id) {
+            self.pending.push(id);
+        }
+    }
+
+    fn flush(&mut self) {
+        for id in self.pending.drain(..) {
+            if let Some(page) = self.pages.remove(&id) {
+                self.bytes -= page.size();
+            }
+        }
+    }
+
+    fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError> {
+        let page = self.page(handle.id)?;
+        check_range(handle, page.size(), 0)?;
+        Ok(Resource {
+            addr: page.ptr.as_ptr() as u64 + handle.offset,
+            len: handle.size,
+        })
+    }
+
+    fn write(&mut self, handle: &StorageHandle, data: &[u8]) -> Result<(), StorageError> {
+        let page = self
+            .pages
+            .get_mut(&handle.id)
+            .ok_or(StorageError::UnknownPage(handle.id))?;
+        check_range(handle, page.size(), data.len() as u64)?;
+        page.bytes_mut(handle)[..data.len()].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn read(&mut self, handle: &StorageHandle, out: &mut [u8]) -> Result<(), StorageError> {
+        let page = self.page(handle.id)?;
+        check_range(handle, page.size(), out.len() as u64)?;
+        out.copy_from_slice(&page.bytes(handle)[..out.len()]);
+        Ok(())
+    }
+
+    fn copy(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
+        if from.size != to.size {
+            return Err(StorageError::LengthMismatch {
+                from: from.size,
+                to: to.size,
+            });
+        }
+        check_range(from, self.page(from.id)?.size(), 0)?;
+        check_range(to, self.page(to.id)?.size(), 0)?;
+        if from.id == to.id {
+            let page = self.pages.get_mut(&from.id).expect("checked above");
+            let whole = StorageHandle::whole(from.id, page.size());
+            page.bytes_mut(&whole).copy_within(
+                from.offset as usize..from.end() as usize,
+                to.offset as usize,
+            );
+            return Ok(());
+        }
+        let source = self.pages.remove(&from.id).expect("checked above");
+        let result = self
+            .pages
+            .get_mut(&to.id)
+            .map(|target| target.bytes_mut(to).copy_from_slice(source.bytes(from)));
+        self.pages.insert(from.id, source);
+        result.ok_or(StorageError::UnknownPage(to.id))
+    }
+
+    fn bytes_allocated(&self) -> u64 {
+        self.bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_written_read_back_and_copied() {
+        let mut storage = HostStorage::new();
+        let a = storage.allocate(8192).unwrap();
+        let b = storage.allocate(4096).unwrap();
+        let src = a.sub_range(100, 104).unwrap();
+        storage.write(&src, &[1, 2, 3, 4]).unwrap();
+        let dst = b.sub_range(10, 14).unwrap();
+        storage.copy(&src, &dst).unwrap();
+        let mut out = [0u8; 4];
+        storage.read(&dst, &mut out).unwrap();
+        assert_eq!(out, [1, 2, 3, 4]);
+        // Within one page too, overlapping.
+        let shifted = a.sub_range(102, 106).unwrap();
+        storage.copy(&src, &shifted).unwrap();
+        storage.read(&a.sub_range(100, 106).unwrap(), &mut [0; 6]).unwrap();
+        let mut six = [0u8; 6];
+        storage.read(&a.sub_range(100, 106).unwrap(), &mut six).unwrap();
+        assert_eq!(six, [1, 2, 1, 2, 3, 4]);
+        assert_eq!(storage.resource(&a).unwrap().addr % HOST_PAGE_ALIGN as u64, 0);
+    }
+
+    #[test]
+    fn deallocation_waits_for_flush() {
+        let mut storage = HostStorage::new();
+        let a = storage.allocate(4096).unwrap();
+        storage.deallocate(a.id);
+        storage.deallocate(a.id);
+        assert_eq!(storage.bytes_allocated(), 4096);
+        storage.flush();
+        assert_eq!(storage.bytes_allocated(), 0);
+        assert_eq!(storage.resource(&a), Err(StorageError::UnknownPage(a.id)));
+    }
+
+    #[test]
+    fn out_of_range_is_an_error() {
+        let mut storage = HostStorage::new();
+        let a = storage.allocate(4096).unwrap();
+        let beyond = StorageHandle { id: a.id, offset: 4000, size: 200 };
+        assert!(matches!(storage.write(&beyond, &[0; 10]), Err(StorageError::OutOfRange { .. })));
+        assert!(matches!(storage.read(&a, &mut vec![0; 5000]), Err(StorageError::OutOfRange { .. })));
+        assert_eq!(storage.allocate(0), Err(StorageError::InvalidSize(0)));
+    }
+}

@@ -1,0 +1,153 @@
+//! A storage wrapper with a capacity and injected faults, for tests: it makes
+//! "the device is full" and "the driver failed here" reproducible.
+
+use super::{DeviceStorage, Resource, StorageError, StorageHandle, StorageId};
+
+/// Which operations a [`LimitedStorage`] fails on purpose. Counts are
+/// 1-based over the storage's life: `fail_allocation(3)` fails the third
+/// allocation attempt.
+#[derive(Debug, Clone, Default)]
+pub struct FaultPlan {
+    /// Allocation attempts to fail.
+    pub allocations: Vec<u64>,
+    /// Copy attempts to fail.
+    pub copies: Vec<u64>,
+}
+
+impl FaultPlan {
+    /// No faults.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// Also fail the `n`th allocation attempt.
+    pub fn fail_allocation(mut self, n: u64) -> Self {
+        self.allocations.push(n);
+        self
+    }
+
+    /// Also fail the `n`th copy attempt.
+    pub fn fail_copy(mut self, n: u64) -> Self {
+        self.copies.push(n);
+        self
+    }
+}
+
+/// Wraps a storage with a byte capacity and a [`FaultPlan`].
+#[derive(Debug)]
+pub struct LimitedStorage<S> {
+    /// The wrapped storage.
+    inner: S,
+    /// The most bytes it may hold (pending deallocations count, as on a device).
+    capacity: u64,
+    /// Faults to inject.
+    faults: FaultPlan,
+    /// Allocation attempts so far.
+    allocations: u64,
+    /// Copy attempts so far.
+    copies: u64,
+}
+
+impl<S: DeviceStorage> LimitedStorage<S> {
+    /// `inner` capped at `capacity` bytes, no faults.
+    pub fn new(inner: S, capacity: u64) -> Self {
+        Self {
+            inner,
+            capacity,
+            faults: FaultPlan::none(),
+            allocations: 0,
+            copies: 0,
+        }
+    }
+
+    /// Inject `faults` from now on.
+    pub fn with_faults(mut self, faults: FaultPlan) -> Self {
+        self.faults = faults;
+        self
+    }
+
+    /// Change the capacity.
+    pub fn set_capacity(&mut self, capacity: u64) {
+        self.capacity = capacity;
+    }
+
+    /// Replace the fault plan (counts carry on).
+    pub fn set_faults(&mut self, faults: FaultPlan) {
+        self.faults = faults;
+    }
+
+    /// Allocation attempts so far (the count a [`FaultPlan`] refers to).
+    pub fn allocation_attempts(&self) -> u64 {
+        self.allocations
+    }
+
+    /// Copy attempts so far.
+    pub fn copy_attempts(&self) -> u64 {
+        self.copies
+    }
+
+    /// The wrapped storage.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: DeviceStorage> DeviceStorage for LimitedStorage<S> {
+    fn alignment(&self) -> u64 {
+        self.inner.alignment()
+    }
+
+    fn allocate(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
+        self.allocations += 1;
+        if self.faults.allocations.contains(&self.allocations) {
+            return Err(StorageError::InjectedFault(format!(
+                "allocation #{} of {size} bytes",
+                self.allocations
+            )));
+        }
+        let held = self.inner.bytes_allocated();
+        if held.saturating_add(size) > self.capacity {
+            return Err(StorageError::OutOfMemory {
+                requested: size,
+                held,
+                capacity: self.capacity,
+            });
+        }
+        self.inner.allocate(size)
+    }
+
+    fn deallocate(&mut self, id: StorageId) {
+        self.inner.deallocate(id)
+    }
+
+    fn flush(&mut self) {
+        self.inner.flush()
+    }
+
+    fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError> {
+        self.inner.resource(handle)
+    }
+
+    fn write(&mut self, handle: &StorageHandle, data: &[u8]) -> Result<(), StorageError> {
+        self.inner.write(handle, data)
+    }
+
+    fn read(&mut self, handle: &StorageHandle, out: &mut [u8]) -> Result<(), StorageError> {
+        self.inner.read(handle, out)
+    }
+
+    fn copy(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
+        self.copies += 1;
+        if self.faults.copies.contains(&self.copies) {
+            return Err(StorageError::InjectedFault(format!(
+                "copy #{} of {} bytes",
+                self.copies, from.size
+            )));
+        }
+        self.inner.copy(from, to)
+    }
+
+    fn bytes_allocated(&self) -> u64 {
+        self.inner.bytes_allocated()
+    }
+}

@@ -1,0 +1,209 @@
+//! Where pages come from: the `DeviceStorage` trait and its implementations.
+//!
+//! A storage hands out *pages* (one device allocation each) and knows nothing
+//! about slices, pools or handles; the `memory` layer carves pages into
+//! allocations. Deallocation is deferred: `deallocate` only queues a page and
+//! `flush` returns the queued pages to the driver, because on a device a free
+//! synchronises and must wait until the stream's work on the page is done.
+
+mod host;
+mod limited;
+mod virtual_storage;
+
+pub use host::HostStorage;
+pub use limited::{FaultPlan, LimitedStorage};
+pub use virtual_storage::VirtualStorage;
+
+use std::fmt;
+
+/// Names one page a storage allocated. Ids are never reused by a storage, so
+/// a stale id is reported as unknown rather than naming another page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StorageId(pub u64);
+
+impl fmt::Display for StorageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "page#{}", self.0)
+    }
+}
+
+/// A byte range of one page: what an allocation occupies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StorageHandle {
+    /// The page.
+    pub id: StorageId,
+    /// First byte of the range, from the start of the page.
+    pub offset: u64,
+    /// Length of the range in bytes.
+    pub size: u64,
+}
+
+impl StorageHandle {
+    /// The whole of a page of `size` bytes.
+    pub fn whole(id: StorageId, size: u64) -> Self {
+        Self { id, offset: 0, size }
+    }
+
+    /// The sub-range `start..end` of this range (offsets relative to it),
+    /// or `None` when it does not lie inside.
+    pub fn sub_range(&self, start: u64, end: u64) -> Option<Self> {
+        (start <= end && end <= self.size).then(|| Self {
+            id: self.id,
+            offset: self.offset + start,
+            size: end - start,
+        })
+    }
+
+    /// One past the last byte, from the start of the page.
+    pub fn end(&self) -> u64 {
+        self.offset + self.size
+    }
+}
+
+/// The address of a range as the device sees it: a host pointer for
+/// [`HostStorage`], a `CUdeviceptr` for CUDA, a synthetic address for
+/// [`VirtualStorage`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Resource {
+    /// Address of the first byte.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+/// What a storage can refuse. Every variant is something a caller can cause
+/// or an environment can impose; none is a bug.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StorageError {
+    /// The device (or the cap a [`LimitedStorage`] sets) has no room.
+    #[error("device out of memory: requested {requested} bytes, {held} held of {capacity}")]
+    OutOfMemory {
+        /// Bytes the failed allocation asked for.
+        requested: u64,
+        /// Bytes the storage held when it refused.
+        held: u64,
+        /// The most it may hold.
+        capacity: u64,
+    },
+    /// A fault a [`LimitedStorage`] was told to inject.
+    #[error("injected fault: {0}")]
+    InjectedFault(String),
+    /// The page was never allocated here or was already deallocated.
+    #[error("unknown {0}")]
+    UnknownPage(StorageId),
+    /// The range does not lie inside its page.
+    #[error("range {offset}..{end} lies outside {id} of {page_size} bytes", end = offset + len)]
+    OutOfRange {
+        /// The page.
+        id: StorageId,
+        /// Start of the range.
+        offset: u64,
+        /// Length of the range.
+        len: u64,
+        /// Size of the page.
+        page_size: u64,
+    },
+    /// A copy between ranges of different lengths.
+    #[error("copy between ranges of {from} and {to} bytes")]
+    LengthMismatch {
+        /// Source length.
+        from: u64,
+        /// Destination length.
+        to: u64,
+    },
+    /// The storage holds no bytes (a [`VirtualStorage`]): it can count pages
+    /// but not read or write them.
+    #[error("this storage holds no bytes to read or write")]
+    NoBacking,
+    /// A size the storage cannot allocate (0, or beyond the address space).
+    #[error("invalid page size {0}")]
+    InvalidSize(u64),
+    /// The driver refused, with its message (CUDA).
+    #[error("driver error: {0}")]
+    Driver(String),
+}
+
+/// A source of device pages.
+///
+/// Implementations are single-threaded (`&mut self`); the service gives each
+/// stream actor its own storage value.
+pub trait DeviceStorage: Send {
+    /// The alignment every page start is guaranteed to have.
+    fn alignment(&self) -> u64;
+
+    /// Allocate a page of `size` bytes.
+    fn allocate(&mut self, size: u64) -> Result<StorageHandle, StorageError>;
+
+    /// Queue the page for deallocation at the next [`flush`](Self::flush).
+    /// Its bytes still count in [`bytes_allocated`](Self::bytes_allocated)
+    /// until then.
+    fn deallocate(&mut self, id: StorageId);
+
+    /// Return every queued page to the driver.
+    fn flush(&mut self);
+
+    /// The address of `handle`'s bytes.
+    fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError>;
+
+    /// Copy `data` into the range `handle` names (`data.len()` bytes at its start).
+    fn write(&mut self, handle: &StorageHandle, data: &[u8]) -> Result<(), StorageError>;
+
+    /// Copy the range `handle` names into `out` (`out.len()` bytes from its start).
+    fn read(&mut self, handle: &StorageHandle, out: &mut [u8]) -> Result<(), StorageError>;
+
+    /// Copy the bytes of `from` into `to` (same lengths), as a relocation does.
+    fn copy(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError>;
+
+    /// Bytes the storage holds from the driver now, queued deallocations included.
+    fn bytes_allocated(&self) -> u64;
+}
+
+impl<S: DeviceStorage + ?Sized> DeviceStorage for Box<S> {
+    fn alignment(&self) -> u64 {
+        (**self).alignment()
+    }
+    fn allocate(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
+        (**self).allocate(size)
+    }
+    fn deallocate(&mut self, id: StorageId) {
+        (**self).deallocate(id)
+    }
+    fn flush(&mut self) {
+        (**self).flush()
+    }
+    fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError> {
+        (**self).resource(handle)
+    }
+    fn write(&mut self, handle: &StorageHandle, data: &[u8]) -> Result<(), StorageError> {
+        (**self).write(handle, data)
+    }
+    fn read(&mut self, handle: &StorageHandle, out: &mut [u8]) -> Result<(), StorageError> {
+        (**self).read(handle, out)
+    }
+    fn copy(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
+        (**self).copy(from, to)
+    }
+    fn bytes_allocated(&self) -> u64 {
+        (**self).bytes_allocated()
+    }
+}
+
+/// Check that `handle` lies inside a page of `page_size` bytes and that an
+/// access of `len` bytes from its start stays inside `handle`.
+pub(crate) fn check_range(
+    handle: &StorageHandle,
+    page_size: u64,
+    len: u64,
+) -> Result<(), StorageError> {
+    let out_of_range = || StorageError::OutOfRange {
+        id: handle.id,
+        offset: handle.offset,
+        len: handle.size.max(len),
+        page_size,
+    };
+    let end = handle.offset.checked_add(handle.size).ok_or_else(out_of_range)?;
+    if end > page_size || len > handle.size {
+        return Err(out_of_range());
+    }
+    Ok(())
+}
