@@ -40,7 +40,11 @@ fn adaptive_preset_routes_near_page_sizes_to_the_adaptive_pool() {
         .into_iter()
         .find(|pool| pool.largest_alloc == 7 * MIB)
         .expect("some pool served it");
-    assert!(matches!(served.kind, PoolKind::Adaptive { .. }), "{:?}", served.kind);
+    assert!(
+        matches!(served.kind, PoolKind::Adaptive { .. }),
+        "{:?}",
+        served.kind
+    );
 }
 
 #[test]
@@ -76,7 +80,10 @@ fn find_uninit_binding_returns_not_found() {
     let _live = memory.reserve(512, PageUpdate::Allow).unwrap();
     let unbound = memory.unbound();
     assert_eq!(memory.get_cursor(&unbound), Err(MemoryError::Uninitialized));
-    assert_eq!(memory.get_storage(&unbound.binding()), Err(MemoryError::Uninitialized));
+    assert_eq!(
+        memory.get_storage(&unbound.binding()),
+        Err(MemoryError::Uninitialized)
+    );
 }
 
 #[test]
@@ -86,7 +93,10 @@ fn find_stale_descriptor_returns_not_found() {
     let stale = reserved.clone();
     let assigned = memory.unbound();
     memory.bind(reserved, &assigned, 7).unwrap();
-    assert!(matches!(memory.get_cursor(&stale), Err(MemoryError::Stale(_))));
+    assert!(matches!(
+        memory.get_cursor(&stale),
+        Err(MemoryError::Stale(_))
+    ));
     assert_eq!(memory.get_cursor(&assigned), Ok(7));
     // The stale handle dropping must not free what `assigned` now owns.
     drop(stale);
@@ -127,7 +137,12 @@ fn persistent_windows_nest() {
     memory.mode(AllocationMode::Auto);
     let _transient = memory.reserve(1024, PageUpdate::Allow).unwrap();
     assert_eq!(
-        memory.memory_report().dynamic.iter().map(|p| p.pages_peak).sum::<u64>(),
+        memory
+            .memory_report()
+            .dynamic
+            .iter()
+            .map(|p| p.pages_peak)
+            .sum::<u64>(),
         1
     );
     drop(weight);
@@ -170,7 +185,10 @@ fn alloc_allocs_new_storage() {
 
 #[test]
 fn alloc_respects_alignment_size() {
-    for pools in [MemoryConfiguration::Adaptive, MemoryConfiguration::ExclusivePages] {
+    for pools in [
+        MemoryConfiguration::Adaptive,
+        MemoryConfiguration::ExclusivePages,
+    ] {
         let mut memory = manager(pools, DeviceProperties::new(DEVICE.max_page_size, 50));
         let a = memory.reserve(40, PageUpdate::Allow).unwrap();
         let b = memory.reserve(40, PageUpdate::Allow).unwrap();
@@ -195,7 +213,11 @@ fn allocs_on_correct_page() {
         .iter()
         .map(|pool| pool.usage.number_allocs)
         .collect();
-    assert_eq!(pools, vec![1, 1], "metadata and the workload must not share a pool");
+    assert_eq!(
+        pools,
+        vec![1, 1],
+        "metadata and the workload must not share a pool"
+    );
     let usage = memory.memory_report().usage();
     assert_eq!(usage.bytes_in_use, sizes.iter().sum::<u64>());
     // One metadata page and one adaptive page grown to 4 MiB + a quarter.
@@ -209,7 +231,11 @@ fn single_arena_reuses_across_sizes() {
     drop(memory.reserve(128 * 1024, PageUpdate::Allow).unwrap());
     let _large = memory.reserve(512 * 1024, PageUpdate::Allow).unwrap();
     let usage = memory.memory_report().usage();
-    assert_eq!(usage.bytes_reserved, 2 * MIB, "both sizes share one arena page");
+    assert_eq!(
+        usage.bytes_reserved,
+        2 * MIB,
+        "both sizes share one arena page"
+    );
     assert_eq!(usage.number_allocs, 1);
 }
 
@@ -223,7 +249,9 @@ fn allocate_deallocate_reallocate() {
             .collect();
         let before = memory.memory_report().usage();
         drop(handles);
-        let _again: Vec<_> = sizes.map(|s| memory.reserve(s, PageUpdate::Allow).unwrap()).collect();
+        let _again: Vec<_> = sizes
+            .map(|s| memory.reserve(s, PageUpdate::Allow).unwrap())
+            .collect();
         let after = memory.memory_report().usage();
         assert_eq!(before.number_allocs, after.number_allocs);
         assert_eq!(before.bytes_in_use, after.bytes_in_use);
@@ -268,7 +296,11 @@ fn exclusive_pages_two_chunks_reuse_and_new_storage() {
     assert_eq!(pages, 2, "one page per allocation");
     drop(a);
     let _c = memory.reserve(512, PageUpdate::Allow).unwrap();
-    assert_eq!(memory.memory_report().dynamic[0].pages, 2, "the freed page is reused");
+    assert_eq!(
+        memory.memory_report().dynamic[0].pages,
+        2,
+        "the freed page is reused"
+    );
     drop(b);
 }
 

@@ -115,6 +115,16 @@ impl Arena {
         Some(node)
     }
 
+    /// Carve `size` bytes from the page starting at `first` (a fresh page:
+    /// its first block is free and holds them).
+    pub(crate) fn carve_in(&mut self, first: u32, size: u64) -> Option<u32> {
+        let block = &self.blocks[first as usize];
+        (!block.used && block.size >= size).then(|| {
+            self.take(first, size);
+            first
+        })
+    }
+
     /// Carve `size` bytes from the free block `node` (which must hold them).
     fn take(&mut self, node: u32, size: u64) {
         if self.blocks[node as usize].listed {
@@ -333,7 +343,11 @@ impl Arena {
         let (bin, prev, next) = {
             let block = &mut self.blocks[node as usize];
             block.listed = false;
-            (bins::round_down(block.size), block.class_prev, block.class_next)
+            (
+                bins::round_down(block.size),
+                block.class_prev,
+                block.class_next,
+            )
         };
         if prev != NONE {
             self.blocks[prev as usize].class_next = next;
@@ -363,7 +377,10 @@ mod tests {
         let a = arena.carve(100).unwrap();
         let b = arena.carve(200).unwrap();
         let c = arena.carve(300).unwrap();
-        assert_eq!((arena.offset(a), arena.offset(b), arena.offset(c)), (0, 100, 300));
+        assert_eq!(
+            (arena.offset(a), arena.offset(b), arena.offset(c)),
+            (0, 100, 300)
+        );
         assert_eq!(arena.largest_free(first), 424);
         arena.free(b, true);
         // The hole of 200 serves an exact fit rather than the tail.

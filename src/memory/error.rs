@@ -12,7 +12,9 @@ pub enum MemoryError {
     #[error("cannot reserve 0 bytes")]
     ZeroSize,
     /// A reservation larger than any page the device allows.
-    #[error("a reservation of {size} bytes exceeds the largest page the device allows ({max} bytes)")]
+    #[error(
+        "a reservation of {size} bytes exceeds the largest page the device allows ({max} bytes)"
+    )]
     TooLarge {
         /// Bytes asked for.
         size: u64,

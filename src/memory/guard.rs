@@ -113,7 +113,11 @@ impl Drop for Pinned {
 
 impl fmt::Debug for Pinned {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Pinned({:#x}, {} bytes)", self.resource.addr, self.resource.len)
+        write!(
+            f,
+            "Pinned({:#x}, {} bytes)",
+            self.resource.addr, self.resource.len
+        )
     }
 }
 
@@ -146,7 +150,11 @@ impl<S: DeviceStorage> MemoryManager<S> {
     }
 
     /// Record a failure (caused by `causes`) for taint ranges to point at.
-    pub fn record_failure(&mut self, message: impl Into<String>, causes: &[FailureId]) -> FailureId {
+    pub fn record_failure(
+        &mut self,
+        message: impl Into<String>,
+        causes: &[FailureId],
+    ) -> FailureId {
         self.failures.record(message, causes)
     }
 
@@ -172,7 +180,11 @@ impl<S: DeviceStorage> MemoryManager<S> {
 
     /// Bytes `range` of `allocation` were written (by a kernel, say): no
     /// failure claims them any more. [`write`](Self::write) does this itself.
-    pub fn written(&mut self, allocation: &Allocation, range: Range<u64>) -> Result<(), MemoryError> {
+    pub fn written(
+        &mut self,
+        allocation: &Allocation,
+        range: Range<u64>,
+    ) -> Result<(), MemoryError> {
         self.check_range(allocation, &range)?;
         self.live_mut(allocation)?.taint.written(range);
         Ok(())

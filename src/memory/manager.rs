@@ -13,8 +13,8 @@ use super::pool::{Placement, Pool, WholePagePool, align_up};
 use super::report::MemoryReport;
 use super::taint::{ErrorGraph, TaintRanges};
 use crate::storage::{DeviceStorage, Resource, StorageHandle};
-use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use crate::sync::Arc;
+use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::fmt;
 
 /// Index of the persistent pool in `pools`.
@@ -256,8 +256,13 @@ impl<S: DeviceStorage> MemoryManager<S> {
             }
             None => {
                 let lazy = self.dry_run;
-                match self.pools[pool].reserve_new_page(&mut self.storage, size, aligned, slot, lazy)
-                {
+                match self.pools[pool].reserve_new_page(
+                    &mut self.storage,
+                    size,
+                    aligned,
+                    slot,
+                    lazy,
+                ) {
                     Ok(placement) => {
                         self.note_reserved();
                         if self.log >= MemoryLogLevel::Basic {

@@ -16,9 +16,10 @@ mod report;
 mod taint;
 
 pub use config::{
-    ADAPTIVE_MIN_PAGE_SIZE, AllocationMode, DEFAULT_COMPACTION_THRESHOLD, ConfigError, DEFAULT_DEALLOC_PERIOD, DeviceProperties,
-    ENV_MEMORY_LOG, ENV_PERSISTENT_MEMORY, METADATA_MAX_ALLOC, METADATA_PAGE_SIZE, MemoryConfig,
-    MemoryConfiguration, MemoryLogLevel, PersistentMemory, PoolConfig, PoolKind,
+    ADAPTIVE_MIN_PAGE_SIZE, AllocationMode, ConfigError, DEFAULT_COMPACTION_THRESHOLD,
+    DEFAULT_DEALLOC_PERIOD, DeviceProperties, ENV_MEMORY_LOG, ENV_PERSISTENT_MEMORY,
+    METADATA_MAX_ALLOC, METADATA_PAGE_SIZE, MemoryConfig, MemoryConfiguration, MemoryLogLevel,
+    PersistentMemory, PoolConfig, PoolKind,
 };
 pub use error::MemoryError;
 pub use guard::{PageGuard, Pinned};

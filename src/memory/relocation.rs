@@ -164,7 +164,10 @@ impl<S: DeviceStorage> MemoryManager<S> {
         let mut pages: Vec<_> = sliced.page_infos().filter(|page| !page.guarded).collect();
         // Outdated pages first, then the least full: the cheapest pages to empty.
         pages.sort_by_key(|page| (!page.outdated, page.used));
-        let compact = matches!(reason, RelocationReason::Compaction | RelocationReason::Short);
+        let compact = matches!(
+            reason,
+            RelocationReason::Compaction | RelocationReason::Short
+        );
         for page in pages {
             if !page.outdated && !compact {
                 continue;
@@ -309,7 +312,8 @@ impl<S: DeviceStorage> MemoryManager<S> {
             offset: page.offset + at.offset,
             size,
         };
-        self.storage.copy(&range(source, from), &range(target, to))?;
+        self.storage
+            .copy(&range(source, from), &range(target, to))?;
         Ok(())
     }
 }

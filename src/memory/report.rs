@@ -137,8 +137,9 @@ impl MemoryReport {
 
     /// The sum over all pools.
     pub fn usage(&self) -> MemoryUsage {
-        self.pools()
-            .fold(MemoryUsage::default(), |total, pool| total.combine(pool.usage))
+        self.pools().fold(MemoryUsage::default(), |total, pool| {
+            total.combine(pool.usage)
+        })
     }
 }
 

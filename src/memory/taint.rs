@@ -41,7 +41,11 @@ impl ErrorGraph {
     /// unknown ones are dropped, so the graph stays acyclic).
     pub fn record(&mut self, message: impl Into<String>, causes: &[FailureId]) -> FailureId {
         let id = FailureId(self.failures.len() as u32);
-        let causes = causes.iter().copied().filter(|c| self.contains(*c)).collect();
+        let causes = causes
+            .iter()
+            .copied()
+            .filter(|c| self.contains(*c))
+            .collect();
         self.failures.push(Failure {
             message: message.into(),
             causes,

@@ -214,11 +214,18 @@ mod tests {
         // Within one page too, overlapping.
         let shifted = a.sub_range(102, 106).unwrap();
         storage.copy(&src, &shifted).unwrap();
-        storage.read(&a.sub_range(100, 106).unwrap(), &mut [0; 6]).unwrap();
+        storage
+            .read(&a.sub_range(100, 106).unwrap(), &mut [0; 6])
+            .unwrap();
         let mut six = [0u8; 6];
-        storage.read(&a.sub_range(100, 106).unwrap(), &mut six).unwrap();
+        storage
+            .read(&a.sub_range(100, 106).unwrap(), &mut six)
+            .unwrap();
         assert_eq!(six, [1, 2, 1, 2, 3, 4]);
-        assert_eq!(storage.resource(&a).unwrap().addr % HOST_PAGE_ALIGN as u64, 0);
+        assert_eq!(
+            storage.resource(&a).unwrap().addr % HOST_PAGE_ALIGN as u64,
+            0
+        );
     }
 
     #[test]
@@ -237,9 +244,19 @@ mod tests {
     fn out_of_range_is_an_error() {
         let mut storage = HostStorage::new();
         let a = storage.allocate(4096).unwrap();
-        let beyond = StorageHandle { id: a.id, offset: 4000, size: 200 };
-        assert!(matches!(storage.write(&beyond, &[0; 10]), Err(StorageError::OutOfRange { .. })));
-        assert!(matches!(storage.read(&a, &mut vec![0; 5000]), Err(StorageError::OutOfRange { .. })));
+        let beyond = StorageHandle {
+            id: a.id,
+            offset: 4000,
+            size: 200,
+        };
+        assert!(matches!(
+            storage.write(&beyond, &[0; 10]),
+            Err(StorageError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            storage.read(&a, &mut vec![0; 5000]),
+            Err(StorageError::OutOfRange { .. })
+        ));
         assert_eq!(storage.allocate(0), Err(StorageError::InvalidSize(0)));
     }
 }

@@ -41,7 +41,11 @@ pub struct StorageHandle {
 impl StorageHandle {
     /// The whole of a page of `size` bytes.
     pub fn whole(id: StorageId, size: u64) -> Self {
-        Self { id, offset: 0, size }
+        Self {
+            id,
+            offset: 0,
+            size,
+        }
     }
 
     /// The sub-range `start..end` of this range (offsets relative to it),
@@ -201,7 +205,10 @@ pub(crate) fn check_range(
         len: handle.size.max(len),
         page_size,
     };
-    let end = handle.offset.checked_add(handle.size).ok_or_else(out_of_range)?;
+    let end = handle
+        .offset
+        .checked_add(handle.size)
+        .ok_or_else(out_of_range)?;
     if end > page_size || len > handle.size {
         return Err(out_of_range());
     }

@@ -51,7 +51,10 @@ impl VirtualStorage {
     }
 
     fn page_size(&self, id: StorageId) -> Result<u64, StorageError> {
-        self.pages.get(&id).copied().ok_or(StorageError::UnknownPage(id))
+        self.pages
+            .get(&id)
+            .copied()
+            .ok_or(StorageError::UnknownPage(id))
     }
 }
 

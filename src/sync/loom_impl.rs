@@ -17,6 +17,8 @@ impl<T> Mutex<T> {
 
     pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
         // A loom model that panics while holding the lock fails anyway.
-        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }

@@ -77,13 +77,9 @@ impl Pool {
                 config,
                 alignment,
             )),
-            PoolKind::ExclusivePages | PoolKind::Persistent | PoolKind::Dedicated => {
-                Pool::Whole(WholePagePool::new(
-                    config.kind,
-                    config.max_alloc_size,
-                    config.dealloc_period,
-                ))
-            }
+            PoolKind::ExclusivePages | PoolKind::Persistent | PoolKind::Dedicated => Pool::Whole(
+                WholePagePool::new(config.kind, config.max_alloc_size, config.dealloc_period),
+            ),
         }
     }
 

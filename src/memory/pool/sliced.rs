@@ -138,33 +138,52 @@ impl SlicedPool {
         slot: u32,
         lazy: bool,
     ) -> Result<Placement, StorageError> {
-        if aligned > self.page_size {
-            self.grow(aligned);
-        }
-        let page_size = self.page_size.max(aligned);
-        self.add_page(storage, page_size, lazy)?;
+        let grown = (aligned > self.page_size).then(|| self.grown_page_size(aligned));
+        let wanted = grown.unwrap_or(self.page_size).max(aligned);
+        let index = match self.add_page(storage, wanted, lazy) {
+            Ok(index) => {
+                if let Some(page_size) = grown {
+                    self.grow_to(page_size, index);
+                }
+                index
+            }
+            // Short of memory: a page of just this allocation may still fit,
+            // and the page size stays as it was.
+            Err(StorageError::OutOfMemory { .. }) if wanted > aligned => {
+                self.add_page(storage, aligned, lazy)?
+            }
+            Err(err) => return Err(err),
+        };
         let node = self
             .arena
-            .carve(aligned)
+            .carve_in(self.pages[index as usize].first, aligned)
             .expect("a fresh page holds the allocation it was sized for");
         Ok(self.carved(node, size, aligned, slot))
     }
 
-    /// Grow the page size of an adaptive pool to serve `aligned` bytes, with a
-    /// quarter to spare; every current page becomes outdated.
-    fn grow(&mut self, aligned: u64) {
+    /// The page size an adaptive pool grows to for `aligned` bytes: a
+    /// quarter to spare, in whole steps, within the device's limit.
+    fn grown_page_size(&self, aligned: u64) -> u64 {
         let Some(limit) = self.growth_limit else {
-            return;
+            return self.page_size;
         };
         let step = match self.kind {
             PoolKind::Adaptive { min_page_size } => GROWTH_STEP.min(min_page_size.max(1)),
             _ => GROWTH_STEP,
         };
         let wanted = align_up(aligned.saturating_add(aligned / 4), step).min(limit);
-        self.page_size = align_down(wanted, self.alignment).max(aligned);
+        align_down(wanted, self.alignment).max(aligned)
+    }
+
+    /// Adopt a grown page size: every page but `new_page` becomes outdated.
+    fn grow_to(&mut self, page_size: u64, new_page: u32) {
+        if self.growth_limit.is_none() {
+            return;
+        }
+        self.page_size = page_size;
         for index in 0..self.pages.len() {
             let page = &mut self.pages[index];
-            if page.held && !page.outdated {
+            if index as u32 != new_page && page.held && !page.outdated {
                 page.outdated = true;
                 self.arena.withdraw_page(page.first);
                 if page.live == 0 {
@@ -172,7 +191,7 @@ impl SlicedPool {
                 }
             }
         }
-        tracing::debug!(page_size = self.page_size, "adaptive pool grew its pages");
+        tracing::debug!(page_size, "adaptive pool grew its pages");
     }
 
     fn add_page(

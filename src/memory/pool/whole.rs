@@ -98,7 +98,9 @@ impl WholePagePool {
 
     /// Whether a page of this request's size is held (used or free).
     pub(crate) fn holds_size(&self, aligned: u64) -> bool {
-        self.held_sizes.get(&self.key(aligned)).is_some_and(|n| *n > 0)
+        self.held_sizes
+            .get(&self.key(aligned))
+            .is_some_and(|n| *n > 0)
     }
 
     pub(crate) fn try_reserve(&mut self, size: u64, aligned: u64, slot: u32) -> Option<Placement> {
