@@ -1,1 +1,93 @@
-fn main() {}
+//! Core cost of the single-threaded manager: reserve + release with a given
+//! number of live allocations (small sizes, `VirtualStorage`), to show the
+//! cost stays flat from 1K to 1M live; and the ring workloads of DESIGN.md
+//! (fixed 4 KiB, fixed 1 MiB, mixed 256 B..16 MiB with 64 live).
+//!
+//! Every sequence comes from one seed, so runs compare like with like.
+//! `cargo bench --bench core`
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use std::hint::black_box;
+use streamalloc::memory::{MemoryConfig, MemoryManager, PageUpdate};
+use streamalloc::storage::VirtualStorage;
+
+/// xorshift64*: a fixed, fast sequence of sizes.
+struct Sizes(u64);
+
+impl Sizes {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn small(&mut self) -> u64 {
+        64 + self.next() % 4032
+    }
+
+    /// Log-uniform between 256 B and 16 MiB.
+    fn mixed(&mut self) -> u64 {
+        let exp = 8 + self.next() % 16;
+        (1 << exp) + self.next() % (1 << exp)
+    }
+}
+
+fn manager() -> MemoryManager<VirtualStorage> {
+    MemoryManager::new(VirtualStorage::new(), MemoryConfig::default())
+}
+
+fn live_set_scaling(c: &mut Criterion) {
+    let mut group = c.benchmark_group("live_set_scaling");
+    group.throughput(Throughput::Elements(1));
+    for live in [1_000usize, 10_000, 100_000, 1_000_000] {
+        let mut memory = manager();
+        let mut sizes = Sizes(0x5eed);
+        let held: Vec<_> = (0..live)
+            .map(|_| memory.reserve(sizes.small(), PageUpdate::Allow).unwrap())
+            .collect();
+        group.bench_with_input(BenchmarkId::from_parameter(live), &live, |b, _| {
+            b.iter(|| {
+                let a = memory
+                    .reserve(black_box(sizes.small()), PageUpdate::Allow)
+                    .unwrap();
+                drop(black_box(a));
+            })
+        });
+        drop(held);
+    }
+    group.finish();
+}
+
+fn ring(c: &mut Criterion) {
+    let mut group = c.benchmark_group("ring_of_64");
+    group.throughput(Throughput::Elements(1));
+    type Workload = (&'static str, fn(&mut Sizes) -> u64);
+    let workloads: [Workload; 3] = [
+        ("fixed_4k", |_| 4096),
+        ("fixed_1m", |_| 1 << 20),
+        ("mixed_256b_16m", Sizes::mixed),
+    ];
+    for (name, size) in workloads {
+        let mut memory = manager();
+        let mut sizes = Sizes(0x5eed);
+        let mut ring: Vec<_> = (0..64)
+            .map(|_| memory.reserve(size(&mut sizes), PageUpdate::Allow).unwrap())
+            .collect();
+        let mut at = 0;
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                ring[at] = memory.reserve(size(&mut sizes), PageUpdate::Allow).unwrap();
+                at = (at + 1) % ring.len();
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(30).warm_up_time(std::time::Duration::from_millis(500)).measurement_time(std::time::Duration::from_secs(2));
+    targets = live_set_scaling, ring
+}
+criterion_main!(benches);
