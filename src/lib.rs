@@ -27,5 +27,6 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod memory;
+pub mod service;
 pub mod storage;
 pub(crate) mod sync;

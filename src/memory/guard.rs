@@ -137,6 +137,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// Pin `allocation` at its address (see [`Pinned`]).
     pub fn pin(&mut self, allocation: &Allocation) -> Result<Pinned, MemoryError> {
         let resource = self.get_resource(allocation, None, None)?;
+        allocation.cell.addr.store(resource.addr, Ordering::Release);
         // Single-threaded, no move can be under way; the CAS is the one the
         // service's lock-free resolve uses.
         let pinned = Pinned::try_pin(&allocation.cell);

@@ -127,6 +127,12 @@ pub(crate) struct AllocationCell {
     /// owner moves the bytes only after setting `MOVING` with no pin held.
     /// One word, so pinning and claiming a move are each one CAS.
     pub(crate) pins: AtomicU64,
+    /// The address of the allocation's first byte as last published by the
+    /// owner, or 0 when the owner must be asked (never backed, or its
+    /// stream stopped). Read only under a pin.
+    pub(crate) addr: AtomicU64,
+    /// The allocation's size in bytes (0 while unbound).
+    pub(crate) len: AtomicU64,
     /// Where the last handle's drop sends the release.
     pub(crate) releases: Arc<ReleaseQueue>,
 }
@@ -179,6 +185,11 @@ impl Allocation {
     /// allocation alive and in place.
     pub fn binding(&self) -> Binding {
         Binding(self.clone())
+    }
+
+    /// The allocation's size in bytes (0 for an unbound handle).
+    pub fn size(&self) -> u64 {
+        self.cell.len.load(Ordering::Acquire)
     }
 
     /// Whether two handles name the same allocation cell.

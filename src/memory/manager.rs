@@ -176,6 +176,11 @@ impl<S: DeviceStorage> MemoryManager<S> {
         }
     }
 
+    /// This manager's identity, which its handles carry.
+    pub(crate) fn owner_id(&self) -> OwnerId {
+        self.owner
+    }
+
     /// The stream this manager's ids name.
     pub fn stream(&self) -> StreamId {
         self.stream
@@ -343,6 +348,11 @@ impl<S: DeviceStorage> MemoryManager<S> {
     ) -> Allocation {
         let generation = self.slots[slot as usize].generation;
         let allocation = Allocation::new(self.new_cell(pack(slot, generation)));
+        let addr = self.pools[pool]
+            .page_base(placement.page)
+            .map_or(0, |base| base + placement.offset);
+        allocation.cell.addr.store(addr, Ordering::Release);
+        allocation.cell.len.store(size, Ordering::Release);
         self.slots[slot as usize].live = Some(Live {
             pool: pool as u8,
             placement,
@@ -364,6 +374,8 @@ impl<S: DeviceStorage> MemoryManager<S> {
             key: AtomicU64::new(key),
             handles: AtomicUsize::new(1),
             pins: AtomicU64::new(0),
+            addr: AtomicU64::new(0),
+            len: AtomicU64::new(0),
             releases: self.releases.clone(),
         }
     }
@@ -376,10 +388,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
 
     /// Bytes of the pages all pools hold.
     pub fn bytes_reserved(&self) -> u64 {
-        self.pools
-            .iter()
-            .map(|pool| pool.report().usage.bytes_reserved)
-            .sum()
+        self.pools.iter().map(Pool::bytes_reserved).sum()
     }
 
     /// Bytes the live allocations asked for.
@@ -489,6 +498,9 @@ impl<S: DeviceStorage> MemoryManager<S> {
         entry.generation = next_generation(entry.generation);
         let live = entry.live.as_mut().expect("checked");
         live.cursor = cursor;
+        let addr = live.cell.addr.swap(0, Ordering::AcqRel);
+        assigned.cell.len.store(live.size, Ordering::Release);
+        assigned.cell.addr.store(addr, Ordering::Release);
         live.cell = assigned.cell.clone();
         assigned
             .cell
@@ -611,6 +623,16 @@ impl<S: DeviceStorage> MemoryManager<S> {
         Ok(out)
     }
 
+    /// Copy every byte of `from` to the start of `to` (same manager).
+    pub fn copy(&mut self, from: &Allocation, to: &Allocation) -> Result<(), MemoryError> {
+        let source = self.get_storage(from)?;
+        let target = self.get_storage_range(to, Some(0), Some(source.size))?;
+        self.storage.copy(&source, &target)?;
+        let taint = self.live(from)?.1.taint.clone();
+        self.live_mut(to)?.taint.replace_prefix(source.size, &taint);
+        Ok(())
+    }
+
     /// Return pages to the device: what each pool's period says is idle
     /// (`Periodic`), or everything nothing holds (`Explicit`).
     pub fn cleanup(&mut self, cleanup: Cleanup) {
@@ -619,6 +641,23 @@ impl<S: DeviceStorage> MemoryManager<S> {
             tracing::debug!(manager = %self.name, "explicit cleanup");
         }
         self.cleanup_pools(cleanup);
+    }
+
+    /// The stream had no traffic for a while: move the clock past every
+    /// pool's deallocation period and run a periodic cleanup, so pages that
+    /// sit unused go back although no reservation drives the clock.
+    pub fn cleanup_idle(&mut self) {
+        self.process_releases();
+        self.tick = self.tick.saturating_add(self.longest_period());
+        self.cleanup_pools(Cleanup::Periodic);
+    }
+
+    fn longest_period(&self) -> u64 {
+        self.pools
+            .iter()
+            .filter_map(Pool::dealloc_period)
+            .max()
+            .unwrap_or(0)
     }
 
     fn cleanup_pools(&mut self, cleanup: Cleanup) {
@@ -660,6 +699,34 @@ impl<S: DeviceStorage> MemoryManager<S> {
             peak_bytes_reserved: self.peak_reserved,
             peak_bytes_in_use: self.peak_in_use,
         }
+    }
+
+    /// Live allocations that are pinned now.
+    pub fn pinned_count(&self) -> usize {
+        self.slots
+            .iter()
+            .filter_map(|slot| slot.live.as_ref())
+            .filter(|live| live.cell.pins.load(Ordering::SeqCst) & super::handle::PIN_MASK != 0)
+            .count()
+    }
+
+    /// Return every page to the device now, whatever still names it: the
+    /// end of a stream. Every handle is stale afterwards (its reads answer
+    /// an error), and the storage holds nothing once flushed.
+    pub fn release_everything(&mut self) {
+        self.process_releases();
+        for (index, slot) in self.slots.iter_mut().enumerate() {
+            if let Some(live) = slot.live.take() {
+                live.cell.addr.store(0, Ordering::Release);
+                slot.generation = next_generation(slot.generation);
+                self.free_slots.push(index as u32);
+            }
+        }
+        self.in_use = 0;
+        for pool in &mut self.pools {
+            pool.release_all(&mut self.storage);
+        }
+        self.storage.flush();
     }
 
     /// Log the report at `info`.

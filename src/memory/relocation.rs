@@ -286,8 +286,14 @@ impl<S: DeviceStorage> MemoryManager<S> {
             return Err(err);
         }
         self.pools[pool].free(from, size, aligned, self.tick);
+        let addr = self.pools[pool]
+            .page_base(to.page)
+            .map_or(0, |base| base + to.offset);
         let live = self.slots[slot as usize].live.as_mut().expect("live");
         live.placement = to;
+        // Published before the move's claim is dropped (`move_slot`), so a
+        // client that pins next reads the new address.
+        live.cell.addr.store(addr, Ordering::SeqCst);
         Ok(Some(size))
     }
 

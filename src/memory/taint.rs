@@ -154,6 +154,18 @@ impl TaintRanges {
         self.ranges = kept;
     }
 
+    /// Bytes `0..len` were overwritten by a copy of an allocation whose
+    /// taint is `source`: they carry its claims now.
+    pub(crate) fn replace_prefix(&mut self, len: u64, source: &TaintRanges) {
+        self.written(0..len);
+        for (range, failure) in &source.ranges {
+            let end = range.end.min(len);
+            if range.start < end {
+                self.taint(range.start..end, *failure);
+            }
+        }
+    }
+
     /// The failure claiming the lowest tainted byte of `range`, if any.
     pub(crate) fn failure(&self, range: &Range<u64>) -> Option<FailureId> {
         self.ranges

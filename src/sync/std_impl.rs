@@ -1,8 +1,9 @@
-//! The production primitives: `std` atomics and `Arc`, `parking_lot` locks.
+//! The production primitives: `std` atomics, `Arc` and threads,
+//! `parking_lot` locks, `crossbeam-channel` channels.
 
 pub(crate) use std::sync::Arc;
 pub(crate) mod atomic {
-    pub(crate) use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 }
 
 /// A mutex whose `lock` never reports poisoning (a panicking holder does not
@@ -11,12 +12,107 @@ pub(crate) mod atomic {
 pub(crate) struct Mutex<T>(parking_lot::Mutex<T>);
 
 impl<T> Mutex<T> {
-    #[allow(dead_code)] // the service's locks use it
     pub(crate) fn new(value: T) -> Self {
         Self(parking_lot::Mutex::new(value))
     }
 
     pub(crate) fn lock(&self) -> parking_lot::MutexGuard<'_, T> {
         self.0.lock()
+    }
+}
+
+pub(crate) mod thread {
+    pub(crate) use std::thread::{JoinHandle, yield_now};
+
+    /// Spawn a named thread.
+    pub(crate) fn spawn<F, T>(name: String, f: F) -> std::io::Result<JoinHandle<T>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        std::thread::Builder::new().name(name).spawn(f)
+    }
+}
+
+pub(crate) mod channel {
+    //! Thin wrappers giving crossbeam's channels the API the loom side has.
+    use std::time::Duration;
+
+    /// Sending half.
+    #[derive(Debug)]
+    pub(crate) struct Sender<T>(crossbeam_channel::Sender<T>);
+    /// Receiving half.
+    #[derive(Debug)]
+    pub(crate) struct Receiver<T>(crossbeam_channel::Receiver<T>);
+
+    impl<T> Clone for Sender<T> {
+        fn clone(&self) -> Self {
+            Self(self.0.clone())
+        }
+    }
+
+    /// A channel holding at most `capacity` messages.
+    pub(crate) fn bounded<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
+        let (tx, rx) = crossbeam_channel::bounded(capacity);
+        (Sender(tx), Receiver(rx))
+    }
+
+    /// A channel that never blocks its senders.
+    #[allow(dead_code)] // part of the surface both sides offer
+    pub(crate) fn unbounded<T>() -> (Sender<T>, Receiver<T>) {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        (Sender(tx), Receiver(rx))
+    }
+
+    /// Why a `try_send` did not deliver; the message comes back.
+    #[derive(Debug)]
+    pub(crate) enum TrySendError<T> {
+        /// The channel is full.
+        Full(T),
+        /// The receiver is gone.
+        Disconnected(T),
+    }
+
+    /// Why a receive returned nothing.
+    #[derive(Debug, PartialEq, Eq)]
+    pub(crate) enum RecvError {
+        /// Nothing arrived (in time).
+        Empty,
+        /// Every sender is gone and the channel is empty.
+        Disconnected,
+    }
+
+    impl<T> Sender<T> {
+        /// Block until there is room; the message comes back if the receiver is gone.
+        pub(crate) fn send(&self, value: T) -> Result<(), T> {
+            self.0.send(value).map_err(|err| err.0)
+        }
+
+        pub(crate) fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
+            self.0.try_send(value).map_err(|err| match err {
+                crossbeam_channel::TrySendError::Full(v) => TrySendError::Full(v),
+                crossbeam_channel::TrySendError::Disconnected(v) => TrySendError::Disconnected(v),
+            })
+        }
+    }
+
+    impl<T> Receiver<T> {
+        pub(crate) fn recv(&self) -> Result<T, RecvError> {
+            self.0.recv().map_err(|_| RecvError::Disconnected)
+        }
+
+        pub(crate) fn try_recv(&self) -> Result<T, RecvError> {
+            self.0.try_recv().map_err(|err| match err {
+                crossbeam_channel::TryRecvError::Empty => RecvError::Empty,
+                crossbeam_channel::TryRecvError::Disconnected => RecvError::Disconnected,
+            })
+        }
+
+        pub(crate) fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvError> {
+            self.0.recv_timeout(timeout).map_err(|err| match err {
+                crossbeam_channel::RecvTimeoutError::Timeout => RecvError::Empty,
+                crossbeam_channel::RecvTimeoutError::Disconnected => RecvError::Disconnected,
+            })
+        }
     }
 }

@@ -122,7 +122,17 @@ impl Pool {
 
     /// The page's storage, `None` while it has no backing (lazy).
     pub(crate) fn page_storage(&self, page: u32) -> Option<StorageHandle> {
-        each!(self, pool => pool.page_storage(page))
+        each!(self, pool => pool.page_backing(page).map(|b| b.handle))
+    }
+
+    /// The address of the page's first byte, `None` while it has no backing.
+    pub(crate) fn page_base(&self, page: u32) -> Option<u64> {
+        each!(self, pool => pool.page_backing(page).map(|b| b.base))
+    }
+
+    /// Return every page to the device, whatever holds it (shutdown).
+    pub(crate) fn release_all(&mut self, storage: &mut dyn DeviceStorage) {
+        each!(self, pool => pool.release_all(storage))
     }
 
     /// Give a lazily carved page its backing.
@@ -144,6 +154,45 @@ impl Pool {
 
     pub(crate) fn report(&self) -> PoolReport {
         each!(self, pool => pool.report())
+    }
+
+    /// Reservations an unused page waits before a periodic cleanup returns it.
+    pub(crate) fn dealloc_period(&self) -> Option<u64> {
+        each!(self, pool => pool.dealloc_period)
+    }
+
+    /// Bytes of the pages held (cheaper than a report).
+    pub(crate) fn bytes_reserved(&self) -> u64 {
+        each!(self, pool => pool.stats().usage.bytes_reserved)
+    }
+}
+
+/// A page's backing: its storage range and the address of its first byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Backing {
+    /// The whole page.
+    pub(crate) handle: StorageHandle,
+    /// Address of its first byte (what allocations publish for resolve).
+    pub(crate) base: u64,
+}
+
+impl Backing {
+    /// Allocate a page of `size` bytes and learn its address.
+    pub(crate) fn allocate(
+        storage: &mut dyn DeviceStorage,
+        size: u64,
+    ) -> Result<Self, StorageError> {
+        let handle = storage.allocate(size)?;
+        match storage.resource(&handle) {
+            Ok(resource) => Ok(Self {
+                handle,
+                base: resource.addr,
+            }),
+            Err(err) => {
+                storage.deallocate(handle.id);
+                Err(err)
+            }
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! (one fixed page size) and the adaptive arena (a page size that grows
 //! with the largest allocation served, leaving older pages *outdated*).
 
-use super::{PageInfo, Placement, align_down, align_up};
+use super::{Backing, PageInfo, Placement, align_down, align_up};
 use crate::memory::arena::Arena;
 use crate::memory::config::{PoolConfig, PoolKind};
 use crate::memory::policy::Cleanup;
@@ -18,7 +18,7 @@ const GROWTH_STEP: u64 = 1024 * 1024;
 #[derive(Debug, Clone)]
 struct Page {
     /// Backing; `None` while carved lazily under a dry run, or once released.
-    storage: Option<StorageHandle>,
+    storage: Option<Backing>,
     /// Bytes.
     size: u64,
     /// Its first arena node (stable for the page's life).
@@ -64,7 +64,7 @@ pub(crate) struct SlicedPool {
     /// Slice alignment.
     alignment: u64,
     /// Reservations a page may sit empty before a periodic cleanup returns it.
-    dealloc_period: Option<u64>,
+    pub(super) dealloc_period: Option<u64>,
     /// Pages by index; released indices are reused.
     pages: Vec<Page>,
     /// Released page indices.
@@ -203,7 +203,7 @@ impl SlicedPool {
         let backing = if lazy {
             None
         } else {
-            Some(storage.allocate(size)?)
+            Some(Backing::allocate(storage, size)?)
         };
         let index = self.spare.pop().unwrap_or_else(|| {
             self.pages.push(Page {
@@ -305,7 +305,7 @@ impl SlicedPool {
         page.held = false;
         page.epoch = page.epoch.wrapping_add(1);
         if let Some(backing) = page.storage.take() {
-            storage.deallocate(backing.id);
+            storage.deallocate(backing.handle.id);
         }
         let (first, size) = (page.first, page.size);
         self.arena.remove_page(first);
@@ -314,7 +314,22 @@ impl SlicedPool {
         true
     }
 
-    pub(crate) fn page_storage(&self, page: u32) -> Option<StorageHandle> {
+    pub(crate) fn release_all(&mut self, storage: &mut dyn DeviceStorage) {
+        for page in &mut self.pages {
+            if let Some(backing) = page.storage.take() {
+                storage.deallocate(backing.handle.id);
+            }
+        }
+        self.pages.clear();
+        self.spare.clear();
+        self.idle.clear();
+        self.arena = Arena::default();
+        self.drained.clear();
+        self.stats.usage = Default::default();
+        self.stats.pages = 0;
+    }
+
+    pub(crate) fn page_backing(&self, page: u32) -> Option<Backing> {
         self.pages[page as usize].storage
     }
 
@@ -325,11 +340,11 @@ impl SlicedPool {
     ) -> Result<StorageHandle, StorageError> {
         let page = &mut self.pages[index as usize];
         if let Some(backing) = page.storage {
-            return Ok(backing);
+            return Ok(backing.handle);
         }
-        let backing = storage.allocate(page.size)?;
+        let backing = Backing::allocate(storage, page.size)?;
         page.storage = Some(backing);
-        Ok(backing)
+        Ok(backing.handle)
     }
 
     pub(crate) fn guard(&mut self, index: u32) {
@@ -432,6 +447,10 @@ impl SlicedPool {
 
     pub(crate) fn has_outdated(&self) -> bool {
         self.pages.iter().any(|page| page.held && page.outdated)
+    }
+
+    pub(crate) fn stats(&self) -> &PoolStats {
+        &self.stats
     }
 
     pub(crate) fn report(&self) -> PoolReport {

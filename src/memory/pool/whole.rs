@@ -9,7 +9,7 @@
 //! - dedicated: exact-size pages returned on the first cleanup after the
 //!   free (a period of 0), so a buffer kept out of every pool does not linger.
 
-use super::{PageInfo, Placement};
+use super::{Backing, PageInfo, Placement};
 use crate::memory::arena::NONE;
 use crate::memory::bins;
 use crate::memory::config::PoolKind;
@@ -22,7 +22,7 @@ use std::collections::{HashMap, VecDeque};
 #[derive(Debug, Clone, Default)]
 struct Page {
     /// Backing; `None` while lazy, or once released.
-    storage: Option<StorageHandle>,
+    storage: Option<Backing>,
     /// Bytes.
     size: u64,
     /// Its reuse key (size class or exact size).
@@ -54,7 +54,7 @@ pub(crate) struct WholePagePool {
     /// The largest reservation served.
     max_alloc_size: u64,
     /// Reservations a free page may wait before a periodic cleanup returns it.
-    dealloc_period: Option<u64>,
+    pub(super) dealloc_period: Option<u64>,
     /// Pages by index.
     pages: Vec<Page>,
     /// Released page indices.
@@ -140,7 +140,7 @@ impl WholePagePool {
         let backing = if lazy {
             None
         } else {
-            Some(storage.allocate(key)?)
+            Some(Backing::allocate(storage, key)?)
         };
         let index = self.spare.pop().unwrap_or_else(|| {
             self.pages.push(Page::default());
@@ -222,7 +222,7 @@ impl WholePagePool {
         page.held = false;
         page.epoch = page.epoch.wrapping_add(1);
         if let Some(backing) = page.storage.take() {
-            storage.deallocate(backing.id);
+            storage.deallocate(backing.handle.id);
         }
         let (key, size) = (page.key, page.size);
         if let Some(count) = self.held_sizes.get_mut(&key) {
@@ -233,7 +233,22 @@ impl WholePagePool {
         true
     }
 
-    pub(crate) fn page_storage(&self, page: u32) -> Option<StorageHandle> {
+    pub(crate) fn release_all(&mut self, storage: &mut dyn DeviceStorage) {
+        for page in &mut self.pages {
+            if let Some(backing) = page.storage.take() {
+                storage.deallocate(backing.handle.id);
+            }
+        }
+        self.pages.clear();
+        self.spare.clear();
+        self.idle.clear();
+        self.free.clear();
+        self.held_sizes.clear();
+        self.stats.usage = Default::default();
+        self.stats.pages = 0;
+    }
+
+    pub(crate) fn page_backing(&self, page: u32) -> Option<Backing> {
         self.pages[page as usize].storage
     }
 
@@ -244,11 +259,11 @@ impl WholePagePool {
     ) -> Result<StorageHandle, StorageError> {
         let page = &mut self.pages[index as usize];
         if let Some(backing) = page.storage {
-            return Ok(backing);
+            return Ok(backing.handle);
         }
-        let backing = storage.allocate(page.size)?;
+        let backing = Backing::allocate(storage, page.size)?;
         page.storage = Some(backing);
-        Ok(backing)
+        Ok(backing.handle)
     }
 
     pub(crate) fn guard(&mut self, index: u32) {
@@ -282,6 +297,10 @@ impl WholePagePool {
                 outdated: false,
                 guarded: page.guards > 0,
             })
+    }
+
+    pub(crate) fn stats(&self) -> &PoolStats {
+        &self.stats
     }
 
     pub(crate) fn report(&self) -> PoolReport {

@@ -1,0 +1,81 @@
+//! Shared by the loom models: tiny page configurations and a storage that
+//! watches its copies.
+
+#![allow(dead_code)]
+
+use loom::sync::Arc;
+use loom::sync::atomic::{AtomicBool, Ordering};
+use streamalloc::memory::{MemoryConfig, MemoryConfiguration, PoolConfig, PoolKind};
+use streamalloc::storage::{
+    DeviceStorage, Resource, StorageError, StorageHandle, StorageId, VirtualStorage,
+};
+
+/// Pages of 4 KiB, carved for allocations up to 4 KiB; idle pages go back
+/// on the next periodic cleanup.
+pub fn tiny_pages() -> MemoryConfig {
+    MemoryConfig {
+        pools: MemoryConfiguration::Custom(vec![PoolConfig {
+            kind: PoolKind::Sliced { page_size: 4096 },
+            max_alloc_size: 4096,
+            dealloc_period: Some(0),
+        }]),
+        device: streamalloc::memory::DeviceProperties::new(1 << 20, 256),
+        compaction_threshold: None,
+        ..MemoryConfig::default()
+    }
+}
+
+/// Run a model with the project's loom settings (preemption bound from
+/// `LOOM_MAX_PREEMPTIONS`, as loom reads it).
+pub fn run_model(name: &str, f: impl Fn() + Sync + Send + 'static) {
+    eprintln!("loom model: {name}");
+    let mut builder = loom::model::Builder::new();
+    if builder.preemption_bound.is_none() {
+        builder.preemption_bound = Some(3);
+    }
+    builder.check(f);
+}
+
+/// A `VirtualStorage` whose `copy` asserts that no client is using the
+/// bytes (`in_use`) and records that a copy happened (`moved`).
+#[derive(Debug)]
+pub struct WatchedStorage {
+    pub inner: VirtualStorage,
+    pub in_use: Arc<AtomicBool>,
+    pub moved: Arc<AtomicBool>,
+}
+
+impl DeviceStorage for WatchedStorage {
+    fn alignment(&self) -> u64 {
+        self.inner.alignment()
+    }
+    fn allocate(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
+        self.inner.allocate(size)
+    }
+    fn deallocate(&mut self, id: StorageId) {
+        self.inner.deallocate(id)
+    }
+    fn flush(&mut self) {
+        self.inner.flush()
+    }
+    fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError> {
+        self.inner.resource(handle)
+    }
+    fn write(&mut self, handle: &StorageHandle, data: &[u8]) -> Result<(), StorageError> {
+        self.inner.write(handle, data)
+    }
+    fn read(&mut self, handle: &StorageHandle, out: &mut [u8]) -> Result<(), StorageError> {
+        self.inner.read(handle, out)
+    }
+    fn copy(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
+        assert!(
+            !self.in_use.load(Ordering::SeqCst),
+            "bytes moved while a client held a pin on them"
+        );
+        self.moved.store(true, Ordering::SeqCst);
+        self.inner.copy(from, to)
+    }
+    fn bytes_allocated(&self) -> u64 {
+        self.inner.bytes_allocated()
+    }
+}

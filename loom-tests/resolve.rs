@@ -1,0 +1,63 @@
+//! Resolve-pin racing relocation: a client pins an allocation through its
+//! published address (no round trip) while the actor compacts the page it
+//! sits on. No client ever uses an address after the bytes moved away, and
+//! a client that pins after the move reads the new address.
+//!
+//! Fails when `Pinned::try_pin` ignores the `MOVING` flag, or when
+//! `move_slot` moves without claiming the allocation (its CAS from 0 pins to
+//! `MOVING`), or publishes the new address after dropping the claim.
+
+#![cfg(streamalloc_loom)]
+
+mod common;
+
+use common::{WatchedStorage, run_model, tiny_pages};
+use loom::sync::Arc;
+use loom::sync::atomic::{AtomicBool, Ordering};
+use streamalloc::memory::RelocationReason;
+use streamalloc::service::loom_support::stream_on;
+use streamalloc::storage::VirtualStorage;
+
+#[test]
+fn resolve_racing_relocation_never_uses_moved_bytes() {
+    run_model("resolve racing relocation", || {
+        let in_use = Arc::new(AtomicBool::new(false));
+        let moved = Arc::new(AtomicBool::new(false));
+        let storage = WatchedStorage {
+            inner: VirtualStorage::new(),
+            in_use: in_use.clone(),
+            moved: moved.clone(),
+        };
+        let (handle, mut actor) = stream_on(Box::new(storage), tiny_pages(), 4);
+        // Page 0: a (2 KiB) + b (2 KiB). Page 1: x (1 KiB).
+        let a = actor.reserve(2048).unwrap();
+        let b = actor.reserve(2048).unwrap();
+        let x = actor.reserve(1024).unwrap();
+        let old = actor.memory().get_resource(&x, None, None).unwrap().addr;
+        let new = actor.memory().get_resource(&b, None, None).unwrap().addr;
+        drop(b);
+        actor.memory().process_releases();
+
+        let client_x = x.clone();
+        let client = loom::thread::spawn(move || {
+            if let Some(pinned) = handle.try_resolve(&client_x).unwrap() {
+                in_use.store(true, Ordering::SeqCst);
+                let seen_move = moved.load(Ordering::SeqCst);
+                let expected = if seen_move { new } else { old };
+                assert_eq!(pinned.addr(), expected, "a stale address after a move");
+                in_use.store(false, Ordering::SeqCst);
+            }
+        });
+        // The actor compacts page 1 into page 0's free half.
+        let report = actor.relocate(RelocationReason::Compaction).unwrap();
+        client.join().unwrap();
+        let now = actor.memory().get_resource(&x, None, None).unwrap().addr;
+        if report.moved == 1 {
+            assert_eq!(now, new);
+        } else {
+            assert_eq!(report.skipped_pinned, 1, "only a pin keeps x in place");
+            assert_eq!(now, old);
+        }
+        drop((a, x));
+    });
+}

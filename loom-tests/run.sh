@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Run the loom models of the real service code. Each model is its own test
+# binary; they compile the crate under the crate-specific cfg so no
+# dependency sees a global `--cfg loom`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export RUSTFLAGS="${RUSTFLAGS:-} --cfg streamalloc_loom -C debug-assertions"
+export LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target/loom}"
+models=(loom_release loom_resolve loom_shutdown)
+for model in "${models[@]}"; do
+    echo "-- $model"
+    cargo test --release --test "$model" -- --nocapture
+done

@@ -1,0 +1,324 @@
+//! `StreamActor`: the thread that owns one stream's `MemoryManager`.
+//!
+//! It takes requests from its inbox one at a time, so the manager needs no
+//! lock; releases arrive on the manager's release queue, which never blocks
+//! a dropper. `handle` is the step function the loom models drive directly;
+//! `run` is the loop around it: a short spin, then a blocking receive with a
+//! timeout whose expiry is the idle tick.
+
+use super::error::ServiceError;
+use super::message::{Request, ShutdownReport};
+use super::shared::StreamShared;
+use crate::memory::{MemoryManager, RelocationNeed, RelocationReason};
+use crate::storage::DeviceStorage;
+use crate::sync::Arc;
+use crate::sync::atomic::Ordering;
+use crate::sync::channel::{Receiver, RecvError};
+use std::time::Duration;
+
+/// Whether the loop goes on after a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flow {
+    /// Keep serving.
+    Continue,
+    /// The stream shut down.
+    Stop,
+}
+
+/// Timing knobs of an actor.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ActorTiming {
+    /// Receive attempts before blocking (a request/reply ping-pong is
+    /// much faster when the actor has not parked yet).
+    pub(crate) spin: u32,
+    /// No request for this long is an idle tick (`None`: never).
+    pub(crate) idle_tick: Option<Duration>,
+    /// How long shutdown waits for pins to drop.
+    pub(crate) pin_wait: Duration,
+}
+
+/// The owner of one stream's pools.
+pub(crate) struct StreamActor {
+    /// The pools.
+    pub(crate) memory: MemoryManager<Box<dyn DeviceStorage>>,
+    /// What handles and the supervisor read.
+    pub(crate) shared: Arc<StreamShared>,
+    /// Timing.
+    timing: ActorTiming,
+}
+
+impl std::fmt::Debug for StreamActor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamActor")
+            .field("stream", &self.shared.stream)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StreamActor {
+    pub(crate) fn new(
+        memory: MemoryManager<Box<dyn DeviceStorage>>,
+        shared: Arc<StreamShared>,
+        timing: ActorTiming,
+    ) -> Self {
+        Self {
+            memory,
+            shared,
+            timing,
+        }
+    }
+
+    /// Serve one request.
+    pub(crate) fn handle(&mut self, request: Request, inbox: &Receiver<Request>) -> Flow {
+        self.shared.requests.fetch_add(1, Ordering::Relaxed);
+        let memory = &mut self.memory;
+        match request {
+            Request::Reserve {
+                size,
+                update,
+                mode,
+                reply,
+            } => {
+                let result = memory.reserve_in(size, update, mode);
+                if result.is_ok() {
+                    self.shared.reservations.fetch_add(1, Ordering::Relaxed);
+                }
+                reply.send(result.map_err(Into::into));
+            }
+            Request::ReserveMany {
+                sizes,
+                update,
+                mode,
+                reply,
+            } => {
+                // All or nothing: on a failure the ones reserved drop here.
+                let result: Result<Vec<_>, _> = sizes
+                    .iter()
+                    .map(|&size| memory.reserve_in(size, update, mode))
+                    .collect();
+                if let Ok(batch) = &result {
+                    self.shared
+                        .reservations
+                        .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                }
+                reply.send(result.map_err(Into::into));
+            }
+            Request::Unbound { reply } => reply.send(Ok(memory.unbound())),
+            Request::Bind {
+                reserved,
+                assigned,
+                cursor,
+                reply,
+            } => reply.send(memory.bind(reserved, &assigned, cursor).map_err(Into::into)),
+            Request::Resolve { allocation, reply } => {
+                reply.send(memory.pin(&allocation).map_err(Into::into))
+            }
+            Request::Read {
+                allocation,
+                offset,
+                len,
+                reply,
+            } => reply.send(memory.read(&allocation, offset, len).map_err(Into::into)),
+            Request::Write {
+                allocation,
+                offset,
+                data,
+                reply,
+            } => reply.send(memory.write(&allocation, offset, &data).map_err(Into::into)),
+            Request::Copy { from, to, reply } => {
+                reply.send(memory.copy(&from, &to).map_err(Into::into))
+            }
+            Request::Cleanup { cleanup, reply } => {
+                memory.cleanup(cleanup);
+                reply.send(Ok(()));
+            }
+            Request::Relocate { reason, reply } => {
+                let result = memory.relocate(reason);
+                if let Ok(report) = &result {
+                    self.shared
+                        .relocated
+                        .fetch_add(report.moved, Ordering::Relaxed);
+                }
+                reply.send(result.map_err(Into::into));
+            }
+            Request::Guard { allocation, reply } => {
+                reply.send(memory.guard(&allocation).map_err(Into::into))
+            }
+            Request::RecordFailure {
+                message,
+                causes,
+                reply,
+            } => reply.send(Ok(memory.record_failure(message, &causes))),
+            Request::Taint {
+                allocation,
+                range,
+                failure,
+                reply,
+            } => reply.send(
+                memory
+                    .taint(&allocation, range, failure)
+                    .map_err(Into::into),
+            ),
+            Request::Written {
+                allocation,
+                range,
+                reply,
+            } => reply.send(memory.written(&allocation, range).map_err(Into::into)),
+            Request::Failure {
+                allocation,
+                range,
+                reply,
+            } => reply.send(memory.failure(&allocation, range).map_err(Into::into)),
+            Request::Report { reply } => {
+                memory.process_releases();
+                reply.send(Ok(memory.memory_report()))
+            }
+            Request::Shutdown { reply } => {
+                let report = self.shutdown(inbox);
+                reply.send(Ok(report));
+                return Flow::Stop;
+            }
+        }
+        self.publish();
+        Flow::Continue
+    }
+
+    /// No request for a whole tick: run the cleanup a reservation would,
+    /// with the clock moved past every pool's period (an idle stream gives
+    /// back what sits unused), and empty outdated pages.
+    pub(crate) fn idle_tick(&mut self) {
+        self.memory.cleanup_idle();
+        if self.memory.relocation_need() != RelocationNeed::None
+            && let Ok(report) = self.memory.relocate(RelocationReason::Compaction)
+        {
+            self.shared
+                .relocated
+                .fetch_add(report.moved, Ordering::Relaxed);
+        }
+        self.shared.idle_cleanups.fetch_add(1, Ordering::Relaxed);
+        self.publish();
+    }
+
+    /// Stop: refuse what is queued, wait a bounded time for pins, return
+    /// every page.
+    pub(crate) fn shutdown(&mut self, inbox: &Receiver<Request>) -> ShutdownReport {
+        self.shared.set_stopping();
+        let stream = self.shared.stream;
+        let mut rejected = 0;
+        while let Ok(request) = inbox.try_recv() {
+            rejected += 1;
+            request.reject(ServiceError::StreamStopped(stream));
+        }
+        self.wait_for_pins();
+        let pinned_at_exit = self.memory.pinned_count();
+        self.memory.release_everything();
+        let bytes_left = self.memory.bytes_allocated();
+        self.publish();
+        self.shared.set_stopped();
+        ShutdownReport {
+            stream,
+            rejected,
+            pinned_at_exit,
+            bytes_left,
+        }
+    }
+
+    #[cfg(not(streamalloc_loom))]
+    fn wait_for_pins(&mut self) {
+        let deadline = std::time::Instant::now() + self.timing.pin_wait;
+        while self.memory.pinned_count() > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[cfg(streamalloc_loom)]
+    fn wait_for_pins(&mut self) {
+        // Time is not modelled: one look, then on.
+        let _ = self.timing.pin_wait;
+    }
+
+    /// Publish the counters handles read without a round trip.
+    fn publish(&self) {
+        let reserved = self.memory.bytes_reserved();
+        self.shared
+            .bytes_in_use
+            .store(self.memory.bytes_in_use(), Ordering::Relaxed);
+        self.shared
+            .bytes_reserved
+            .store(reserved, Ordering::Relaxed);
+        self.shared
+            .peak_bytes_reserved
+            .fetch_max(reserved, Ordering::Relaxed);
+    }
+
+    /// The loop: serve until shut down or every handle is gone; a panic
+    /// marks the stream failed (its clients get `StreamFailed`, never a hang).
+    pub(crate) fn run(mut self, inbox: Receiver<Request>) {
+        let shared = self.shared.clone();
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.serve(&inbox);
+        }));
+        match served {
+            Ok(()) => {
+                if shared.is_running() {
+                    // Every handle dropped: nothing can reach the pages.
+                    self.memory.release_everything();
+                    self.publish();
+                }
+                shared.set_stopped();
+            }
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "the stream actor panicked".into());
+                shared.set_failed(message);
+            }
+        }
+        // Refuse what is queued, then close: a request that slips in
+        // between is seen by its caller through the exit flag.
+        let refusal = match shared.state() {
+            super::shared::StreamState::Failed(message) => ServiceError::StreamFailed {
+                stream: shared.stream,
+                message,
+            },
+            _ => ServiceError::StreamStopped(shared.stream),
+        };
+        while let Ok(request) = inbox.try_recv() {
+            request.reject(refusal.clone());
+        }
+        drop(inbox);
+        shared.set_exited();
+    }
+
+    fn serve(&mut self, inbox: &Receiver<Request>) {
+        while let Some(request) = self.next(inbox) {
+            if self.handle(request, inbox) == Flow::Stop {
+                return;
+            }
+        }
+    }
+
+    /// The next request, `None` once every sender is gone.
+    fn next(&mut self, inbox: &Receiver<Request>) -> Option<Request> {
+        for _ in 0..self.timing.spin {
+            match inbox.try_recv() {
+                Ok(request) => return Some(request),
+                Err(RecvError::Disconnected) => return None,
+                Err(RecvError::Empty) => std::hint::spin_loop(),
+            }
+        }
+        loop {
+            let received = match self.timing.idle_tick {
+                Some(tick) => inbox.recv_timeout(tick),
+                None => inbox.recv(),
+            };
+            match received {
+                Ok(request) => return Some(request),
+                Err(RecvError::Disconnected) => return None,
+                Err(RecvError::Empty) => self.idle_tick(),
+            }
+        }
+    }
+}

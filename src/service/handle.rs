@@ -1,0 +1,593 @@
+//! `StreamHandle`: what a client holds to talk to a stream.
+//!
+//! Each method builds a request, sends it on the stream's bounded inbox and
+//! waits for the answer, blocking (`reserve`) or as a future (`reserve_async`,
+//! usable from tokio without blocking a worker). Two things need no round
+//! trip: dropping an allocation (the release queue) and resolving one
+//! ([`StreamHandle::resolve`] pins the address the allocation publishes).
+//!
+//! Each clone is one client: allocation windows opened on a clone
+//! ([`StreamHandle::window`]) apply to the reserves made through that clone
+//! only, and each reserve carries its caller's mode to the actor.
+
+use super::error::ServiceError;
+use super::message::{Answer, Reply, Request, ShutdownReport};
+use super::shared::{StreamShared, StreamState, StreamStats};
+use crate::memory::{
+    Allocation, AllocationMode, Cleanup, FailureId, MemoryReport, PageGuard, PageUpdate, Pinned,
+    RelocationReason, RelocationReport, StreamId,
+};
+use crate::storage::Resource;
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::channel::{self, RecvError, Sender};
+use crate::sync::{Arc, Mutex};
+use std::ops::Range;
+
+/// How often a caller waiting for an answer looks whether the actor left.
+const EXIT_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// What every clone of a handle shares.
+#[derive(Debug)]
+pub(crate) struct Connection {
+    /// The stream's inbox.
+    pub(crate) inbox: Sender<Request>,
+    /// State and counters the actor publishes.
+    pub(crate) shared: Arc<StreamShared>,
+    /// The stream manager's identity (what its allocations carry).
+    pub(crate) owner: u64,
+    /// Receive attempts before a caller blocks on its answer.
+    pub(crate) spin: u32,
+}
+
+/// A client's handle to one stream: `Clone + Send + Sync`.
+#[derive(Debug)]
+pub struct StreamHandle {
+    /// Shared by every clone.
+    pub(crate) connection: Arc<Connection>,
+    /// This client's open windows, innermost last: (token, mode).
+    windows: Mutex<Vec<(u64, AllocationMode)>>,
+    /// The next window token.
+    next_window: AtomicU64,
+}
+
+impl Clone for StreamHandle {
+    /// A new client of the same stream, with no window open.
+    fn clone(&self) -> Self {
+        Self::new(self.connection.clone())
+    }
+}
+
+/// An open allocation window: reserves through its handle use its mode
+/// until it drops. Windows nest; the innermost open one decides.
+#[derive(Debug)]
+pub struct ModeWindow<'a> {
+    /// The handle it belongs to.
+    handle: &'a StreamHandle,
+    /// Its token on the handle's stack.
+    token: u64,
+}
+
+impl Drop for ModeWindow<'_> {
+    fn drop(&mut self) {
+        self.handle
+            .windows
+            .lock()
+            .retain(|(token, _)| *token != self.token);
+    }
+}
+
+impl StreamHandle {
+    pub(crate) fn new(connection: Arc<Connection>) -> Self {
+        Self {
+            connection,
+            windows: Mutex::new(Vec::new()),
+            next_window: AtomicU64::new(0),
+        }
+    }
+
+    /// The stream.
+    pub fn stream(&self) -> StreamId {
+        self.connection.shared.stream
+    }
+
+    /// The stream's counters, read without a round trip.
+    pub fn stats(&self) -> StreamStats {
+        self.connection.shared.stats()
+    }
+
+    /// Open an allocation window on this client (see [`ModeWindow`]).
+    pub fn window(&self, mode: AllocationMode) -> ModeWindow<'_> {
+        let token = self.next_window.fetch_add(1, Ordering::Relaxed);
+        self.windows.lock().push((token, mode));
+        ModeWindow {
+            handle: self,
+            token,
+        }
+    }
+
+    /// The mode this client's innermost window puts in force.
+    pub fn mode(&self) -> AllocationMode {
+        self.windows
+            .lock()
+            .last()
+            .map_or(AllocationMode::Auto, |(_, mode)| *mode)
+    }
+
+    /// The error for a stream that no longer answers: failed or stopped.
+    fn terminal_error(&self) -> ServiceError {
+        let shared = &self.connection.shared;
+        // The actor sets its final state right after its loop ends; a
+        // caller that saw the channel close first waits for it, briefly.
+        for _ in 0..1000 {
+            if !shared.is_running() {
+                break;
+            }
+            crate::sync::thread::yield_now();
+        }
+        match shared.state() {
+            StreamState::Failed(message) => ServiceError::StreamFailed {
+                stream: shared.stream,
+                message,
+            },
+            _ => ServiceError::StreamStopped(shared.stream),
+        }
+    }
+
+    /// Send a request and block for its answer.
+    fn call<T>(&self, make: impl FnOnce(Answer<T>) -> Request) -> Result<T, ServiceError> {
+        let (tx, rx) = channel::bounded(1);
+        if self
+            .connection
+            .inbox
+            .send(make(Reply::Blocking(tx)))
+            .is_err()
+        {
+            return Err(self.terminal_error());
+        }
+        for _ in 0..self.connection.spin {
+            match rx.try_recv() {
+                Ok(answer) => return answer,
+                Err(RecvError::Empty) => std::hint::spin_loop(),
+                Err(RecvError::Disconnected) => return Err(self.terminal_error()),
+            }
+        }
+        loop {
+            match rx.recv_timeout(EXIT_POLL) {
+                Ok(answer) => return answer,
+                Err(RecvError::Disconnected) => return Err(self.terminal_error()),
+                // A request that reached the inbox just as the actor left
+                // is never answered; the exit flag says so.
+                Err(RecvError::Empty) if self.connection.shared.has_exited() => {
+                    return Err(self.terminal_error());
+                }
+                Err(RecvError::Empty) => {}
+            }
+        }
+    }
+
+    /// Check that `allocation` belongs to this stream before sending it.
+    fn own(&self, allocation: &Allocation) -> Result<(), ServiceError> {
+        if allocation.cell.owner == self.connection.owner {
+            return Ok(());
+        }
+        Err(ServiceError::WrongStream {
+            owner: allocation.cell.stream,
+            used_on: self.stream(),
+        })
+    }
+
+    /// Reserve `size` bytes in this client's mode.
+    pub fn reserve(&self, size: u64) -> Result<Allocation, ServiceError> {
+        self.reserve_with(size, PageUpdate::Allow)
+    }
+
+    /// Reserve `size` bytes, changing pages only as far as `update` allows.
+    pub fn reserve_with(&self, size: u64, update: PageUpdate) -> Result<Allocation, ServiceError> {
+        let mode = self.mode();
+        self.call(|reply| Request::Reserve {
+            size,
+            update,
+            mode,
+            reply,
+        })
+    }
+
+    /// Reserve a batch in one round trip: all of them, or none and the error.
+    pub fn reserve_many(&self, sizes: &[u64]) -> Result<Vec<Allocation>, ServiceError> {
+        let mode = self.mode();
+        let sizes = sizes.to_vec();
+        self.call(|reply| Request::ReserveMany {
+            sizes,
+            update: PageUpdate::Allow,
+            mode,
+            reply,
+        })
+    }
+
+    /// A handle bound to nothing, for [`bind`](Self::bind).
+    pub fn unbound(&self) -> Result<Allocation, ServiceError> {
+        self.call(|reply| Request::Unbound { reply })
+    }
+
+    /// Hand `reserved`'s memory to `assigned` with `cursor` (same stream only).
+    pub fn bind(
+        &self,
+        reserved: Allocation,
+        assigned: &Allocation,
+        cursor: u64,
+    ) -> Result<(), ServiceError> {
+        self.own(&reserved)?;
+        self.own(assigned)?;
+        let assigned = assigned.clone();
+        self.call(|reply| Request::Bind {
+            reserved,
+            assigned,
+            cursor,
+            reply,
+        })
+    }
+
+    /// Pin `allocation` and return its address, valid while the [`Pinned`]
+    /// lives. Without a round trip when the allocation's address is
+    /// published and no move is under way; otherwise the actor answers.
+    pub fn resolve(&self, allocation: &Allocation) -> Result<Pinned, ServiceError> {
+        if let Some(pinned) = self.try_resolve(allocation)? {
+            return Ok(pinned);
+        }
+        let allocation = allocation.clone();
+        self.call(|reply| Request::Resolve { allocation, reply })
+    }
+
+    /// The lock-free half of [`resolve`](Self::resolve): `None` when the
+    /// actor must be asked.
+    pub fn try_resolve(&self, allocation: &Allocation) -> Result<Option<Pinned>, ServiceError> {
+        self.own(allocation)?;
+        let cell = &allocation.cell;
+        if !Pinned::try_pin(cell) {
+            return Ok(None);
+        }
+        let pinned_without_address = |cell| {
+            // Dropping the pin releases it (and re-queues a release if every
+            // handle went meanwhile).
+            drop(Pinned::new(cell, Resource { addr: 0, len: 0 }));
+        };
+        // Under the pin no move can start, and a move that ended before
+        // the pin published its address first.
+        let addr = cell.addr.load(Ordering::SeqCst);
+        if addr == 0 {
+            pinned_without_address(cell.clone());
+            return Ok(None);
+        }
+        let len = cell.len.load(Ordering::Acquire);
+        Ok(Some(Pinned::new(cell.clone(), Resource { addr, len })))
+    }
+
+    /// Read `len` bytes from `offset`.
+    pub fn read(
+        &self,
+        allocation: &Allocation,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, ServiceError> {
+        self.own(allocation)?;
+        let allocation = allocation.clone();
+        self.call(|reply| Request::Read {
+            allocation,
+            offset,
+            len,
+            reply,
+        })
+    }
+
+    /// Write `data` at `offset`.
+    pub fn write(
+        &self,
+        allocation: &Allocation,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), ServiceError> {
+        self.own(allocation)?;
+        let allocation = allocation.clone();
+        let data = data.to_vec();
+        self.call(|reply| Request::Write {
+            allocation,
+            offset,
+            data,
+            reply,
+        })
+    }
+
+    /// Copy every byte of `from` to the start of `to` (same stream).
+    pub fn copy(&self, from: &Allocation, to: &Allocation) -> Result<(), ServiceError> {
+        self.own(from)?;
+        self.own(to)?;
+        let (from, to) = (from.clone(), to.clone());
+        self.call(|reply| Request::Copy { from, to, reply })
+    }
+
+    /// Run a cleanup on the stream.
+    pub fn cleanup(&self, cleanup: Cleanup) -> Result<(), ServiceError> {
+        self.call(|reply| Request::Cleanup { cleanup, reply })
+    }
+
+    /// Relocate as `reason` allows.
+    pub fn relocate(&self, reason: RelocationReason) -> Result<RelocationReport, ServiceError> {
+        self.call(|reply| Request::Relocate { reason, reply })
+    }
+
+    /// Compact the stream's pages.
+    pub fn compact(&self) -> Result<RelocationReport, ServiceError> {
+        self.relocate(RelocationReason::Compaction)
+    }
+
+    /// Guard the page that holds `allocation`.
+    pub fn guard(&self, allocation: &Allocation) -> Result<PageGuard, ServiceError> {
+        self.own(allocation)?;
+        let allocation = allocation.clone();
+        self.call(|reply| Request::Guard { allocation, reply })
+    }
+
+    /// Record a failure (caused by `causes`) for taint to point at.
+    pub fn record_failure(
+        &self,
+        message: &str,
+        causes: &[FailureId],
+    ) -> Result<FailureId, ServiceError> {
+        let (message, causes) = (message.to_string(), causes.to_vec());
+        self.call(|reply| Request::RecordFailure {
+            message,
+            causes,
+            reply,
+        })
+    }
+
+    /// Point bytes `range` of `allocation` at `failure`.
+    pub fn taint(
+        &self,
+        allocation: &Allocation,
+        range: Range<u64>,
+        failure: FailureId,
+    ) -> Result<(), ServiceError> {
+        self.own(allocation)?;
+        let allocation = allocation.clone();
+        self.call(|reply| Request::Taint {
+            allocation,
+            range,
+            failure,
+            reply,
+        })
+    }
+
+    /// Bytes `range` were written: no failure claims them.
+    pub fn written(&self, allocation: &Allocation, range: Range<u64>) -> Result<(), ServiceError> {
+        self.own(allocation)?;
+        let allocation = allocation.clone();
+        self.call(|reply| Request::Written {
+            allocation,
+            range,
+            reply,
+        })
+    }
+
+    /// The failure claiming the lowest tainted byte of `range`.
+    pub fn failure(
+        &self,
+        allocation: &Allocation,
+        range: Range<u64>,
+    ) -> Result<Option<FailureId>, ServiceError> {
+        self.own(allocation)?;
+        let allocation = allocation.clone();
+        self.call(|reply| Request::Failure {
+            allocation,
+            range,
+            reply,
+        })
+    }
+
+    /// The stream's pools, usage and peaks.
+    pub fn report(&self) -> Result<MemoryReport, ServiceError> {
+        self.call(|reply| Request::Report { reply })
+    }
+
+    /// Shut the stream down: queued requests are refused, pins get a
+    /// bounded wait, every page is returned. Later calls answer
+    /// `StreamStopped`.
+    pub fn shutdown(&self) -> Result<ShutdownReport, ServiceError> {
+        self.call(|reply| Request::Shutdown { reply })
+    }
+}
+
+#[cfg(not(streamalloc_loom))]
+mod nonblocking {
+    //! The async forms: the same requests, answered on a flume channel the
+    //! caller awaits. Cancel-safe: a future dropped after its request went
+    //! out drops the answer when it comes, which releases what it held.
+
+    use super::*;
+    use crate::sync::channel::TrySendError;
+
+    /// Yields once to the executor (used while the inbox is full).
+    struct YieldNow(bool);
+
+    impl std::future::Future for YieldNow {
+        type Output = ();
+        fn poll(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<()> {
+            if self.0 {
+                return std::task::Poll::Ready(());
+            }
+            self.0 = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    }
+
+    impl StreamHandle {
+        async fn call_async<T>(
+            &self,
+            make: impl FnOnce(Answer<T>) -> Request,
+        ) -> Result<T, ServiceError> {
+            let (tx, rx) = flume::bounded(1);
+            let mut request = make(Reply::Async(tx));
+            loop {
+                match self.connection.inbox.try_send(request) {
+                    Ok(()) => break,
+                    Err(TrySendError::Full(back)) => {
+                        request = back;
+                        YieldNow(false).await;
+                    }
+                    Err(TrySendError::Disconnected(_)) => return Err(self.terminal_error()),
+                }
+            }
+            match rx.recv_async().await {
+                Ok(answer) => answer,
+                Err(_) => Err(self.terminal_error()),
+            }
+        }
+
+        /// [`reserve`](Self::reserve), awaited.
+        pub async fn reserve_async(&self, size: u64) -> Result<Allocation, ServiceError> {
+            let mode = self.mode();
+            self.call_async(|reply| Request::Reserve {
+                size,
+                update: PageUpdate::Allow,
+                mode,
+                reply,
+            })
+            .await
+        }
+
+        /// [`reserve_many`](Self::reserve_many), awaited.
+        pub async fn reserve_many_async(
+            &self,
+            sizes: &[u64],
+        ) -> Result<Vec<Allocation>, ServiceError> {
+            let mode = self.mode();
+            let sizes = sizes.to_vec();
+            self.call_async(|reply| Request::ReserveMany {
+                sizes,
+                update: PageUpdate::Allow,
+                mode,
+                reply,
+            })
+            .await
+        }
+
+        /// [`resolve`](Self::resolve), awaited when the actor must answer.
+        pub async fn resolve_async(&self, allocation: &Allocation) -> Result<Pinned, ServiceError> {
+            if let Some(pinned) = self.try_resolve(allocation)? {
+                return Ok(pinned);
+            }
+            let allocation = allocation.clone();
+            self.call_async(|reply| Request::Resolve { allocation, reply })
+                .await
+        }
+
+        /// [`read`](Self::read), awaited.
+        pub async fn read_async(
+            &self,
+            allocation: &Allocation,
+            offset: u64,
+            len: u64,
+        ) -> Result<Vec<u8>, ServiceError> {
+            self.own(allocation)?;
+            let allocation = allocation.clone();
+            self.call_async(|reply| Request::Read {
+                allocation,
+                offset,
+                len,
+                reply,
+            })
+            .await
+        }
+
+        /// [`write`](Self::write), awaited.
+        pub async fn write_async(
+            &self,
+            allocation: &Allocation,
+            offset: u64,
+            data: &[u8],
+        ) -> Result<(), ServiceError> {
+            self.own(allocation)?;
+            let allocation = allocation.clone();
+            let data = data.to_vec();
+            self.call_async(|reply| Request::Write {
+                allocation,
+                offset,
+                data,
+                reply,
+            })
+            .await
+        }
+
+        /// [`bind`](Self::bind), awaited.
+        pub async fn bind_async(
+            &self,
+            reserved: Allocation,
+            assigned: &Allocation,
+            cursor: u64,
+        ) -> Result<(), ServiceError> {
+            self.own(&reserved)?;
+            self.own(assigned)?;
+            let assigned = assigned.clone();
+            self.call_async(|reply| Request::Bind {
+                reserved,
+                assigned,
+                cursor,
+                reply,
+            })
+            .await
+        }
+
+        /// [`copy`](Self::copy), awaited.
+        pub async fn copy_async(
+            &self,
+            from: &Allocation,
+            to: &Allocation,
+        ) -> Result<(), ServiceError> {
+            self.own(from)?;
+            self.own(to)?;
+            let (from, to) = (from.clone(), to.clone());
+            self.call_async(|reply| Request::Copy { from, to, reply })
+                .await
+        }
+
+        /// [`cleanup`](Self::cleanup), awaited.
+        pub async fn cleanup_async(&self, cleanup: Cleanup) -> Result<(), ServiceError> {
+            self.call_async(|reply| Request::Cleanup { cleanup, reply })
+                .await
+        }
+
+        /// [`relocate`](Self::relocate), awaited.
+        pub async fn relocate_async(
+            &self,
+            reason: RelocationReason,
+        ) -> Result<RelocationReport, ServiceError> {
+            self.call_async(|reply| Request::Relocate { reason, reply })
+                .await
+        }
+
+        /// [`guard`](Self::guard), awaited.
+        pub async fn guard_async(
+            &self,
+            allocation: &Allocation,
+        ) -> Result<PageGuard, ServiceError> {
+            self.own(allocation)?;
+            let allocation = allocation.clone();
+            self.call_async(|reply| Request::Guard { allocation, reply })
+                .await
+        }
+
+        /// [`report`](Self::report), awaited.
+        pub async fn report_async(&self) -> Result<MemoryReport, ServiceError> {
+            self.call_async(|reply| Request::Report { reply }).await
+        }
+
+        /// [`shutdown`](Self::shutdown), awaited.
+        pub async fn shutdown_async(&self) -> Result<ShutdownReport, ServiceError> {
+            self.call_async(|reply| Request::Shutdown { reply }).await
+        }
+    }
+}

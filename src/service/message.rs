@@ -1,0 +1,164 @@
+//! The private protocol between a [`StreamHandle`](super::StreamHandle) and
+//! its actor: one request enum whose variants carry their reply sender (the
+//! split of Alice Ryhl's "Actors with Tokio").
+
+use super::error::ServiceError;
+use crate::memory::{
+    Allocation, AllocationMode, Cleanup, FailureId, MemoryReport, PageGuard, PageUpdate, Pinned,
+    RelocationReason, RelocationReport,
+};
+use crate::sync::channel;
+use std::ops::Range;
+
+/// Where an answer goes: a blocking caller's channel, or an async caller's.
+/// Sending never blocks (capacity 1, one answer), and an answer to a caller
+/// that went away is dropped, which releases whatever it held.
+#[derive(Debug)]
+pub(crate) enum Reply<T> {
+    /// A blocking caller waits on this.
+    Blocking(channel::Sender<T>),
+    /// An async caller awaits this.
+    #[cfg(not(streamalloc_loom))]
+    Async(flume::Sender<T>),
+}
+
+impl<T> Reply<T> {
+    pub(crate) fn send(self, value: T) {
+        match self {
+            Reply::Blocking(tx) => {
+                let _ = tx.try_send(value);
+            }
+            #[cfg(not(streamalloc_loom))]
+            Reply::Async(tx) => {
+                let _ = tx.try_send(value);
+            }
+        }
+    }
+}
+
+/// The answer to most requests.
+pub(crate) type Answer<T> = Reply<Result<T, ServiceError>>;
+
+/// What the service sends to shut a stream down, and what it answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// The stream.
+    pub stream: crate::memory::StreamId,
+    /// Requests answered with `StreamStopped` while draining.
+    pub rejected: u64,
+    /// Allocations still pinned when the wait for pins ran out.
+    pub pinned_at_exit: usize,
+    /// Bytes the storage still held after freeing every page (0 unless a
+    /// storage failed to free).
+    pub bytes_left: u64,
+}
+
+/// A request to a stream actor.
+#[derive(Debug)]
+pub(crate) enum Request {
+    Reserve {
+        size: u64,
+        update: PageUpdate,
+        mode: AllocationMode,
+        reply: Answer<Allocation>,
+    },
+    ReserveMany {
+        sizes: Vec<u64>,
+        update: PageUpdate,
+        mode: AllocationMode,
+        reply: Answer<Vec<Allocation>>,
+    },
+    Unbound {
+        reply: Answer<Allocation>,
+    },
+    Bind {
+        reserved: Allocation,
+        assigned: Allocation,
+        cursor: u64,
+        reply: Answer<()>,
+    },
+    Resolve {
+        allocation: Allocation,
+        reply: Answer<Pinned>,
+    },
+    Read {
+        allocation: Allocation,
+        offset: u64,
+        len: u64,
+        reply: Answer<Vec<u8>>,
+    },
+    Write {
+        allocation: Allocation,
+        offset: u64,
+        data: Vec<u8>,
+        reply: Answer<()>,
+    },
+    Copy {
+        from: Allocation,
+        to: Allocation,
+        reply: Answer<()>,
+    },
+    Cleanup {
+        cleanup: Cleanup,
+        reply: Answer<()>,
+    },
+    Relocate {
+        reason: RelocationReason,
+        reply: Answer<RelocationReport>,
+    },
+    Guard {
+        allocation: Allocation,
+        reply: Answer<PageGuard>,
+    },
+    RecordFailure {
+        message: String,
+        causes: Vec<FailureId>,
+        reply: Answer<FailureId>,
+    },
+    Taint {
+        allocation: Allocation,
+        range: Range<u64>,
+        failure: FailureId,
+        reply: Answer<()>,
+    },
+    Written {
+        allocation: Allocation,
+        range: Range<u64>,
+        reply: Answer<()>,
+    },
+    Failure {
+        allocation: Allocation,
+        range: Range<u64>,
+        reply: Answer<Option<FailureId>>,
+    },
+    Report {
+        reply: Answer<MemoryReport>,
+    },
+    Shutdown {
+        reply: Answer<ShutdownReport>,
+    },
+}
+
+impl Request {
+    /// Answer the request with `error` without doing it.
+    pub(crate) fn reject(self, error: ServiceError) {
+        match self {
+            Request::Reserve { reply, .. } | Request::Unbound { reply } => reply.send(Err(error)),
+            Request::ReserveMany { reply, .. } => reply.send(Err(error)),
+            Request::Bind { reply, .. }
+            | Request::Write { reply, .. }
+            | Request::Copy { reply, .. }
+            | Request::Cleanup { reply, .. }
+            | Request::Taint { reply, .. }
+            | Request::Written { reply, .. } => reply.send(Err(error)),
+            Request::Resolve { reply, .. } => reply.send(Err(error)),
+            Request::Read { reply, .. } => reply.send(Err(error)),
+            Request::Relocate { reply, .. } => reply.send(Err(error)),
+            Request::Guard { reply, .. } => reply.send(Err(error)),
+            Request::RecordFailure { reply, .. } => reply.send(Err(error)),
+            Request::Failure { reply, .. } => reply.send(Err(error)),
+            Request::Report { reply } => reply.send(Err(error)),
+            Request::Shutdown { reply } => reply.send(Err(error)),
+        }
+    }
+}

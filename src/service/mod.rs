@@ -1,0 +1,39 @@
+//! The concurrent service: one allocator actor thread per device stream,
+//! cloneable client handles, and a supervisor that owns the device.
+//!
+//! ```
+//! use streamalloc::memory::StreamId;
+//! use streamalloc::service::{ServiceConfig, Supervisor};
+//!
+//! let device = Supervisor::host(ServiceConfig::default());
+//! let stream = device.stream(StreamId(0))?;
+//! let tensor = stream.reserve(4096)?;
+//! stream.write(&tensor, 0, b"kv-cache block")?;
+//! assert_eq!(stream.read(&tensor, 0, 14)?, b"kv-cache block");
+//! let pinned = stream.resolve(&tensor)?; // no round trip
+//! assert_eq!(pinned.len(), 4096);
+//! # drop(pinned);
+//! drop(tensor); // released without a round trip
+//! device.shutdown();
+//! # Ok::<(), streamalloc::service::ServiceError>(())
+//! ```
+//!
+//! The protocols (release, resolve, shutdown) are described in
+//! `docs/service.md` and model-checked in `loom-tests/`.
+
+mod actor;
+mod error;
+mod handle;
+mod message;
+mod shared;
+mod supervisor;
+
+pub use error::ServiceError;
+pub use handle::{ModeWindow, StreamHandle};
+pub use message::ShutdownReport;
+pub use shared::{StreamState, StreamStats};
+pub use supervisor::{ServiceConfig, StorageFactory, Supervisor};
+
+#[cfg(streamalloc_loom)]
+#[doc(hidden)]
+pub mod loom_support;

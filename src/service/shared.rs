@@ -1,0 +1,155 @@
+//! What a stream's actor publishes for its handles and the supervisor to
+//! read without a round trip: its state and its counters.
+
+use crate::memory::StreamId;
+use crate::sync::Mutex;
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// Serving requests.
+const RUNNING: u64 = 0;
+/// Draining for shutdown: new requests are refused.
+const STOPPING: u64 = 1;
+/// Gone: every page returned.
+const STOPPED: u64 = 2;
+/// Its actor panicked.
+const FAILED: u64 = 3;
+
+/// The life of a stream, as [`StreamStats::state`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamState {
+    /// Serving requests.
+    Running,
+    /// Shutting down.
+    Stopping,
+    /// Shut down.
+    Stopped,
+    /// Its actor panicked, with this message.
+    Failed(String),
+}
+
+/// A snapshot of one stream's counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamStats {
+    /// The stream.
+    pub stream: StreamId,
+    /// Its state.
+    pub state: StreamState,
+    /// Requests served.
+    pub requests: u64,
+    /// Allocations reserved.
+    pub reservations: u64,
+    /// Bytes in use now.
+    pub bytes_in_use: u64,
+    /// Bytes of pages held now.
+    pub bytes_reserved: u64,
+    /// Most bytes of pages held at once.
+    pub peak_bytes_reserved: u64,
+    /// Allocations moved by relocations.
+    pub relocated: u64,
+    /// Idle ticks that ran a cleanup.
+    pub idle_cleanups: u64,
+}
+
+/// Shared between a stream's actor, its handles and the supervisor.
+#[derive(Debug)]
+pub(crate) struct StreamShared {
+    /// The stream.
+    pub(crate) stream: StreamId,
+    /// One of the state constants.
+    state: AtomicU64,
+    /// The panic message once failed.
+    failure: Mutex<Option<String>>,
+    /// The actor dropped its inbox: nothing queued will be answered.
+    exited: AtomicBool,
+    /// Requests served.
+    pub(crate) requests: AtomicU64,
+    /// Allocations reserved.
+    pub(crate) reservations: AtomicU64,
+    /// Bytes in use.
+    pub(crate) bytes_in_use: AtomicU64,
+    /// Bytes reserved.
+    pub(crate) bytes_reserved: AtomicU64,
+    /// Peak bytes reserved.
+    pub(crate) peak_bytes_reserved: AtomicU64,
+    /// Allocations moved.
+    pub(crate) relocated: AtomicU64,
+    /// Idle cleanups.
+    pub(crate) idle_cleanups: AtomicU64,
+}
+
+impl StreamShared {
+    pub(crate) fn new(stream: StreamId) -> Self {
+        Self {
+            stream,
+            state: AtomicU64::new(RUNNING),
+            failure: Mutex::new(None),
+            exited: AtomicBool::new(false),
+            requests: AtomicU64::new(0),
+            reservations: AtomicU64::new(0),
+            bytes_in_use: AtomicU64::new(0),
+            bytes_reserved: AtomicU64::new(0),
+            peak_bytes_reserved: AtomicU64::new(0),
+            relocated: AtomicU64::new(0),
+            idle_cleanups: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn is_running(&self) -> bool {
+        self.state.load(Ordering::Acquire) == RUNNING
+    }
+
+    pub(crate) fn set_stopping(&self) {
+        let _ = self
+            .state
+            .compare_exchange(RUNNING, STOPPING, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    pub(crate) fn set_stopped(&self) {
+        let _ = self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| {
+                (state != FAILED).then_some(STOPPED)
+            });
+    }
+
+    pub(crate) fn set_failed(&self, message: String) {
+        *self.failure.lock() = Some(message);
+        self.state.store(FAILED, Ordering::Release);
+    }
+
+    pub(crate) fn set_exited(&self) {
+        self.exited.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn has_exited(&self) -> bool {
+        self.exited.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn state(&self) -> StreamState {
+        match self.state.load(Ordering::Acquire) {
+            RUNNING => StreamState::Running,
+            STOPPING => StreamState::Stopping,
+            STOPPED => StreamState::Stopped,
+            _ => StreamState::Failed(
+                self.failure
+                    .lock()
+                    .clone()
+                    .unwrap_or_else(|| "panicked".into()),
+            ),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> StreamStats {
+        StreamStats {
+            stream: self.stream,
+            state: self.state(),
+            requests: self.requests.load(Ordering::Relaxed),
+            reservations: self.reservations.load(Ordering::Relaxed),
+            bytes_in_use: self.bytes_in_use.load(Ordering::Relaxed),
+            bytes_reserved: self.bytes_reserved.load(Ordering::Relaxed),
+            peak_bytes_reserved: self.peak_bytes_reserved.load(Ordering::Relaxed),
+            relocated: self.relocated.load(Ordering::Relaxed),
+            idle_cleanups: self.idle_cleanups.load(Ordering::Relaxed),
+        }
+    }
+}
