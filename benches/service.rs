@@ -1,0 +1,169 @@
+//! The service's costs, each beside its floor in the same run:
+//! - the reserve round trip (client → actor → client) beside a bare
+//!   crossbeam request/reply ping-pong with the same shape (a fresh reply
+//!   channel per request, a short spin before parking on both sides);
+//! - client-side release (dropping the last handle);
+//! - `reserve_many` per item (batches of 16);
+//! - lock-free resolve (pin through the published address).
+//!
+//! Criterion reports means; the percentiles (median, p99) of the round trip
+//! and the ping-pong are printed by `round_trip_percentiles`.
+//! `cargo bench --bench service`
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use crossbeam_channel::{Receiver, Sender, bounded};
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+use streamalloc::memory::StreamId;
+use streamalloc::service::{ServiceConfig, StreamHandle, Supervisor};
+
+/// Receive attempts before parking, as the service's default.
+const SPIN: u32 = 200;
+
+type Ping = (u64, Sender<u64>);
+
+fn receive<T>(rx: &Receiver<T>) -> Option<T> {
+    for _ in 0..SPIN {
+        match rx.try_recv() {
+            Ok(value) => return Some(value),
+            Err(crossbeam_channel::TryRecvError::Empty) => std::hint::spin_loop(),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
+        }
+    }
+    rx.recv().ok()
+}
+
+/// A server thread that answers each ping with its value plus one.
+fn ping_server() -> (Sender<Ping>, std::thread::JoinHandle<()>) {
+    let (tx, rx) = bounded::<Ping>(1024);
+    let server = std::thread::spawn(move || {
+        while let Some((value, reply)) = receive(&rx) {
+            let _ = reply.send(value + 1);
+        }
+    });
+    (tx, server)
+}
+
+fn ping(server: &Sender<Ping>, value: u64) -> u64 {
+    let (tx, rx) = bounded(1);
+    server.send((value, tx)).unwrap();
+    receive(&rx).unwrap()
+}
+
+fn device() -> (Supervisor, StreamHandle) {
+    let device = Supervisor::virtual_device(ServiceConfig {
+        idle_tick: None,
+        ..ServiceConfig::default()
+    });
+    let stream = device.stream(StreamId(0)).unwrap();
+    (device, stream)
+}
+
+fn round_trip(c: &mut Criterion) {
+    let mut group = c.benchmark_group("round_trip");
+    let (server, thread) = ping_server();
+    group.bench_function("crossbeam_ping_pong", |b| {
+        b.iter(|| black_box(ping(&server, black_box(1))))
+    });
+    let (_device, stream) = device();
+    group.bench_function("reserve_and_release", |b| {
+        b.iter(|| drop(black_box(stream.reserve(black_box(4096)).unwrap())))
+    });
+    group.finish();
+    drop(server);
+    thread.join().unwrap();
+}
+
+fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
+    samples.sort();
+    let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q) as usize];
+    (at(0.5), at(0.99))
+}
+
+/// Median and p99 of 200K round trips of each, interleaved in rounds so
+/// both see the same machine state.
+fn round_trip_percentiles(_c: &mut Criterion) {
+    let (server, thread) = ping_server();
+    let (_device, stream) = device();
+    let rounds = 4;
+    let per_round = 50_000;
+    let (mut pings, mut reserves) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        for _ in 0..per_round {
+            let start = Instant::now();
+            black_box(ping(&server, 1));
+            pings.push(start.elapsed());
+        }
+        for _ in 0..per_round {
+            let start = Instant::now();
+            let a = stream.reserve(4096).unwrap();
+            reserves.push(start.elapsed());
+            drop(a);
+        }
+    }
+    let (ping_median, ping_p99) = percentiles(pings);
+    let (reserve_median, reserve_p99) = percentiles(reserves);
+    println!(
+        "round trip percentiles over {} each:\n  crossbeam ping-pong  median {:?}  p99 {:?}\n  reserve round trip   median {:?}  p99 {:?}\n  ratio                median {:.2}  p99 {:.2}",
+        rounds * per_round,
+        ping_median,
+        ping_p99,
+        reserve_median,
+        reserve_p99,
+        reserve_median.as_secs_f64() / ping_median.as_secs_f64(),
+        reserve_p99.as_secs_f64() / ping_p99.as_secs_f64(),
+    );
+    drop(server);
+    thread.join().unwrap();
+}
+
+fn client_side(c: &mut Criterion) {
+    let mut group = c.benchmark_group("client_side");
+    let (_device, stream) = device();
+    group.bench_function("release_drop", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            let mut left = iters;
+            while left > 0 {
+                let n = left.min(4096);
+                let batch = stream.reserve_many(&vec![256; n as usize]).unwrap();
+                let start = Instant::now();
+                for allocation in batch {
+                    drop(black_box(allocation));
+                }
+                total += start.elapsed();
+                left -= n;
+            }
+            total
+        })
+    });
+    group.bench_function("reserve_many_16_per_item", |b| {
+        b.iter_custom(|iters| {
+            let sizes = [4096u64; 16];
+            let batches = iters.div_ceil(16);
+            let start = Instant::now();
+            for _ in 0..batches {
+                drop(black_box(stream.reserve_many(&sizes).unwrap()));
+            }
+            // `batches * 16` items took this long; scale to `iters` items.
+            start
+                .elapsed()
+                .mul_f64(iters as f64 / (batches * 16) as f64)
+        })
+    });
+    let held = stream.reserve(4096).unwrap();
+    group.bench_function("resolve_lock_free", |b| {
+        b.iter(|| drop(black_box(stream.try_resolve(&held).unwrap().unwrap())))
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(30)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3));
+    targets = round_trip, round_trip_percentiles, client_side
+}
+criterion_main!(benches);
