@@ -1,0 +1,289 @@
+//! Device pages of an NVIDIA GPU through the CUDA driver API (`cudarc`,
+//! loaded at run time, so the crate builds without a CUDA toolkit).
+//!
+//! One `CudaStorage` per stream actor, each with its own CUDA stream, so the
+//! bytes of a stream's pages are used in that stream's order. Pages come
+//! from `cuMemAlloc` and go back with `cuMemFree` only at `flush`, after the
+//! stream (and every stream recorded as a user of the page, as PyTorch's
+//! `record_stream`) has finished the work that may touch them. Reads and
+//! writes are ordered on the stream and wait for it; relocation copies are
+//! device-to-device on the stream and do not wait.
+
+use super::{DeviceStorage, Resource, StorageError, StorageHandle, StorageId, check_range};
+use cudarc::driver::sys::{self, CUdeviceptr, CUevent};
+use cudarc::driver::{CudaContext, CudaStream, DriverError, result};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Page starts are at least this aligned (the driver guarantees 256 bytes).
+const CUDA_ALIGNMENT: u64 = 256;
+
+/// One device page.
+#[derive(Debug)]
+struct CudaPage {
+    /// Device address of its first byte.
+    ptr: CUdeviceptr,
+    /// Bytes.
+    size: u64,
+    /// Events recorded on other streams that used the page; it is freed
+    /// only after each has completed.
+    uses: Vec<CUevent>,
+}
+
+/// Device memory on one CUDA stream.
+#[derive(Debug)]
+pub struct CudaStorage {
+    /// The device's context (shared by every stream of the device).
+    context: Arc<CudaContext>,
+    /// This storage's stream.
+    stream: Arc<CudaStream>,
+    /// Live pages.
+    pages: HashMap<StorageId, CudaPage>,
+    /// Pages queued by `deallocate`.
+    pending: Vec<StorageId>,
+    /// The next id; never reused.
+    next_id: u64,
+    /// Bytes held, pending pages included.
+    bytes: u64,
+}
+
+fn driver(err: DriverError) -> StorageError {
+    StorageError::Driver(format!("{err:?}"))
+}
+
+/// Whether a CUDA driver library can be loaded here. Asking first matters:
+/// cudarc panics, rather than returning an error, when it cannot load it.
+pub fn cuda_available() -> bool {
+    // SAFETY: only tries to open the library; no symbol is called.
+    unsafe { sys::is_culib_present() }
+}
+
+impl CudaStorage {
+    /// The context of device `ordinal`, or a typed error: no driver
+    /// library, no such device, or a driver failure.
+    pub fn context(ordinal: usize) -> Result<Arc<CudaContext>, StorageError> {
+        if !cuda_available() {
+            return Err(StorageError::Driver(
+                "no CUDA driver library (libcuda.so) found".into(),
+            ));
+        }
+        let count = CudaContext::device_count().map_err(driver)?;
+        if ordinal >= count.max(0) as usize {
+            return Err(StorageError::Driver(format!(
+                "no CUDA device {ordinal} ({count} present)"
+            )));
+        }
+        CudaContext::new(ordinal).map_err(driver)
+    }
+
+    /// A storage on device `ordinal`, on a new stream.
+    pub fn new(ordinal: usize) -> Result<Self, StorageError> {
+        Self::on_context(Self::context(ordinal)?)
+    }
+
+    /// A storage on a new stream of `context` (one per stream actor).
+    pub fn on_context(context: Arc<CudaContext>) -> Result<Self, StorageError> {
+        let stream = context.new_stream().map_err(driver)?;
+        Ok(Self {
+            context,
+            stream,
+            pages: HashMap::new(),
+            pending: Vec::new(),
+            next_id: 1,
+            bytes: 0,
+        })
+    }
+
+    /// The CUDA stream this storage orders its work on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// The device's free and total memory in bytes.
+    pub fn device_memory(&self) -> Result<(u64, u64), StorageError> {
+        self.bind()?;
+        let (free, total) = result::mem_get_info().map_err(driver)?;
+        Ok((free as u64, total as u64))
+    }
+
+    /// Record that `other` uses the page `id` from now on (as PyTorch's
+    /// `record_stream`): the page is not freed before the work `other` has
+    /// queued so far is done.
+    pub fn record_use(&mut self, id: StorageId, other: &CudaStream) -> Result<(), StorageError> {
+        self.bind()?;
+        let page = self
+            .pages
+            .get_mut(&id)
+            .ok_or(StorageError::UnknownPage(id))?;
+        let event =
+            result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).map_err(driver)?;
+        // SAFETY: `event` was just created and `other` is a live stream of
+        // this context.
+        unsafe { result::event::record(event, other.cu_stream()) }.map_err(driver)?;
+        page.uses.push(event);
+        Ok(())
+    }
+
+    /// Wait for everything queued on this storage's stream.
+    pub fn synchronize(&self) -> Result<(), StorageError> {
+        self.bind()?;
+        self.stream.synchronize().map_err(driver)
+    }
+
+    fn bind(&self) -> Result<(), StorageError> {
+        self.context.bind_to_thread().map_err(driver)
+    }
+
+    fn page(&self, id: StorageId) -> Result<&CudaPage, StorageError> {
+        self.pages.get(&id).ok_or(StorageError::UnknownPage(id))
+    }
+
+    /// Free a page once every stream that used it is done with it.
+    fn free_page(&mut self, page: CudaPage) {
+        for event in page.uses {
+            // SAFETY: each event was created and recorded by `record_use`
+            // and is destroyed once, here.
+            unsafe {
+                let _ = result::event::synchronize(event);
+                let _ = result::event::destroy(event);
+            }
+        }
+        // SAFETY: `ptr` came from `malloc_sync` and is freed once; the
+        // caller synchronised this storage's stream first.
+        unsafe {
+            let _ = result::free_sync(page.ptr);
+        }
+        self.bytes -= page.size;
+    }
+}
+
+impl DeviceStorage for CudaStorage {
+    fn alignment(&self) -> u64 {
+        CUDA_ALIGNMENT
+    }
+
+    fn allocate(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
+        let bytes = usize::try_from(size).map_err(|_| StorageError::InvalidSize(size))?;
+        if bytes == 0 {
+            return Err(StorageError::InvalidSize(size));
+        }
+        self.bind()?;
+        // SAFETY: a plain device allocation of a non-zero size; the memory
+        // is only reached through ranges checked against `size`.
+        let ptr = match unsafe { result::malloc_sync(bytes) } {
+            Ok(ptr) => ptr,
+            Err(DriverError(sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY)) => {
+                let capacity = self.device_memory().map(|(_, total)| total).unwrap_or(0);
+                return Err(StorageError::OutOfMemory {
+                    requested: size,
+                    held: self.bytes,
+                    capacity,
+                });
+            }
+            Err(err) => return Err(driver(err)),
+        };
+        let id = StorageId(self.next_id);
+        self.next_id += 1;
+        self.bytes += size;
+        self.pages.insert(
+            id,
+            CudaPage {
+                ptr,
+                size,
+                uses: Vec::new(),
+            },
+        );
+        Ok(StorageHandle::whole(id, size))
+    }
+
+    fn deallocate(&mut self, id: StorageId) {
+        if self.pages.contains_key(&id) && !self.pending.contains(&id) {
+            self.pending.push(id);
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.pending.is_empty() || self.bind().is_err() {
+            return;
+        }
+        // Work queued on the stream may still touch the pages.
+        let _ = self.stream.synchronize();
+        for id in std::mem::take(&mut self.pending) {
+            if let Some(page) = self.pages.remove(&id) {
+                self.free_page(page);
+            }
+        }
+    }
+
+    fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError> {
+        let page = self.page(handle.id)?;
+        check_range(handle, page.size, 0)?;
+        Ok(Resource {
+            addr: page.ptr + handle.offset,
+            len: handle.size,
+        })
+    }
+
+    fn write(&mut self, handle: &StorageHandle, data: &[u8]) -> Result<(), StorageError> {
+        let page = self.page(handle.id)?;
+        check_range(handle, page.size, data.len() as u64)?;
+        let dst = page.ptr + handle.offset;
+        self.bind()?;
+        // SAFETY: the range was checked against the page; the copy is
+        // waited for before `data` can go away.
+        unsafe { result::memcpy_htod_async(dst, data, self.stream.cu_stream()) }.map_err(driver)?;
+        self.stream.synchronize().map_err(driver)
+    }
+
+    fn read(&mut self, handle: &StorageHandle, out: &mut [u8]) -> Result<(), StorageError> {
+        let page = self.page(handle.id)?;
+        check_range(handle, page.size, out.len() as u64)?;
+        let src = page.ptr + handle.offset;
+        self.bind()?;
+        // SAFETY: the range was checked; `out` is written by the copy, which
+        // is waited for before it is returned.
+        unsafe { result::memcpy_dtoh_async(out, src, self.stream.cu_stream()) }.map_err(driver)?;
+        self.stream.synchronize().map_err(driver)
+    }
+
+    fn copy(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
+        if from.size != to.size {
+            return Err(StorageError::LengthMismatch {
+                from: from.size,
+                to: to.size,
+            });
+        }
+        let source = self.page(from.id)?;
+        check_range(from, source.size, 0)?;
+        let src = source.ptr + from.offset;
+        let target = self.page(to.id)?;
+        check_range(to, target.size, 0)?;
+        let dst = target.ptr + to.offset;
+        self.bind()?;
+        // SAFETY: both ranges were checked against live pages; the copy is
+        // ordered on this stream before any later use or free of either.
+        unsafe { result::memcpy_dtod_async(dst, src, from.size as usize, self.stream.cu_stream()) }
+            .map_err(driver)
+    }
+
+    fn bytes_allocated(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl Drop for CudaStorage {
+    fn drop(&mut self) {
+        if self.bind().is_err() {
+            return;
+        }
+        let _ = self.stream.synchronize();
+        for (_, page) in std::mem::take(&mut self.pages) {
+            self.free_page(page);
+        }
+    }
+}
+
+// SAFETY: the raw device pointers and events are plain handles owned by this
+// storage; every driver call binds the context to the calling thread first,
+// so the storage may move to its stream actor's thread.
+unsafe impl Send for CudaStorage {}
