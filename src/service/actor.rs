@@ -6,15 +6,19 @@
 //! `run` is the loop around it: a short spin, then a blocking receive with a
 //! timeout whose expiry is the idle tick.
 
+use super::device::{DeviceShared, Notice};
 use super::error::ServiceError;
-use super::message::{Request, ShutdownReport};
+use super::events::SupervisorEvent;
+use super::message::{Control, Request, ShutdownReport};
 use super::shared::StreamShared;
+use super::short::{Pending, PendingReply};
 use crate::memory::{MemoryManager, RelocationNeed, RelocationReason};
 use crate::storage::DeviceStorage;
 use crate::sync::Arc;
 use crate::sync::atomic::Ordering;
 use crate::sync::channel::{Receiver, RecvError};
-use std::time::Duration;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
 /// Whether the loop goes on after a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,7 +49,20 @@ pub(crate) struct StreamActor {
     pub(crate) shared: Arc<StreamShared>,
     /// Timing.
     timing: ActorTiming,
+    /// What the device's streams share (budget, registry, coordinator).
+    pub(crate) device: Arc<DeviceShared>,
+    /// Control traffic from the coordinator.
+    control: Receiver<Control>,
+    /// Reservations waiting for memory, oldest first.
+    pub(crate) parked: VecDeque<Pending>,
+    /// A `Short` notice is out and its `Retry` has not come.
+    pub(crate) short_pending: bool,
+    /// When the last `Short` notice went out.
+    pub(crate) last_ask: Option<Instant>,
 }
+
+/// How often an actor with parked requests retries them.
+const PARK_POLL: Duration = Duration::from_millis(2);
 
 impl std::fmt::Debug for StreamActor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -60,80 +77,102 @@ impl StreamActor {
         memory: MemoryManager<Box<dyn DeviceStorage>>,
         shared: Arc<StreamShared>,
         timing: ActorTiming,
+        device: Arc<DeviceShared>,
+        control: Receiver<Control>,
     ) -> Self {
         Self {
             memory,
             shared,
             timing,
+            device,
+            control,
+            parked: VecDeque::new(),
+            short_pending: false,
+            last_ask: None,
+        }
+    }
+
+    /// Serve whatever control traffic is waiting.
+    pub(crate) fn drain_control(&mut self) {
+        while let Ok(control) = self.control.try_recv() {
+            self.handle_control(control);
         }
     }
 
     /// Serve one request.
     pub(crate) fn handle(&mut self, request: Request, inbox: &Receiver<Request>) -> Flow {
         self.shared.requests.fetch_add(1, Ordering::Relaxed);
-        let memory = &mut self.memory;
         match request {
             Request::Reserve {
                 size,
                 update,
                 mode,
+                wait,
                 reply,
-            } => {
-                let result = memory.reserve_in(size, update, mode);
-                if result.is_ok() {
-                    self.shared.reservations.fetch_add(1, Ordering::Relaxed);
-                }
-                reply.send(result.map_err(Into::into));
-            }
+            } => self.serve_reserve(Pending {
+                sizes: vec![size],
+                update,
+                mode,
+                reply: PendingReply::One(reply),
+                deadline: wait.map(|wait| Instant::now() + wait),
+                parked_at: None,
+            }),
             Request::ReserveMany {
                 sizes,
                 update,
                 mode,
                 reply,
-            } => {
-                // All or nothing: on a failure the ones reserved drop here.
-                let result: Result<Vec<_>, _> = sizes
-                    .iter()
-                    .map(|&size| memory.reserve_in(size, update, mode))
-                    .collect();
-                if let Ok(batch) = &result {
-                    self.shared
-                        .reservations
-                        .fetch_add(batch.len() as u64, Ordering::Relaxed);
-                }
-                reply.send(result.map_err(Into::into));
-            }
-            Request::Unbound { reply } => reply.send(Ok(memory.unbound())),
+            } => self.serve_reserve(Pending {
+                sizes,
+                update,
+                mode,
+                reply: PendingReply::Many(reply),
+                deadline: None,
+                parked_at: None,
+            }),
+            Request::Unbound { reply } => reply.send(Ok(self.memory.unbound())),
             Request::Bind {
                 reserved,
                 assigned,
                 cursor,
                 reply,
-            } => reply.send(memory.bind(reserved, &assigned, cursor).map_err(Into::into)),
+            } => reply.send(
+                self.memory
+                    .bind(reserved, &assigned, cursor)
+                    .map_err(Into::into),
+            ),
             Request::Resolve { allocation, reply } => {
-                reply.send(memory.pin(&allocation).map_err(Into::into))
+                reply.send(self.memory.pin(&allocation).map_err(Into::into))
             }
             Request::Read {
                 allocation,
                 offset,
                 len,
                 reply,
-            } => reply.send(memory.read(&allocation, offset, len).map_err(Into::into)),
+            } => reply.send(
+                self.memory
+                    .read(&allocation, offset, len)
+                    .map_err(Into::into),
+            ),
             Request::Write {
                 allocation,
                 offset,
                 data,
                 reply,
-            } => reply.send(memory.write(&allocation, offset, &data).map_err(Into::into)),
+            } => reply.send(
+                self.memory
+                    .write(&allocation, offset, &data)
+                    .map_err(Into::into),
+            ),
             Request::Copy { from, to, reply } => {
-                reply.send(memory.copy(&from, &to).map_err(Into::into))
+                reply.send(self.memory.copy(&from, &to).map_err(Into::into))
             }
             Request::Cleanup { cleanup, reply } => {
-                memory.cleanup(cleanup);
+                self.memory.cleanup(cleanup);
                 reply.send(Ok(()));
             }
             Request::Relocate { reason, reply } => {
-                let result = memory.relocate(reason);
+                let result = self.memory.relocate(reason);
                 if let Ok(report) = &result {
                     self.shared
                         .relocated
@@ -142,20 +181,20 @@ impl StreamActor {
                 reply.send(result.map_err(Into::into));
             }
             Request::Guard { allocation, reply } => {
-                reply.send(memory.guard(&allocation).map_err(Into::into))
+                reply.send(self.memory.guard(&allocation).map_err(Into::into))
             }
             Request::RecordFailure {
                 message,
                 causes,
                 reply,
-            } => reply.send(Ok(memory.record_failure(message, &causes))),
+            } => reply.send(Ok(self.memory.record_failure(message, &causes))),
             Request::Taint {
                 allocation,
                 range,
                 failure,
                 reply,
             } => reply.send(
-                memory
+                self.memory
                     .taint(&allocation, range, failure)
                     .map_err(Into::into),
             ),
@@ -163,21 +202,22 @@ impl StreamActor {
                 allocation,
                 range,
                 reply,
-            } => reply.send(memory.written(&allocation, range).map_err(Into::into)),
+            } => reply.send(self.memory.written(&allocation, range).map_err(Into::into)),
             Request::Failure {
                 allocation,
                 range,
                 reply,
-            } => reply.send(memory.failure(&allocation, range).map_err(Into::into)),
+            } => reply.send(self.memory.failure(&allocation, range).map_err(Into::into)),
             Request::Report { reply } => {
-                memory.process_releases();
-                reply.send(Ok(memory.memory_report()))
+                self.memory.process_releases();
+                reply.send(Ok(self.memory.memory_report()))
             }
             Request::Shutdown { reply } => {
                 let report = self.shutdown(inbox);
                 reply.send(Ok(report));
                 return Flow::Stop;
             }
+            Request::Wake => {}
         }
         self.publish();
         Flow::Continue
@@ -205,6 +245,10 @@ impl StreamActor {
         self.shared.set_stopping();
         let stream = self.shared.stream;
         let mut rejected = 0;
+        for pending in std::mem::take(&mut self.parked) {
+            rejected += 1;
+            pending.answer(Err(ServiceError::StreamStopped(stream)));
+        }
         while let Ok(request) = inbox.try_recv() {
             rejected += 1;
             request.reject(ServiceError::StreamStopped(stream));
@@ -238,7 +282,7 @@ impl StreamActor {
     }
 
     /// Publish the counters handles read without a round trip.
-    fn publish(&self) {
+    pub(crate) fn publish(&self) {
         let reserved = self.memory.bytes_reserved();
         self.shared
             .bytes_in_use
@@ -276,6 +320,13 @@ impl StreamActor {
                 shared.set_failed(message);
             }
         }
+        let event = match shared.state() {
+            super::shared::StreamState::Failed(message) => SupervisorEvent::StreamFailed {
+                stream: shared.stream,
+                message,
+            },
+            _ => SupervisorEvent::StreamStopped(shared.stream),
+        };
         // Refuse what is queued, then close: a request that slips in
         // between is seen by its caller through the exit flag.
         let refusal = match shared.state() {
@@ -285,18 +336,24 @@ impl StreamActor {
             },
             _ => ServiceError::StreamStopped(shared.stream),
         };
+        for pending in std::mem::take(&mut self.parked) {
+            pending.answer(Err(refusal.clone()));
+        }
         while let Ok(request) = inbox.try_recv() {
             request.reject(refusal.clone());
         }
         drop(inbox);
         shared.set_exited();
+        self.device.notify(Notice::Event(event));
     }
 
     fn serve(&mut self, inbox: &Receiver<Request>) {
         while let Some(request) = self.next(inbox) {
+            self.drain_control();
             if self.handle(request, inbox) == Flow::Stop {
                 return;
             }
+            self.drain_control();
         }
     }
 
@@ -310,13 +367,19 @@ impl StreamActor {
             }
         }
         loop {
-            let received = match self.timing.idle_tick {
-                Some(tick) => inbox.recv_timeout(tick),
-                None => inbox.recv(),
+            self.drain_control();
+            let received = if self.has_parked() {
+                inbox.recv_timeout(PARK_POLL)
+            } else {
+                match self.timing.idle_tick {
+                    Some(tick) => inbox.recv_timeout(tick),
+                    None => inbox.recv(),
+                }
             };
             match received {
                 Ok(request) => return Some(request),
                 Err(RecvError::Disconnected) => return None,
+                Err(RecvError::Empty) if self.has_parked() => self.retry_parked(false),
                 Err(RecvError::Empty) => self.idle_tick(),
             }
         }

@@ -13,6 +13,10 @@ pub enum ServiceError {
     /// A relocation stopped at a failure; what it moved stays moved.
     #[error(transparent)]
     Relocation(#[from] RelocationError),
+    /// No memory for the request, even after cross-stream cleanup (or its
+    /// wait ran out): what was asked, and who holds what.
+    #[error("{0}")]
+    OutOfMemory(Box<OutOfMemoryReport>),
     /// The stream was shut down (or removed); its handles answer this.
     #[error("{0} is stopped")]
     StreamStopped(StreamId),
@@ -43,4 +47,60 @@ pub enum ServiceError {
         /// The stream it was used with.
         used_on: StreamId,
     },
+}
+
+/// One stream's share of the device when a request ran out of memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamUsage {
+    /// The stream.
+    pub stream: StreamId,
+    /// Bytes of pages it held.
+    pub reserved: u64,
+    /// Bytes its live allocations asked for.
+    pub in_use: u64,
+}
+
+/// Why a reservation found no memory, after the stream's own cleanup and
+/// compaction and the other streams' giving back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutOfMemoryReport {
+    /// The stream that asked.
+    pub stream: StreamId,
+    /// Bytes it asked for.
+    pub requested: u64,
+    /// The device budget, if one is set.
+    pub budget: Option<u64>,
+    /// Bytes of pages all streams held.
+    pub reserved: u64,
+    /// Bytes all streams' live allocations asked for.
+    pub in_use: u64,
+    /// Each stream's share.
+    pub per_stream: Vec<StreamUsage>,
+}
+
+impl std::fmt::Display for OutOfMemoryReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::memory::Bytes;
+        write!(
+            f,
+            "out of memory on {}: requested {}; device holds {} reserved, {} in use",
+            self.stream,
+            Bytes(self.requested),
+            Bytes(self.reserved),
+            Bytes(self.in_use)
+        )?;
+        if let Some(budget) = self.budget {
+            write!(f, " of a {} budget", Bytes(budget))?;
+        }
+        for usage in &self.per_stream {
+            write!(
+                f,
+                "; {}: {} reserved, {} in use",
+                usage.stream,
+                Bytes(usage.reserved),
+                Bytes(usage.in_use)
+            )?;
+        }
+        Ok(())
+    }
 }

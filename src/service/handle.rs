@@ -22,9 +22,10 @@ use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::channel::{self, RecvError, Sender};
 use crate::sync::{Arc, Mutex};
 use std::ops::Range;
+use std::time::Duration;
 
 /// How often a caller waiting for an answer looks whether the actor left.
-const EXIT_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+const EXIT_POLL: Duration = Duration::from_millis(10);
 
 /// What every clone of a handle shares.
 #[derive(Debug)]
@@ -188,8 +189,34 @@ impl StreamHandle {
             size,
             update,
             mode,
+            wait: None,
             reply,
         })
+    }
+
+    /// Reserve `size` bytes, waiting up to `wait` for memory when the device
+    /// is short (other streams' releases and cleanups are retried until
+    /// then); `ServiceError::OutOfMemory` after that.
+    pub fn reserve_timeout(&self, size: u64, wait: Duration) -> Result<Allocation, ServiceError> {
+        let mode = self.mode();
+        self.call(|reply| Request::Reserve {
+            size,
+            update: PageUpdate::Allow,
+            mode,
+            wait: Some(wait),
+            reply,
+        })
+    }
+
+    /// Whether the stream is serving requests.
+    pub(crate) fn is_running(&self) -> bool {
+        self.connection.shared.is_running()
+    }
+
+    /// Nudge the actor to look at its control channel (never blocks; if the
+    /// inbox is full the actor is busy and will look soon anyway).
+    pub(crate) fn wake(&self) {
+        let _ = self.connection.inbox.try_send(Request::Wake);
     }
 
     /// Reserve a batch in one round trip: all of them, or none and the error.
@@ -454,6 +481,25 @@ mod nonblocking {
                 size,
                 update: PageUpdate::Allow,
                 mode,
+                wait: None,
+                reply,
+            })
+            .await
+        }
+
+        /// [`reserve_timeout`](Self::reserve_timeout), awaited. Cancel-safe:
+        /// an allocation served after the future was dropped is released.
+        pub async fn reserve_timeout_async(
+            &self,
+            size: u64,
+            wait: Duration,
+        ) -> Result<Allocation, ServiceError> {
+            let mode = self.mode();
+            self.call_async(|reply| Request::Reserve {
+                size,
+                update: PageUpdate::Allow,
+                mode,
+                wait: Some(wait),
                 reply,
             })
             .await

@@ -33,6 +33,13 @@ pub fn stream_on(
     let memory = MemoryManager::for_stream(storage, config, stream);
     let shared = Arc::new(StreamShared::new(stream));
     let (tx, rx) = channel::bounded(inbox_capacity);
+    let (_control_tx, control_rx) = channel::unbounded();
+    let device = Arc::new(super::device::DeviceShared {
+        budget: None,
+        streams: crate::sync::Mutex::new(vec![shared.clone()]),
+        notices: None,
+        recovery: false,
+    });
     let connection = Arc::new(Connection {
         inbox: tx,
         shared: shared.clone(),
@@ -47,7 +54,7 @@ pub fn stream_on(
     (
         StreamHandle::new(connection),
         ActorUnderTest {
-            actor: StreamActor::new(memory, shared, timing),
+            actor: StreamActor::new(memory, shared, timing, device, control_rx),
             inbox: rx,
         },
     )

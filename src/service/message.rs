@@ -9,6 +9,7 @@ use crate::memory::{
 };
 use crate::sync::channel;
 use std::ops::Range;
+use std::time::Duration;
 
 /// Where an answer goes: a blocking caller's channel, or an async caller's.
 /// Sending never blocks (capacity 1, one answer), and an answer to a caller
@@ -60,6 +61,8 @@ pub(crate) enum Request {
         size: u64,
         update: PageUpdate,
         mode: AllocationMode,
+        /// How long the caller will wait for memory when the device is short.
+        wait: Option<Duration>,
         reply: Answer<Allocation>,
     },
     ReserveMany {
@@ -137,6 +140,24 @@ pub(crate) enum Request {
     Shutdown {
         reply: Answer<ShutdownReport>,
     },
+    /// Wakes an idle actor to look at its control channel; carries nothing.
+    Wake,
+}
+
+/// Control traffic from the supervisor's coordinator to a stream actor, on
+/// an unbounded channel (a send never blocks), each followed by a `Wake`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Control {
+    /// Another stream is short: return every page nothing holds, compact,
+    /// and say how much went back.
+    GiveBack {
+        /// The recovery episode this answers.
+        episode: u64,
+    },
+    /// The recovery round for this stream is over: retry what is parked.
+    Retry,
+    /// Reserved / in use passed the threshold: compact.
+    Compact,
 }
 
 impl Request {
@@ -159,6 +180,7 @@ impl Request {
             Request::Failure { reply, .. } => reply.send(Err(error)),
             Request::Report { reply } => reply.send(Err(error)),
             Request::Shutdown { reply } => reply.send(Err(error)),
+            Request::Wake => {}
         }
     }
 }

@@ -22,13 +22,18 @@
 //! `docs/service.md` and model-checked in `loom-tests/`.
 
 mod actor;
+mod coordinator;
+mod device;
 mod error;
+mod events;
 mod handle;
 mod message;
 mod shared;
+mod short;
 mod supervisor;
 
-pub use error::ServiceError;
+pub use error::{OutOfMemoryReport, ServiceError, StreamUsage};
+pub use events::{Events, SupervisorEvent};
 pub use handle::{ModeWindow, StreamHandle};
 pub use message::ShutdownReport;
 pub use shared::{StreamState, StreamStats};

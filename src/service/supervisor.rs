@@ -2,12 +2,17 @@
 //! lifecycles — and spawns one `StreamActor` per stream.
 
 use super::actor::{ActorTiming, StreamActor};
+use super::coordinator::{Coordinator, Links, StreamLink, Subscribers};
+use super::device::{DeviceShared, Notice};
 use super::error::ServiceError;
+use super::events::{Events, SupervisorEvent};
 use super::handle::{Connection, StreamHandle};
 use super::message::ShutdownReport;
 use super::shared::{StreamShared, StreamStats};
 use crate::memory::{MemoryConfig, MemoryManager, StreamId};
-use crate::storage::{DeviceStorage, HostStorage, StorageError, VirtualStorage};
+use crate::storage::{
+    BudgetedStorage, DeviceBudget, DeviceStorage, HostStorage, StorageError, VirtualStorage,
+};
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::channel;
 use crate::sync::thread::{self, JoinHandle};
@@ -33,6 +38,20 @@ pub struct ServiceConfig {
     pub pin_wait: Duration,
     /// Receive attempts before a thread parks (actor and callers).
     pub spin: u32,
+    /// Bytes all streams together may hold (`None`: what the storages give).
+    /// For a fraction of a GPU, see [`DeviceBudget::fraction_of`].
+    pub budget: Option<u64>,
+    /// The supervisor asks a stream to compact when its reserved bytes pass
+    /// this many times its bytes in use (and at least 4 MiB would come back).
+    pub compaction_threshold: Option<f64>,
+    /// How often the supervisor looks at its streams.
+    pub supervise_tick: Duration,
+    /// A recovery round for a short stream ends after this long even if not
+    /// every other stream answered.
+    pub recovery_timeout: Duration,
+    /// Whether a short stream may get memory from the others' cached pages
+    /// (`false` shows what the device needs without that).
+    pub cross_stream_cleanup: bool,
 }
 
 impl Default for ServiceConfig {
@@ -43,6 +62,11 @@ impl Default for ServiceConfig {
             idle_tick: Some(Duration::from_millis(100)),
             pin_wait: Duration::from_millis(200),
             spin: 200,
+            budget: None,
+            compaction_threshold: Some(2.0),
+            supervise_tick: Duration::from_millis(50),
+            recovery_timeout: Duration::from_secs(1),
+            cross_stream_cleanup: true,
         }
     }
 }
@@ -65,6 +89,14 @@ pub struct Supervisor {
     streams: Mutex<HashMap<StreamId, StreamEntry>>,
     /// Set once shut down.
     stopped: AtomicBool,
+    /// What the streams share: budget, registry, the coordinator's channel.
+    device: Arc<DeviceShared>,
+    /// How the coordinator reaches each stream.
+    links: Links,
+    /// Event subscribers.
+    subscribers: Subscribers,
+    /// The coordinator's thread.
+    coordinator: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Supervisor {
@@ -79,12 +111,50 @@ impl std::fmt::Debug for Supervisor {
 impl Supervisor {
     /// A supervisor whose streams get their storage from `factory`.
     pub fn new(config: ServiceConfig, factory: StorageFactory) -> Self {
+        let (notices_tx, notices_rx) = channel::unbounded();
+        let links: Links = Arc::new(Mutex::new(HashMap::new()));
+        let subscribers: Subscribers = Arc::new(Mutex::new(Vec::new()));
+        let coordinator = Coordinator::new(
+            links.clone(),
+            subscribers.clone(),
+            config.compaction_threshold,
+            config.recovery_timeout,
+        );
+        let tick = config.supervise_tick;
+        let thread = thread::spawn("streamalloc-supervisor".into(), move || {
+            coordinator.run(notices_rx, tick)
+        })
+        .ok();
+        let device = Arc::new(DeviceShared {
+            budget: config
+                .budget
+                .map(|limit| Arc::new(DeviceBudget::new(limit))),
+            streams: Mutex::new(Vec::new()),
+            notices: thread.is_some().then_some(notices_tx),
+            recovery: config.cross_stream_cleanup,
+        });
         Self {
             config,
             factory,
             streams: Mutex::new(HashMap::new()),
             stopped: AtomicBool::new(false),
+            device,
+            links,
+            subscribers,
+            coordinator: Mutex::new(thread),
         }
+    }
+
+    /// The device budget, if one is set.
+    pub fn budget(&self) -> Option<&Arc<DeviceBudget>> {
+        self.device.budget.as_ref()
+    }
+
+    /// Subscribe to the supervisor's events (from now on).
+    pub fn events(&self) -> Events {
+        let (tx, events) = Events::channel();
+        self.subscribers.lock().push(tx);
+        events
     }
 
     /// Streams on host memory.
@@ -117,14 +187,19 @@ impl Supervisor {
         let entry = self.spawn(id)?;
         let handle = entry.handle.clone();
         streams.insert(id, entry);
+        self.device
+            .notify(Notice::Event(SupervisorEvent::StreamStarted(id)));
         Ok(handle)
     }
 
     fn spawn(&self, id: StreamId) -> Result<StreamEntry, ServiceError> {
-        let storage = (self.factory)(id).map_err(|err| ServiceError::StorageUnavailable {
+        let mut storage = (self.factory)(id).map_err(|err| ServiceError::StorageUnavailable {
             stream: id,
             message: err.to_string(),
         })?;
+        if let Some(budget) = &self.device.budget {
+            storage = Box::new(BudgetedStorage::new(storage, budget.clone()));
+        }
         let memory = MemoryManager::for_stream(storage, self.config.memory.clone(), id);
         let shared = Arc::new(StreamShared::new(id));
         let (inbox_tx, inbox_rx) = channel::bounded(self.config.inbox_capacity.max(1));
@@ -139,16 +214,36 @@ impl Supervisor {
             idle_tick: self.config.idle_tick,
             pin_wait: self.config.pin_wait,
         };
-        let actor = StreamActor::new(memory, shared, timing);
+        let (control_tx, control_rx) = channel::unbounded();
+        self.forget(id);
+        self.device.streams.lock().push(shared.clone());
+        let actor = StreamActor::new(memory, shared, timing, self.device.clone(), control_rx);
         let thread = thread::spawn(format!("streamalloc-{}", id.0), move || actor.run(inbox_rx))
             .map_err(|err| ServiceError::StorageUnavailable {
                 stream: id,
                 message: format!("cannot spawn the stream's thread: {err}"),
             })?;
+        let handle = StreamHandle::new(connection);
+        self.links.lock().insert(
+            id,
+            StreamLink {
+                control: control_tx,
+                handle: handle.clone(),
+            },
+        );
         Ok(StreamEntry {
-            handle: StreamHandle::new(connection),
+            handle,
             thread: Some(thread),
         })
+    }
+
+    /// Drop stream `id` from the coordinator's links and the breakdown.
+    fn forget(&self, id: StreamId) {
+        self.links.lock().remove(&id);
+        self.device
+            .streams
+            .lock()
+            .retain(|shared| shared.stream != id);
     }
 
     /// Shut stream `id` down and forget it.
@@ -157,6 +252,7 @@ impl Supervisor {
         let Some(mut entry) = entry else {
             return Err(ServiceError::StreamStopped(id));
         };
+        self.forget(id);
         let report = entry.handle.shutdown();
         if let Some(thread) = entry.thread.take() {
             let _ = thread.join();
@@ -183,11 +279,16 @@ impl Supervisor {
         self.stopped.store(true, Ordering::Release);
         let entries: Vec<_> = self.streams.lock().drain().collect();
         let mut reports = Vec::new();
-        for (_, mut entry) in entries {
+        for (id, mut entry) in entries {
+            self.forget(id);
             reports.push(entry.handle.shutdown());
             if let Some(thread) = entry.thread.take() {
                 let _ = thread.join();
             }
+        }
+        if let Some(thread) = self.coordinator.lock().take() {
+            self.device.notify(Notice::Stop);
+            let _ = thread.join();
         }
         reports
     }

@@ -6,12 +6,14 @@
 //! `flush` returns the queued pages to the driver, because on a device a free
 //! synchronises and must wait until the stream's work on the page is done.
 
+mod budget;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod host;
 mod limited;
 mod virtual_storage;
 
+pub use budget::{BudgetedStorage, DeviceBudget};
 #[cfg(feature = "cuda")]
 pub use cuda::{CudaStorage, cuda_available};
 pub use host::HostStorage;

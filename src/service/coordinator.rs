@@ -1,0 +1,242 @@
+//! The supervisor's coordinator: one thread per device that runs the
+//! protocols crossing streams. It is event-driven (each notice is one
+//! step), never blocks on an actor, and talks to actors only on unbounded
+//! control channels plus a non-blocking wake.
+//!
+//! - Running short: a `Short` notice queues a recovery *episode*; one runs
+//!   at a time. The coordinator sends `GiveBack` to every other running
+//!   stream, counts their `GaveBack` answers (or gives up after a timeout),
+//!   then sends `Retry` to the short stream.
+//! - Compaction: on each tick, a stream whose reserved / in-use passed the
+//!   threshold is sent `Compact` (at most once a second per stream).
+//! - Events: passed on to every subscriber.
+
+use super::device::Notice;
+use super::events::SupervisorEvent;
+use super::handle::StreamHandle;
+use super::message::Control;
+use crate::memory::StreamId;
+use crate::sync::channel::{Receiver, RecvError, Sender};
+use crate::sync::{Arc, Mutex};
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+/// Compaction is not scheduled for less than this to win back.
+const MIN_COMPACTION_GAIN: u64 = 4 << 20;
+/// Nor more often than this per stream.
+const COMPACTION_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How the coordinator reaches one stream.
+#[derive(Debug)]
+pub(crate) struct StreamLink {
+    /// Control channel (unbounded).
+    pub(crate) control: Sender<Control>,
+    /// A handle: its inbox for the wake, its stats.
+    pub(crate) handle: StreamHandle,
+}
+
+impl StreamLink {
+    fn send(&self, control: Control) {
+        if self.control.send(control).is_ok() {
+            self.handle.wake();
+        }
+    }
+}
+
+/// The streams the coordinator can reach, by id.
+pub(crate) type Links = Arc<Mutex<HashMap<StreamId, StreamLink>>>;
+/// Where events go.
+pub(crate) type Subscribers = Arc<Mutex<Vec<Sender<SupervisorEvent>>>>;
+
+/// One recovery round for a short stream.
+#[derive(Debug)]
+struct Episode {
+    /// Its number (answers name it).
+    id: u64,
+    /// The short stream.
+    stream: StreamId,
+    /// Streams that have not answered yet.
+    waiting: Vec<StreamId>,
+    /// Bytes the others returned so far.
+    freed: u64,
+    /// When it began.
+    started: Instant,
+}
+
+/// The coordinator's state.
+#[derive(Debug)]
+pub(crate) struct Coordinator {
+    links: Links,
+    subscribers: Subscribers,
+    /// Short streams waiting for an episode (stream, bytes asked).
+    queue: VecDeque<(StreamId, u64)>,
+    /// The episode under way.
+    active: Option<Episode>,
+    next_episode: u64,
+    /// Reserved / in-use past which a stream is asked to compact.
+    compaction_threshold: Option<f64>,
+    /// An episode whose answers do not all come in this long ends anyway.
+    episode_timeout: Duration,
+    /// When each stream was last asked to compact.
+    last_compaction: HashMap<StreamId, Instant>,
+}
+
+impl Coordinator {
+    pub(crate) fn new(
+        links: Links,
+        subscribers: Subscribers,
+        compaction_threshold: Option<f64>,
+        episode_timeout: Duration,
+    ) -> Self {
+        Self {
+            links,
+            subscribers,
+            queue: VecDeque::new(),
+            active: None,
+            next_episode: 1,
+            compaction_threshold,
+            episode_timeout,
+            last_compaction: HashMap::new(),
+        }
+    }
+
+    /// One notice; `false` once told to stop.
+    pub(crate) fn handle(&mut self, notice: Notice) -> bool {
+        match notice {
+            Notice::Short { stream, requested } => {
+                self.emit(SupervisorEvent::RanShort { stream, requested });
+                let known = self.active.as_ref().is_some_and(|e| e.stream == stream)
+                    || self.queue.iter().any(|(s, _)| *s == stream);
+                if !known {
+                    self.queue.push_back((stream, requested));
+                }
+                self.start_next();
+            }
+            Notice::GaveBack {
+                stream,
+                episode,
+                freed,
+            } => {
+                if let Some(active) = self.active.as_mut().filter(|e| e.id == episode) {
+                    active.waiting.retain(|s| *s != stream);
+                    active.freed += freed;
+                    if active.waiting.is_empty() {
+                        self.finish();
+                    }
+                }
+            }
+            Notice::Event(event) => self.emit(event),
+            Notice::Stop => return false,
+        }
+        true
+    }
+
+    fn start_next(&mut self) {
+        while self.active.is_none() {
+            let Some((stream, _)) = self.queue.pop_front() else {
+                return;
+            };
+            let links = self.links.lock();
+            if !links.contains_key(&stream) {
+                continue;
+            }
+            let id = self.next_episode;
+            self.next_episode += 1;
+            let others: Vec<StreamId> = links
+                .iter()
+                .filter(|(other, link)| **other != stream && link.handle.is_running())
+                .map(|(other, _)| *other)
+                .collect();
+            for other in &others {
+                links[other].send(Control::GiveBack { episode: id });
+            }
+            drop(links);
+            self.active = Some(Episode {
+                id,
+                stream,
+                waiting: others,
+                freed: 0,
+                started: Instant::now(),
+            });
+            if self.active.as_ref().is_some_and(|e| e.waiting.is_empty()) {
+                self.finish();
+            }
+        }
+    }
+
+    /// End the active episode: tell the short stream to retry.
+    fn finish(&mut self) {
+        let Some(episode) = self.active.take() else {
+            return;
+        };
+        self.emit(SupervisorEvent::GaveBack {
+            stream: episode.stream,
+            freed: episode.freed,
+        });
+        if let Some(link) = self.links.lock().get(&episode.stream) {
+            link.send(Control::Retry);
+        }
+        self.start_next();
+    }
+
+    /// Periodic work: end an episode that waited too long, schedule
+    /// compactions.
+    pub(crate) fn tick(&mut self) {
+        if self
+            .active
+            .as_ref()
+            .is_some_and(|e| e.started.elapsed() > self.episode_timeout)
+        {
+            self.finish();
+        }
+        let Some(threshold) = self.compaction_threshold else {
+            return;
+        };
+        let mut scheduled = Vec::new();
+        for (stream, link) in self.links.lock().iter() {
+            let stats = link.handle.stats();
+            let gain = stats.bytes_reserved.saturating_sub(stats.bytes_in_use);
+            let recently = self
+                .last_compaction
+                .get(stream)
+                .is_some_and(|at| at.elapsed() < COMPACTION_INTERVAL);
+            if link.handle.is_running()
+                && !recently
+                && gain >= MIN_COMPACTION_GAIN
+                && stats.bytes_reserved as f64 > stats.bytes_in_use as f64 * threshold
+            {
+                link.send(Control::Compact);
+                scheduled.push(*stream);
+            }
+        }
+        for stream in scheduled {
+            self.last_compaction.insert(stream, Instant::now());
+            self.emit(SupervisorEvent::CompactionScheduled(stream));
+        }
+    }
+
+    fn emit(&self, event: SupervisorEvent) {
+        let mut subscribers = self.subscribers.lock();
+        subscribers.retain(|subscriber| subscriber.send(event.clone()).is_ok());
+    }
+
+    /// The coordinator's loop.
+    pub(crate) fn run(mut self, notices: Receiver<Notice>, tick: Duration) {
+        let mut last_tick = Instant::now();
+        loop {
+            match notices.recv_timeout(tick) {
+                Ok(notice) => {
+                    if !self.handle(notice) {
+                        return;
+                    }
+                }
+                Err(RecvError::Disconnected) => return,
+                Err(RecvError::Empty) => {}
+            }
+            if last_tick.elapsed() >= tick {
+                last_tick = Instant::now();
+                self.tick();
+            }
+        }
+    }
+}

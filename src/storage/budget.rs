@@ -1,0 +1,196 @@
+//! The device budget: one per device, shared by every stream's storage.
+//!
+//! A page is allocated only after the budget grants its bytes, and the bytes
+//! go back only once the storage has really freed the page (after its
+//! flush). So the bytes all storages of a device hold never exceed the
+//! budget, whatever the interleaving: a grant is one CAS that checks and
+//! adds together.
+
+use super::{DeviceStorage, Resource, StorageError, StorageHandle, StorageId};
+use crate::sync::Arc;
+use crate::sync::atomic::{AtomicU64, Ordering};
+
+/// Bytes a device may hold, and how many are granted now.
+#[derive(Debug)]
+pub struct DeviceBudget {
+    /// The most bytes that may be granted at once.
+    limit: u64,
+    /// Bytes granted now.
+    granted: AtomicU64,
+    /// The most bytes granted at once.
+    peak: AtomicU64,
+}
+
+impl DeviceBudget {
+    /// A budget of `limit` bytes.
+    pub fn new(limit: u64) -> Self {
+        Self {
+            limit,
+            granted: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
+        }
+    }
+
+    /// A budget of `fraction` (0..=1) of a device of `total` bytes (for
+    /// CUDA: `CudaStorage::device_memory().1`).
+    pub fn fraction_of(total: u64, fraction: f64) -> Self {
+        Self::new((total as f64 * fraction.clamp(0.0, 1.0)) as u64)
+    }
+
+    /// The limit.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Bytes granted now.
+    pub fn granted(&self) -> u64 {
+        self.granted.load(Ordering::SeqCst)
+    }
+
+    /// The most bytes granted at once.
+    pub fn peak(&self) -> u64 {
+        self.peak.load(Ordering::SeqCst)
+    }
+
+    /// Grant `bytes` if they fit under the limit.
+    pub fn try_grant(&self, bytes: u64) -> bool {
+        let mut granted = self.granted.load(Ordering::SeqCst);
+        loop {
+            let Some(after) = granted
+                .checked_add(bytes)
+                .filter(|after| *after <= self.limit)
+            else {
+                return false;
+            };
+            match self.granted.compare_exchange_weak(
+                granted,
+                after,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => {
+                    self.peak.fetch_max(after, Ordering::SeqCst);
+                    return true;
+                }
+                Err(now) => granted = now,
+            }
+        }
+    }
+
+    /// Give back `bytes` granted earlier.
+    pub fn give_back(&self, bytes: u64) {
+        let before = self.granted.fetch_sub(bytes, Ordering::SeqCst);
+        debug_assert!(before >= bytes, "gave back more than was granted");
+    }
+}
+
+/// A storage whose pages are granted by a shared [`DeviceBudget`] first.
+#[derive(Debug)]
+pub struct BudgetedStorage<S: DeviceStorage> {
+    /// The storage that holds the pages.
+    inner: S,
+    /// The device's budget.
+    budget: Arc<DeviceBudget>,
+}
+
+impl<S: DeviceStorage> BudgetedStorage<S> {
+    /// `inner`, drawing on `budget`.
+    pub fn new(inner: S, budget: Arc<DeviceBudget>) -> Self {
+        Self { inner, budget }
+    }
+
+    /// The budget it draws on.
+    pub fn budget(&self) -> &Arc<DeviceBudget> {
+        &self.budget
+    }
+}
+
+impl<S: DeviceStorage> DeviceStorage for BudgetedStorage<S> {
+    fn alignment(&self) -> u64 {
+        self.inner.alignment()
+    }
+
+    fn allocate(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
+        if !self.budget.try_grant(size) {
+            return Err(StorageError::OutOfMemory {
+                requested: size,
+                held: self.budget.granted(),
+                capacity: self.budget.limit(),
+            });
+        }
+        self.inner.allocate(size).inspect_err(|_| {
+            self.budget.give_back(size);
+        })
+    }
+
+    fn deallocate(&mut self, id: StorageId) {
+        self.inner.deallocate(id)
+    }
+
+    fn flush(&mut self) {
+        let before = self.inner.bytes_allocated();
+        self.inner.flush();
+        let freed = before.saturating_sub(self.inner.bytes_allocated());
+        self.budget.give_back(freed);
+    }
+
+    fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError> {
+        self.inner.resource(handle)
+    }
+
+    fn write(&mut self, handle: &StorageHandle, data: &[u8]) -> Result<(), StorageError> {
+        self.inner.write(handle, data)
+    }
+
+    fn read(&mut self, handle: &StorageHandle, out: &mut [u8]) -> Result<(), StorageError> {
+        self.inner.read(handle, out)
+    }
+
+    fn copy(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
+        self.inner.copy(from, to)
+    }
+
+    fn bytes_allocated(&self) -> u64 {
+        self.inner.bytes_allocated()
+    }
+}
+
+impl<S: DeviceStorage> Drop for BudgetedStorage<S> {
+    fn drop(&mut self) {
+        // The inner storage frees whatever it still holds as it drops (a
+        // failed stream's pages, say): those bytes go back to the budget.
+        self.budget.give_back(self.inner.bytes_allocated());
+    }
+}
+
+#[cfg(all(test, not(streamalloc_loom)))]
+mod tests {
+    use super::*;
+    use crate::storage::VirtualStorage;
+
+    #[test]
+    fn grants_never_pass_the_limit_and_come_back_after_flush() {
+        let budget = Arc::new(DeviceBudget::new(10_000));
+        let mut a = BudgetedStorage::new(VirtualStorage::new(), budget.clone());
+        let mut b = BudgetedStorage::new(VirtualStorage::new(), budget.clone());
+        let page = a.allocate(6000).unwrap();
+        assert!(matches!(
+            b.allocate(5000),
+            Err(StorageError::OutOfMemory { .. })
+        ));
+        a.deallocate(page.id);
+        assert_eq!(budget.granted(), 6000, "not back before the flush");
+        a.flush();
+        assert_eq!(budget.granted(), 0);
+        let kept = b.allocate(5000).unwrap();
+        drop(b);
+        assert_eq!(
+            budget.granted(),
+            0,
+            "a dropped storage gives its bytes back"
+        );
+        let _ = kept;
+        assert_eq!(budget.peak(), 6000);
+        assert_eq!(DeviceBudget::fraction_of(1000, 0.5).limit(), 500);
+    }
+}

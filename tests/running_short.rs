@@ -1,0 +1,255 @@
+//! The device budget and running short across streams: recovery through
+//! another stream's cached pages, failure with a breakdown, two streams
+//! short at once, waiting with a timeout, cancellation, scheduled
+//! compaction, and events.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use streamalloc::memory::StreamId;
+use streamalloc::service::{ServiceConfig, ServiceError, Supervisor, SupervisorEvent};
+
+const MIB: u64 = 1 << 20;
+
+/// A device of `budget` bytes with no idle tick, so cached pages stay cached
+/// unless someone asks for them.
+fn device(budget: u64) -> Supervisor {
+    Supervisor::virtual_device(ServiceConfig {
+        budget: Some(budget),
+        idle_tick: None,
+        compaction_threshold: None,
+        ..ServiceConfig::default()
+    })
+}
+
+fn wait_for(
+    events: &streamalloc::service::Events,
+    want: impl Fn(&SupervisorEvent) -> bool,
+) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if let Some(event) = events.next_timeout(Duration::from_millis(50)) {
+            if want(&event) {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+#[test]
+fn a_stream_recovers_through_another_streams_cached_pages() {
+    let device = device(64 * MIB);
+    let events = device.events();
+    let a = device.stream(StreamId(0)).unwrap();
+    let b = device.stream(StreamId(1)).unwrap();
+    drop(a.reserve_many(&[MIB; 48]).unwrap());
+    assert!(
+        a.stats().bytes_reserved >= 48 * MIB,
+        "a keeps its pages cached"
+    );
+    // b needs more than the budget has left: a's cache must go back.
+    let big = b.reserve(40 * MIB).unwrap();
+    assert_eq!(big.size(), 40 * MIB);
+    assert!(a.stats().bytes_reserved < 48 * MIB);
+    let budget = device.budget().unwrap();
+    assert!(budget.peak() <= budget.limit());
+    assert!(wait_for(&events, |e| matches!(
+        e,
+        SupervisorEvent::RanShort {
+            stream: StreamId(1),
+            ..
+        }
+    )));
+    assert!(wait_for(&events, |e| matches!(
+        e,
+        SupervisorEvent::Recovered {
+            stream: StreamId(1),
+            ..
+        }
+    )));
+}
+
+#[test]
+fn a_request_that_cannot_fit_fails_with_the_breakdown() {
+    let device = device(64 * MIB);
+    let a = device.stream(StreamId(0)).unwrap();
+    let b = device.stream(StreamId(1)).unwrap();
+    let held = a.reserve_many(&[MIB; 40]).unwrap();
+    let err = b.reserve(32 * MIB).unwrap_err();
+    let ServiceError::OutOfMemory(report) = err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(report.stream, StreamId(1));
+    assert_eq!(report.requested, 32 * MIB);
+    assert_eq!(report.budget, Some(64 * MIB));
+    assert_eq!(report.per_stream.len(), 2);
+    let a_usage = report
+        .per_stream
+        .iter()
+        .find(|u| u.stream == StreamId(0))
+        .unwrap();
+    assert_eq!(a_usage.in_use, 40 * MIB);
+    assert!(
+        report.to_string().contains("out of memory on stream 1"),
+        "{report}"
+    );
+    // The stream is still usable for what fits.
+    assert!(b.reserve(MIB).is_ok());
+    drop(held);
+}
+
+#[test]
+fn two_streams_short_at_once_never_deadlock() {
+    for _ in 0..5 {
+        let device = Arc::new(device(64 * MIB));
+        let a = device.stream(StreamId(0)).unwrap();
+        let b = device.stream(StreamId(1)).unwrap();
+        drop(a.reserve_many(&[MIB; 30]).unwrap());
+        drop(b.reserve_many(&[MIB; 30]).unwrap());
+        let threads: Vec<_> = [a, b]
+            .into_iter()
+            .map(|stream| std::thread::spawn(move || stream.reserve(40 * MIB).map(|x| x.size())))
+            .collect();
+        let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let served = results.iter().filter(|r| r.is_ok()).count();
+        assert!(served >= 1, "{results:?}");
+        for result in &results {
+            match result {
+                Ok(size) => assert_eq!(*size, 40 * MIB),
+                Err(ServiceError::OutOfMemory(_)) => {}
+                Err(other) => panic!("unexpected {other:?}"),
+            }
+        }
+        let budget = device.budget().unwrap();
+        assert!(budget.peak() <= budget.limit());
+    }
+}
+
+#[test]
+fn reserve_waits_for_memory_up_to_its_timeout() {
+    let device = device(64 * MIB);
+    let a = device.stream(StreamId(0)).unwrap();
+    let b = device.stream(StreamId(1)).unwrap();
+    let held = a.reserve_many(&[MIB; 50]).unwrap();
+    // Times out while a holds everything.
+    let start = Instant::now();
+    let err = b
+        .reserve_timeout(32 * MIB, Duration::from_millis(100))
+        .unwrap_err();
+    assert!(matches!(err, ServiceError::OutOfMemory(_)), "{err:?}");
+    assert!(start.elapsed() >= Duration::from_millis(100));
+    // Served once a lets go.
+    let waiter = std::thread::spawn(move || b.reserve_timeout(32 * MIB, Duration::from_secs(5)));
+    std::thread::sleep(Duration::from_millis(50));
+    drop(held);
+    a.cleanup(streamalloc::memory::Cleanup::Explicit).unwrap();
+    let served = waiter.join().unwrap().unwrap();
+    assert_eq!(served.size(), 32 * MIB);
+}
+
+#[test]
+fn a_cancelled_wait_releases_what_it_was_served() {
+    let device = device(64 * MIB);
+    let a = device.stream(StreamId(0)).unwrap();
+    let b = device.stream(StreamId(1)).unwrap();
+    let held = a.reserve_many(&[MIB; 50]).unwrap();
+    {
+        let future = std::pin::pin!(b.reserve_timeout_async(32 * MIB, Duration::from_secs(5)));
+        let waker = std::task::Waker::noop();
+        assert!(
+            future
+                .poll(&mut std::task::Context::from_waker(waker))
+                .is_pending()
+        );
+    } // dropped while parked
+    drop(held);
+    a.cleanup(streamalloc::memory::Cleanup::Explicit).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let stats = b.stats();
+        // Served to nobody, then released: b ends with nothing in use.
+        if stats.reservations == 1 && b.report().unwrap().usage().number_allocs == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{stats:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn bytes_held_never_exceed_the_budget_under_load() {
+    let device = Arc::new(device(96 * MIB));
+    let threads: Vec<_> = (0..4u32)
+        .map(|i| {
+            let stream = device.stream(StreamId(i % 3)).unwrap();
+            std::thread::spawn(move || {
+                let mut live = Vec::new();
+                for j in 0..200u64 {
+                    match stream.reserve(MIB / 2 + (j * 7919 + u64::from(i)) % (4 * MIB)) {
+                        Ok(a) => live.push(a),
+                        Err(ServiceError::OutOfMemory(_)) => live.clear(),
+                        Err(other) => panic!("{other:?}"),
+                    }
+                    if live.len() > 8 {
+                        live.remove(0);
+                    }
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    let budget = device.budget().unwrap();
+    assert!(
+        budget.peak() <= budget.limit(),
+        "{} > {}",
+        budget.peak(),
+        budget.limit()
+    );
+    for report in device.shutdown() {
+        assert_eq!(report.unwrap().bytes_left, 0);
+    }
+    assert_eq!(budget.granted(), 0, "every byte went back to the budget");
+}
+
+#[test]
+fn the_supervisor_schedules_compaction_past_the_threshold() {
+    let device = Supervisor::host(ServiceConfig {
+        idle_tick: None,
+        compaction_threshold: Some(1.5),
+        supervise_tick: Duration::from_millis(10),
+        ..ServiceConfig::default()
+    });
+    let events = device.events();
+    let stream = device.stream(StreamId(0)).unwrap();
+    let all = stream.reserve_many(&[300 * 1024; 96]).unwrap();
+    let kept: Vec<_> = all.into_iter().step_by(4).collect();
+    stream.report().unwrap(); // processes the releases
+    let before = stream.stats().bytes_reserved;
+    assert!(wait_for(&events, |e| *e
+        == SupervisorEvent::CompactionScheduled(StreamId(0))));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while stream.stats().bytes_reserved >= before && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        stream.stats().bytes_reserved < before,
+        "compaction gave nothing back"
+    );
+    assert!(stream.stats().relocated > 0);
+    drop(kept);
+}
+
+#[test]
+fn lifecycle_events_are_reported() {
+    let device = Supervisor::host(ServiceConfig::default());
+    let events = device.events();
+    let stream = device.stream(StreamId(4)).unwrap();
+    drop(stream);
+    device.remove_stream(StreamId(4)).unwrap();
+    assert!(wait_for(&events, |e| *e
+        == SupervisorEvent::StreamStarted(StreamId(4))));
+    assert!(wait_for(&events, |e| *e
+        == SupervisorEvent::StreamStopped(StreamId(4))));
+}
