@@ -3,16 +3,20 @@
 //! from a loom thread. Compiled only under `--cfg streamalloc_loom`.
 
 use super::actor::{ActorTiming, StreamActor};
+use super::coordinator::{Coordinator, Links, StreamLink, Subscribers};
+use super::device::{DeviceShared, Notice};
+use super::error::ServiceError;
 use super::handle::{Connection, StreamHandle};
-use super::message::Request;
+use super::message::{Reply, Request};
 use super::shared::StreamShared;
 use crate::memory::{
-    Cleanup, MemoryConfig, MemoryError, MemoryManager, RelocationError, RelocationReason,
-    RelocationReport, StreamId,
+    Allocation, AllocationMode, Cleanup, MemoryConfig, MemoryError, MemoryManager, PageUpdate,
+    RelocationError, RelocationReason, RelocationReport, StreamId,
 };
-use crate::storage::DeviceStorage;
-use crate::sync::Arc;
-use crate::sync::channel::{self, Receiver};
+use crate::storage::{BudgetedStorage, DeviceBudget, DeviceStorage, VirtualStorage};
+use crate::sync::channel::{self, Receiver, Sender};
+use crate::sync::{Arc, Mutex};
+use std::collections::HashMap;
 use std::time::Duration;
 
 /// A stream's actor with its inbox, outside any thread.
@@ -36,7 +40,7 @@ pub fn stream_on(
     let (_control_tx, control_rx) = channel::unbounded();
     let device = Arc::new(super::device::DeviceShared {
         budget: None,
-        streams: crate::sync::Mutex::new(vec![shared.clone()]),
+        streams: Mutex::new(vec![shared.clone()]),
         notices: None,
         recovery: false,
     });
@@ -109,4 +113,126 @@ impl ActorUnderTest {
     pub fn live_allocations(&self) -> u64 {
         self.actor.memory.memory_report().usage().number_allocs
     }
+}
+
+/// A device of several streams with the real coordinator, outside any thread.
+#[derive(Debug)]
+pub struct DeviceUnderTest {
+    /// Each stream's handle and actor.
+    pub streams: Vec<(StreamHandle, ActorUnderTest)>,
+    /// The coordinator, to run on its own thread.
+    pub coordinator: CoordinatorUnderTest,
+    /// Tells the coordinator to stop.
+    pub stop: StopSignal,
+    /// The device budget.
+    pub budget: Arc<DeviceBudget>,
+}
+
+/// The real coordinator with its notice channel.
+#[derive(Debug)]
+pub struct CoordinatorUnderTest {
+    coordinator: Coordinator,
+    notices: Receiver<Notice>,
+}
+
+impl CoordinatorUnderTest {
+    /// The coordinator's loop (its tick never fires: time is not modelled).
+    pub fn run(self) {
+        self.coordinator
+            .run(self.notices, Duration::from_secs(3600))
+    }
+}
+
+/// Stops a [`CoordinatorUnderTest`].
+#[derive(Debug)]
+pub struct StopSignal(Sender<Notice>);
+
+impl StopSignal {
+    /// Ask the coordinator to return.
+    pub fn stop(&self) {
+        let _ = self.0.send(Notice::Stop);
+    }
+}
+
+/// `streams` streams on virtual storages sharing a budget of `budget`
+/// bytes, with the real coordinator.
+pub fn device_on(streams: u32, config: MemoryConfig, budget: u64) -> DeviceUnderTest {
+    let budget = Arc::new(DeviceBudget::new(budget));
+    let (notices_tx, notices_rx) = channel::unbounded();
+    let links: Links = Arc::new(Mutex::new(HashMap::new()));
+    let device = Arc::new(DeviceShared {
+        budget: Some(budget.clone()),
+        streams: Mutex::new(Vec::new()),
+        notices: Some(notices_tx.clone()),
+        recovery: true,
+    });
+    let mut out = Vec::new();
+    for id in 0..streams {
+        let stream = StreamId(id);
+        let storage: Box<dyn DeviceStorage> = Box::new(BudgetedStorage::new(
+            Box::new(VirtualStorage::new()) as Box<dyn DeviceStorage>,
+            budget.clone(),
+        ));
+        let memory = MemoryManager::for_stream(storage, config.clone(), stream);
+        let shared = Arc::new(StreamShared::new(stream));
+        device.streams.lock().push(shared.clone());
+        let (tx, rx) = channel::bounded(4);
+        let (control_tx, control_rx) = channel::unbounded();
+        let handle = StreamHandle::new(Arc::new(Connection {
+            inbox: tx,
+            shared: shared.clone(),
+            owner: memory.owner_id(),
+            spin: 0,
+        }));
+        links.lock().insert(
+            stream,
+            StreamLink {
+                control: control_tx,
+                handle: handle.clone(),
+            },
+        );
+        let timing = ActorTiming {
+            spin: 0,
+            idle_tick: None,
+            pin_wait: Duration::ZERO,
+        };
+        let actor = StreamActor::new(memory, shared, timing, device.clone(), control_rx);
+        out.push((handle, ActorUnderTest { actor, inbox: rx }));
+    }
+    let subscribers: Subscribers = Arc::new(Mutex::new(Vec::new()));
+    DeviceUnderTest {
+        streams: out,
+        coordinator: CoordinatorUnderTest {
+            coordinator: Coordinator::new(links, subscribers, None, Duration::from_secs(3600)),
+            notices: notices_rx,
+        },
+        stop: StopSignal(notices_tx),
+        budget,
+    }
+}
+
+/// The answer to a request sent without waiting.
+#[derive(Debug)]
+pub struct PendingAnswer(Receiver<Result<Vec<Allocation>, ServiceError>>);
+
+impl PendingAnswer {
+    /// Wait for it.
+    pub fn wait(&self) -> Result<Vec<Allocation>, ServiceError> {
+        self.0
+            .recv()
+            .unwrap_or(Err(ServiceError::StreamStopped(StreamId(0))))
+    }
+}
+
+/// Send a `reserve_many` without waiting for the answer.
+pub fn submit_reserve_many(handle: &StreamHandle, sizes: Vec<u64>) -> PendingAnswer {
+    let (tx, rx) = channel::bounded(1);
+    let request = Request::ReserveMany {
+        sizes,
+        update: PageUpdate::Allow,
+        mode: AllocationMode::Auto,
+        reply: Reply::Blocking(tx),
+    };
+    let _ = handle.connection.inbox.send(request);
+    PendingAnswer(rx)
 }
