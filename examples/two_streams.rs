@@ -36,7 +36,10 @@ fn run(budget: Option<u64>, cross_stream_cleanup: bool) -> Result<(), ServiceErr
         Bytes(cached),
         match &block {
             Ok(_) => "served".to_string(),
-            Err(err) => format!("failed ({})", err.to_string().split(';').next().unwrap_or("")),
+            Err(err) => format!(
+                "failed ({})",
+                err.to_string().split(';').next().unwrap_or("")
+            ),
         },
         Bytes(reserved),
         peak.map_or("-".into(), |p| Bytes(p).to_string()),

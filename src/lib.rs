@@ -30,3 +30,4 @@ pub mod memory;
 pub mod service;
 pub mod storage;
 pub(crate) mod sync;
+pub mod trace;

@@ -6,8 +6,10 @@
 use super::config::{AllocationMode, MemoryConfig, MemoryLogLevel, PersistentMemory, PoolKind};
 use super::error::MemoryError;
 use super::handle::{
-    Allocation, AllocationCell, OwnerId, Release, ReleaseQueue, SlotKey, StreamId, pack, unpack,
+    Allocation, AllocationCell, AllocationId, OwnerId, Release, ReleaseQueue, SlotKey, StreamId,
+    pack, unpack,
 };
+use super::observer::MemoryObserver;
 use super::policy::{Cleanup, PageUpdate};
 use super::pool::{Placement, Pool, WholePagePool, align_up};
 use super::report::MemoryReport;
@@ -118,6 +120,8 @@ pub struct MemoryManager<S> {
     pub(crate) compaction_threshold: Option<f64>,
     /// The tick of the last relocation that could do nothing.
     pub(crate) futile_at: Option<u64>,
+    /// Told of every reservation, free, rebind and failure.
+    observer: Option<Box<dyn MemoryObserver>>,
 }
 
 impl<S: DeviceStorage> MemoryManager<S> {
@@ -173,12 +177,27 @@ impl<S: DeviceStorage> MemoryManager<S> {
             failures: ErrorGraph::default(),
             compaction_threshold: config.compaction_threshold,
             futile_at: None,
+            observer: None,
         }
     }
 
     /// This manager's identity, which its handles carry.
     pub(crate) fn owner_id(&self) -> OwnerId {
         self.owner
+    }
+
+    /// Tell `observer` of every event from now on (replacing any other).
+    pub fn set_observer(&mut self, observer: Box<dyn MemoryObserver>) {
+        self.observer = Some(observer);
+    }
+
+    fn id_of(&self, key: SlotKey) -> AllocationId {
+        let (slot, generation) = unpack(key);
+        AllocationId {
+            stream: self.stream,
+            slot,
+            generation,
+        }
     }
 
     /// The stream this manager's ids name.
@@ -240,6 +259,24 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// [`reserve`](Self::reserve) in `mode`, whatever the windows say (the
     /// service passes each caller's own mode).
     pub fn reserve_in(
+        &mut self,
+        size: u64,
+        update: PageUpdate,
+        mode: AllocationMode,
+    ) -> Result<Allocation, MemoryError> {
+        let result = self.reserve_unobserved(size, update, mode);
+        if let Some(observer) = self.observer.as_mut() {
+            match &result {
+                Ok(allocation) => {
+                    observer.reserved(allocation.id().expect("reserved handles are bound"), size)
+                }
+                Err(err) => observer.failed(self.stream, size, err),
+            }
+        }
+        result
+    }
+
+    fn reserve_unobserved(
         &mut self,
         size: u64,
         update: PageUpdate,
@@ -439,6 +476,12 @@ impl<S: DeviceStorage> MemoryManager<S> {
         entry.generation = next_generation(entry.generation);
         self.free_slots.push(slot);
         self.in_use -= live.size;
+        if self.observer.is_some() {
+            let id = self.id_of(key);
+            if let Some(observer) = self.observer.as_mut() {
+                observer.freed(id, live.size);
+            }
+        }
         self.pools[live.pool as usize].free(live.placement, live.size, live.aligned, self.tick);
     }
 
@@ -494,18 +537,21 @@ impl<S: DeviceStorage> MemoryManager<S> {
         if assigned.cell.owner != self.owner {
             return Err(MemoryError::Foreign(reserved.id().expect("bound")));
         }
+        let from = reserved.id().expect("bound");
         let entry = &mut self.slots[slot as usize];
         entry.generation = next_generation(entry.generation);
+        let to = pack(slot, entry.generation);
         let live = entry.live.as_mut().expect("checked");
         live.cursor = cursor;
         let addr = live.cell.addr.swap(0, Ordering::AcqRel);
         assigned.cell.len.store(live.size, Ordering::Release);
         assigned.cell.addr.store(addr, Ordering::Release);
         live.cell = assigned.cell.clone();
-        assigned
-            .cell
-            .key
-            .store(pack(slot, entry.generation), Ordering::Release);
+        assigned.cell.key.store(to, Ordering::Release);
+        let to = self.id_of(to);
+        if let Some(observer) = self.observer.as_mut() {
+            observer.rebound(from, to);
+        }
         Ok(())
     }
 

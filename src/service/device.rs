@@ -7,7 +7,7 @@ use super::events::SupervisorEvent;
 use super::shared::StreamShared;
 use crate::memory::StreamId;
 use crate::storage::DeviceBudget;
-use crate::sync::atomic::Ordering;
+use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::channel::Sender;
 use crate::sync::{Arc, Mutex};
 
@@ -47,9 +47,71 @@ pub(crate) struct DeviceShared {
     pub(crate) notices: Option<Sender<Notice>>,
     /// Whether short streams may ask the others for memory.
     pub(crate) recovery: bool,
+    /// Bytes of pages all streams hold, as last published.
+    pub(crate) reserved: AtomicU64,
+    /// The most of `reserved` at once.
+    pub(crate) peak_reserved: AtomicU64,
+    /// Bytes in use on all streams, as last published.
+    pub(crate) in_use: AtomicU64,
+    /// The most of `in_use` at once.
+    pub(crate) peak_in_use: AtomicU64,
+}
+
+/// The device's totals across streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceStats {
+    /// Bytes of pages all streams hold now.
+    pub bytes_reserved: u64,
+    /// The most bytes of pages held at once.
+    pub peak_bytes_reserved: u64,
+    /// Bytes in use on all streams now.
+    pub bytes_in_use: u64,
+    /// The most bytes in use at once.
+    pub peak_bytes_in_use: u64,
 }
 
 impl DeviceShared {
+    pub(crate) fn new(
+        budget: Option<Arc<DeviceBudget>>,
+        notices: Option<Sender<Notice>>,
+        recovery: bool,
+    ) -> Self {
+        Self {
+            budget,
+            streams: Mutex::new(Vec::new()),
+            notices,
+            recovery,
+            reserved: AtomicU64::new(0),
+            peak_reserved: AtomicU64::new(0),
+            in_use: AtomicU64::new(0),
+            peak_in_use: AtomicU64::new(0),
+        }
+    }
+
+    /// A stream's published figures moved from `before` to `after`
+    /// (reserved, in use): move the totals and their peaks.
+    pub(crate) fn account(&self, before: (u64, u64), after: (u64, u64)) {
+        let shift = |total: &AtomicU64, peak: &AtomicU64, from: u64, to: u64| {
+            let now = if to >= from {
+                total.fetch_add(to - from, Ordering::Relaxed) + (to - from)
+            } else {
+                total.fetch_sub(from - to, Ordering::Relaxed) - (from - to)
+            };
+            peak.fetch_max(now, Ordering::Relaxed);
+        };
+        shift(&self.reserved, &self.peak_reserved, before.0, after.0);
+        shift(&self.in_use, &self.peak_in_use, before.1, after.1);
+    }
+
+    pub(crate) fn stats(&self) -> DeviceStats {
+        DeviceStats {
+            bytes_reserved: self.reserved.load(Ordering::Relaxed),
+            peak_bytes_reserved: self.peak_reserved.load(Ordering::Relaxed),
+            bytes_in_use: self.in_use.load(Ordering::Relaxed),
+            peak_bytes_in_use: self.peak_in_use.load(Ordering::Relaxed),
+        }
+    }
+
     /// Tell the coordinator (never blocks; dropped if it is gone).
     pub(crate) fn notify(&self, notice: Notice) {
         if let Some(notices) = &self.notices {

@@ -38,12 +38,8 @@ pub fn stream_on(
     let shared = Arc::new(StreamShared::new(stream));
     let (tx, rx) = channel::bounded(inbox_capacity);
     let (_control_tx, control_rx) = channel::unbounded();
-    let device = Arc::new(super::device::DeviceShared {
-        budget: None,
-        streams: Mutex::new(vec![shared.clone()]),
-        notices: None,
-        recovery: false,
-    });
+    let device = Arc::new(DeviceShared::new(None, None, false));
+    device.streams.lock().push(shared.clone());
     let connection = Arc::new(Connection {
         inbox: tx,
         shared: shared.clone(),
@@ -160,12 +156,11 @@ pub fn device_on(streams: u32, config: MemoryConfig, budget: u64) -> DeviceUnder
     let budget = Arc::new(DeviceBudget::new(budget));
     let (notices_tx, notices_rx) = channel::unbounded();
     let links: Links = Arc::new(Mutex::new(HashMap::new()));
-    let device = Arc::new(DeviceShared {
-        budget: Some(budget.clone()),
-        streams: Mutex::new(Vec::new()),
-        notices: Some(notices_tx.clone()),
-        recovery: true,
-    });
+    let device = Arc::new(DeviceShared::new(
+        Some(budget.clone()),
+        Some(notices_tx.clone()),
+        true,
+    ));
     let mut out = Vec::new();
     for id in 0..streams {
         let stream = StreamId(id);

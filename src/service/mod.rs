@@ -32,6 +32,7 @@ mod shared;
 mod short;
 mod supervisor;
 
+pub use device::DeviceStats;
 pub use error::{OutOfMemoryReport, ServiceError, StreamUsage};
 pub use events::{Events, SupervisorEvent};
 pub use handle::{ModeWindow, StreamHandle};

@@ -3,7 +3,7 @@
 
 use super::actor::{ActorTiming, StreamActor};
 use super::coordinator::{Coordinator, Links, StreamLink, Subscribers};
-use super::device::{DeviceShared, Notice};
+use super::device::{DeviceShared, DeviceStats, Notice};
 use super::error::ServiceError;
 use super::events::{Events, SupervisorEvent};
 use super::handle::{Connection, StreamHandle};
@@ -17,6 +17,7 @@ use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::channel;
 use crate::sync::thread::{self, JoinHandle};
 use crate::sync::{Arc, Mutex};
+use crate::trace::TraceRecorder;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -52,6 +53,8 @@ pub struct ServiceConfig {
     /// Whether a short stream may get memory from the others' cached pages
     /// (`false` shows what the device needs without that).
     pub cross_stream_cleanup: bool,
+    /// Record every stream's reservations, frees and failures here.
+    pub recorder: Option<Arc<TraceRecorder>>,
 }
 
 impl Default for ServiceConfig {
@@ -67,6 +70,7 @@ impl Default for ServiceConfig {
             supervise_tick: Duration::from_millis(50),
             recovery_timeout: Duration::from_secs(1),
             cross_stream_cleanup: true,
+            recorder: None,
         }
     }
 }
@@ -125,14 +129,13 @@ impl Supervisor {
             coordinator.run(notices_rx, tick)
         })
         .ok();
-        let device = Arc::new(DeviceShared {
-            budget: config
+        let device = Arc::new(DeviceShared::new(
+            config
                 .budget
                 .map(|limit| Arc::new(DeviceBudget::new(limit))),
-            streams: Mutex::new(Vec::new()),
-            notices: thread.is_some().then_some(notices_tx),
-            recovery: config.cross_stream_cleanup,
-        });
+            thread.is_some().then_some(notices_tx),
+            config.cross_stream_cleanup,
+        ));
         Self {
             config,
             factory,
@@ -148,6 +151,11 @@ impl Supervisor {
     /// The device budget, if one is set.
     pub fn budget(&self) -> Option<&Arc<DeviceBudget>> {
         self.device.budget.as_ref()
+    }
+
+    /// The device's totals across streams, with their peaks.
+    pub fn device_stats(&self) -> DeviceStats {
+        self.device.stats()
     }
 
     /// Subscribe to the supervisor's events (from now on).
@@ -200,7 +208,10 @@ impl Supervisor {
         if let Some(budget) = &self.device.budget {
             storage = Box::new(BudgetedStorage::new(storage, budget.clone()));
         }
-        let memory = MemoryManager::for_stream(storage, self.config.memory.clone(), id);
+        let mut memory = MemoryManager::for_stream(storage, self.config.memory.clone(), id);
+        if let Some(recorder) = &self.config.recorder {
+            memory.set_observer(TraceRecorder::observer(recorder));
+        }
         let shared = Arc::new(StreamShared::new(id));
         let (inbox_tx, inbox_rx) = channel::bounded(self.config.inbox_capacity.max(1));
         let connection = Arc::new(Connection {
