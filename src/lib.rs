@@ -27,7 +27,13 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod memory;
+#[cfg(not(streamalloc_loom))]
+pub mod plot;
+#[cfg(not(streamalloc_loom))]
+pub mod replay;
 pub mod service;
+#[cfg(not(streamalloc_loom))]
+pub mod simulate;
 pub mod storage;
 pub(crate) mod sync;
 pub mod trace;

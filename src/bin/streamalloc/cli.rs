@@ -1,0 +1,396 @@
+//! The command line: argument parsing and the three subcommands.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use streamalloc::memory::{Bytes, DeviceProperties, MemoryConfig, MemoryConfiguration};
+use streamalloc::plot::{Timeline, write_svg};
+use streamalloc::service::{ServiceConfig, StorageFactory, Supervisor};
+use streamalloc::storage::{DeviceStorage, HostStorage, VirtualStorage};
+use streamalloc::trace::{TraceFormat, read_trace, write_jsonl};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "streamalloc",
+    version,
+    about = "A device-memory manager for multi-stream inference servers"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run an in-process multi-stream inference server on the allocator
+    /// service and report memory and latency per stream and pool.
+    Simulate(SimulateArgs),
+    /// Replay an allocation trace (RMM CSV, PyTorch snapshot, or JSON Lines)
+    /// through the service and report peak live and reserved bytes.
+    Replay(ReplayArgs),
+    /// Convert a trace to this project's JSON Lines format.
+    Convert(ConvertArgs),
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum StorageKind {
+    /// Real host memory.
+    Host,
+    /// Counts bytes, holds none (replays a GPU larger than this machine).
+    Virtual,
+    /// An NVIDIA GPU through CUDA (needs the `cuda` feature).
+    Cuda,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Preset {
+    /// Metadata pages plus the adaptive arena.
+    Adaptive,
+    /// One allocation per page, size-binned.
+    Exclusive,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Model {
+    /// A small decoder: hidden 768, intermediate 3072, 12 layers.
+    Small,
+    /// A 7B-class decoder: hidden 4096, intermediate 11008, 32 layers.
+    #[value(name = "7b")]
+    Llama7b,
+}
+
+#[derive(clap::Args, Debug)]
+struct Common {
+    /// Where pages come from.
+    #[arg(long, value_enum)]
+    storage: Option<StorageKind>,
+    /// The pool layout.
+    #[arg(long = "config", value_enum, default_value = "adaptive")]
+    preset: Preset,
+    /// Simulate a device of this many bytes (suffixes K, M, G accepted).
+    #[arg(long, value_parser = parse_bytes)]
+    budget: Option<u64>,
+    /// Draw live and reserved bytes over time to this SVG file.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Print one JSON object instead of the human report.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct SimulateArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The model whose shapes the server uses.
+    #[arg(long, value_enum, default_value = "small")]
+    model: Model,
+    /// Multiply the model's widths by this.
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// Device streams (one allocator actor each).
+    #[arg(long, default_value_t = 2)]
+    streams: u32,
+    /// Client threads submitting requests.
+    #[arg(long, default_value_t = 4)]
+    clients: u32,
+    /// Requests in all.
+    #[arg(long, default_value_t = 256)]
+    requests: u32,
+    /// Longest prompt, tokens.
+    #[arg(long, default_value_t = 512)]
+    max_prompt: u64,
+    /// Most generated tokens per request.
+    #[arg(long, default_value_t = 64)]
+    max_new_tokens: u64,
+    /// Seed of the request lengths (same seed, same requests).
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+}
+
+#[derive(clap::Args, Debug)]
+struct ReplayArgs {
+    /// The trace file.
+    file: PathBuf,
+    /// Its format (detected when not given).
+    #[arg(long, value_parser = parse_format)]
+    format: Option<TraceFormat>,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(clap::Args, Debug)]
+struct ConvertArgs {
+    /// The trace to read.
+    input: PathBuf,
+    /// Where to write JSON Lines.
+    output: PathBuf,
+    /// The input's format (detected when not given).
+    #[arg(long, value_parser = parse_format)]
+    format: Option<TraceFormat>,
+}
+
+fn parse_format(s: &str) -> Result<TraceFormat, String> {
+    s.parse()
+}
+
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (digits, unit) = match s.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(at) => s.split_at(at),
+        None => (s, ""),
+    };
+    let value: f64 = digits.parse().map_err(|_| format!("not a size: {s:?}"))?;
+    let scale = match unit
+        .trim()
+        .to_ascii_uppercase()
+        .trim_end_matches("IB")
+        .trim_end_matches('B')
+    {
+        "" => 1.0,
+        "K" => 1024.0,
+        "M" => 1024.0 * 1024.0,
+        "G" => 1024.0 * 1024.0 * 1024.0,
+        "T" => 1024.0f64.powi(4),
+        other => return Err(format!("unknown unit {other:?} in {s:?}")),
+    };
+    Ok((value * scale) as u64)
+}
+
+fn factory(kind: StorageKind) -> Result<StorageFactory, String> {
+    match kind {
+        StorageKind::Host => Ok(Box::new(|_| {
+            Ok(Box::new(HostStorage::new()) as Box<dyn DeviceStorage>)
+        })),
+        StorageKind::Virtual => Ok(Box::new(|_| {
+            Ok(Box::new(VirtualStorage::new()) as Box<dyn DeviceStorage>)
+        })),
+        #[cfg(feature = "cuda")]
+        StorageKind::Cuda => {
+            let context =
+                streamalloc::storage::CudaStorage::context(0).map_err(|e| e.to_string())?;
+            Ok(Box::new(move |_| {
+                streamalloc::storage::CudaStorage::on_context(context.clone())
+                    .map(|s| Box::new(s) as Box<dyn DeviceStorage>)
+            }))
+        }
+        #[cfg(not(feature = "cuda"))]
+        StorageKind::Cuda => {
+            Err("this build has no CUDA support; rebuild with --features cuda".into())
+        }
+    }
+}
+
+fn service_config(common: &Common, device: DeviceProperties) -> ServiceConfig {
+    let pools = match common.preset {
+        Preset::Adaptive => MemoryConfiguration::Adaptive,
+        Preset::Exclusive => MemoryConfiguration::ExclusivePages,
+    };
+    ServiceConfig {
+        memory: MemoryConfig {
+            name: "cli".into(),
+            device,
+            ..MemoryConfig::with_pools(pools)
+        },
+        budget: common.budget,
+        ..ServiceConfig::default()
+    }
+}
+
+fn progress_bar(total: u64, what: &str, hidden: bool) -> ProgressBar {
+    if hidden {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg} [{bar:40}] {pos}/{len} ({elapsed})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.set_message(what.to_string());
+    bar
+}
+
+fn plot(path: &Option<PathBuf>, timeline: &Timeline, title: &str) -> Result<(), String> {
+    if let Some(path) = path {
+        write_svg(timeline, path, title)?;
+        eprintln!("plot written to {}", path.display());
+    }
+    Ok(())
+}
+
+fn simulate(args: SimulateArgs) -> Result<(), String> {
+    let model = match args.model {
+        Model::Small => streamalloc::simulate::ModelShape::SMALL,
+        Model::Llama7b => streamalloc::simulate::ModelShape::LLAMA_7B,
+    }
+    .scaled(args.scale);
+    let kind = args.common.storage.unwrap_or(StorageKind::Host);
+    let config = service_config(&args.common, DeviceProperties::new(4 << 30, 256));
+    let supervisor = Supervisor::new(config, factory(kind)?);
+    let options = streamalloc::simulate::SimulateOptions {
+        model,
+        streams: args.streams,
+        clients: args.clients,
+        requests: args.requests,
+        max_prompt: args.max_prompt,
+        max_new_tokens: args.max_new_tokens,
+        seed: args.seed,
+        sample_every: Some(Duration::from_millis(20)),
+    };
+    let bar = progress_bar(u64::from(args.requests), "requests", args.common.json);
+    let mut timeline = Timeline::default();
+    let report = streamalloc::simulate::simulate(
+        &supervisor,
+        &options,
+        || bar.inc(1),
+        args.common.plot.as_ref().map(|_| &mut timeline),
+    )
+    .map_err(|e| e.to_string())?;
+    bar.finish_and_clear();
+    plot(
+        &args.common.plot,
+        &timeline,
+        &format!("simulate: {} model, {} streams", model.name, args.streams),
+    )?;
+    if args.common.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    println!(
+        "simulated {} requests on a {} model (hidden {}, intermediate {}, {} layers) in {:.2} s; weights {}",
+        report.requests,
+        model.name,
+        model.hidden,
+        model.intermediate,
+        model.layers,
+        report.seconds,
+        Bytes(report.weight_bytes)
+    );
+    println!(
+        "device: peak live {}, peak reserved {} ({:.3}x); failed requests {}; cross-stream recoveries {}",
+        Bytes(report.peak_live_bytes),
+        Bytes(report.peak_reserved_bytes),
+        report.peak_reserved_bytes as f64 / report.peak_live_bytes.max(1) as f64,
+        report.failed_requests,
+        report.recoveries
+    );
+    for stream in &report.streams {
+        println!(
+            "stream {}: peak live {}, peak reserved {} ({:.3}x), {} reservations ({:.0}/s), round trip p50 {:.1} us p99 {:.1} us, {} idle cleanups, {} relocated",
+            stream.stream,
+            Bytes(stream.peak_live_bytes),
+            Bytes(stream.peak_reserved_bytes),
+            stream.reserved_over_live,
+            stream.reservations,
+            stream.reservations_per_second,
+            stream.round_trip_p50_us,
+            stream.round_trip_p99_us,
+            stream.idle_cleanups,
+            stream.relocated
+        );
+        for pool in &stream.pools {
+            println!("    {pool}");
+        }
+    }
+    Ok(())
+}
+
+fn replay(args: ReplayArgs) -> Result<(), String> {
+    let events =
+        read_trace(&args.file, args.format).map_err(|e| format!("{}: {e}", args.file.display()))?;
+    let kind = args.common.storage.unwrap_or(StorageKind::Virtual);
+    // A replayed trace may hold allocations as large as its device.
+    let config = service_config(&args.common, DeviceProperties::new(1 << 40, 256));
+    let config = ServiceConfig {
+        idle_tick: None,
+        ..config
+    };
+    let supervisor = Supervisor::new(config, factory(kind)?);
+    let bar = progress_bar(events.len() as u64, "events", args.common.json);
+    let mut timeline = Timeline::default();
+    let sample_every = (events.len() / 2000).max(1);
+    let report = streamalloc::replay::replay(
+        &events,
+        &supervisor,
+        args.common.plot.as_ref().map(|_| &mut timeline),
+        sample_every,
+        |done| bar.set_position(done),
+    )
+    .map_err(|e| e.to_string())?;
+    bar.finish_and_clear();
+    plot(
+        &args.common.plot,
+        &timeline,
+        &format!("replay: {}", args.file.display()),
+    )?;
+    if args.common.json {
+        println!(
+            "{}",
+            serde_json::to_string(&report).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    println!(
+        "replayed {} events on {} streams ({:.0} ns/event)",
+        report.events, report.streams, report.ns_per_op
+    );
+    println!(
+        "allocations {}, frees {}, failures {} (trace recorded {}), unknown frees {}",
+        report.allocations,
+        report.frees,
+        report.failures,
+        report.trace_failures,
+        report.unknown_frees
+    );
+    println!(
+        "peak live {}, peak reserved {}, reserved / live {:.3}, relocated {}",
+        Bytes(report.peak_live_bytes),
+        Bytes(report.peak_reserved_bytes),
+        report.reserved_over_live,
+        report.relocated
+    );
+    if let (Some(budget), Some(fits)) = (report.budget, report.fits) {
+        println!(
+            "budget {}: {}",
+            Bytes(budget),
+            if fits {
+                "the trace fits"
+            } else {
+                "the trace does NOT fit"
+            }
+        );
+    }
+    Ok(())
+}
+
+fn convert(args: ConvertArgs) -> Result<(), String> {
+    let events = read_trace(&args.input, args.format)
+        .map_err(|e| format!("{}: {e}", args.input.display()))?;
+    let out = std::fs::File::create(&args.output)
+        .map_err(|e| format!("{}: {e}", args.output.display()))?;
+    write_jsonl(&events, std::io::BufWriter::new(out)).map_err(|e| e.to_string())?;
+    eprintln!("wrote {} events to {}", events.len(), args.output.display());
+    Ok(())
+}
+
+pub(crate) fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Simulate(args) => simulate(args),
+        Command::Replay(args) => replay(args),
+        Command::Convert(args) => convert(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! Traces in each format (fixtures the tests write), the replay report's
+//! fields, malformed input, the recorder, and the CLI end to end.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use streamalloc::memory::StreamId;
+use streamalloc::replay::replay;
+use streamalloc::service::{ServiceConfig, Supervisor};
+use streamalloc::trace::{
+    TraceAction, TraceError, TraceEvent, TraceFormat, TraceRecorder, read_jsonl, read_rmm_csv,
+    read_torch_snapshot, read_trace, write_jsonl, write_rmm_csv,
+};
+
+const MIB: u64 = 1 << 20;
+
+/// A generated RMM log: two streams, pointers reused after their free, one
+/// free of a pointer never allocated, one recorded failure.
+fn rmm_csv() -> String {
+    let mut lines = vec!["Thread,Time,Action,Pointer,Size,Stream".to_string()];
+    let mut t = 0;
+    for round in 0..20u64 {
+        for (stream, base) in [(0x1u64, 0x7f00_0000_0000u64), (0x2, 0x7e00_0000_0000)] {
+            for i in 0..4u64 {
+                t += 1;
+                lines.push(format!(
+                    "1,00:00:{:09.6},allocate,{:#x},{},{:#x}",
+                    t as f64 / 1e6,
+                    base + i * 0x100_0000,
+                    (i + 1 + round % 3) * MIB,
+                    stream
+                ));
+            }
+            for i in 0..4u64 {
+                t += 1;
+                lines.push(format!(
+                    "1,00:00:{:09.6},free,{:#x},{},{:#x}",
+                    t as f64 / 1e6,
+                    base + i * 0x100_0000,
+                    (i + 1 + round % 3) * MIB,
+                    stream
+                ));
+            }
+        }
+    }
+    lines.push("1,00:00:01.000000,free,0xdead,0,0x1".into());
+    lines.push("1,00:00:01.000001,allocate failure,0x0,1073741824,0x1".into());
+    lines.join("\n") + "\n"
+}
+
+#[test]
+fn rmm_csv_reads_with_hex_pointers_and_reuse() {
+    let events = read_rmm_csv(rmm_csv().as_bytes()).unwrap();
+    assert_eq!(events.len(), 20 * 16 + 2);
+    assert_eq!(events[0].action, TraceAction::Alloc);
+    assert_eq!(events[0].id, 0x7f00_0000_0000);
+    assert_eq!(events[0].stream, 1);
+    assert_eq!(events.last().unwrap().action, TraceAction::AllocFailure);
+    // Round trip through our writer.
+    let mut out = Vec::new();
+    write_rmm_csv(&events, &mut out).unwrap();
+    let again = read_rmm_csv(&out[..]).unwrap();
+    assert_eq!(
+        again
+            .iter()
+            .map(|e| (e.id, e.size, e.action))
+            .collect::<Vec<_>>(),
+        events
+            .iter()
+            .map(|e| (e.id, e.size, e.action))
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn malformed_lines_are_named() {
+    let bad = "Thread,Time,Action,Pointer,Size,Stream\n1,00:00:00.1,allocate,0x10,100,0x1\n1,00:00:00.2,explode,0x10,100,0x1\n";
+    assert_eq!(
+        read_rmm_csv(bad.as_bytes()).unwrap_err(),
+        TraceError::Malformed {
+            line: 3,
+            message: "unknown action \"explode\"".into()
+        }
+    );
+    let short = "Thread,Time,Action,Pointer,Size,Stream\n1,2,allocate\n";
+    assert!(matches!(
+        read_rmm_csv(short.as_bytes()),
+        Err(TraceError::Malformed { line: 2, .. })
+    ));
+    let size = "Thread,Time,Action,Pointer,Size,Stream\n1,00:00:00.1,allocate,0x10,lots,0x1\n";
+    assert!(
+        read_rmm_csv(size.as_bytes())
+            .unwrap_err()
+            .to_string()
+            .starts_with("line 2: bad size")
+    );
+    let json =
+        "{\"time_ns\":0,\"stream\":0,\"action\":\"alloc\",\"id\":1,\"size\":10}\n{not json}\n";
+    assert!(matches!(
+        read_jsonl(json.as_bytes()),
+        Err(TraceError::Malformed { line: 2, .. })
+    ));
+    assert!(matches!(
+        read_torch_snapshot(b"not a pickle"),
+        Err(TraceError::Invalid(_))
+    ));
+}
+
+#[test]
+fn jsonl_round_trips() {
+    let events = read_rmm_csv(rmm_csv().as_bytes()).unwrap();
+    let mut out = Vec::new();
+    write_jsonl(&events, &mut out).unwrap();
+    assert_eq!(read_jsonl(&out[..]).unwrap(), events);
+    let first = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(first.contains("\"action\":\"alloc\""), "{first}");
+}
+
+/// A PyTorch snapshot shaped as `_dump_snapshot` writes it.
+fn torch_pickle() -> Vec<u8> {
+    use serde_pickle::{HashableValue as K, Value as V};
+    let entry = |action: &str, addr: i64, size: i64, time: i64| {
+        let mut d = BTreeMap::new();
+        d.insert(K::String("action".into()), V::String(action.into()));
+        d.insert(K::String("addr".into()), V::I64(addr));
+        d.insert(K::String("size".into()), V::I64(size));
+        d.insert(K::String("stream".into()), V::I64(0));
+        d.insert(K::String("time_us".into()), V::I64(time));
+        d.insert(K::String("frames".into()), V::List(vec![]));
+        V::Dict(d)
+    };
+    let trace = vec![
+        entry("segment_alloc", 0x1000_0000, 20 * MIB as i64, 0),
+        entry("alloc", 0x1000_0000, 4 * MIB as i64, 1),
+        entry("alloc", 0x1040_0000, 8 * MIB as i64, 2),
+        entry("free_requested", 0x1000_0000, 4 * MIB as i64, 3),
+        entry("free_completed", 0x1000_0000, 4 * MIB as i64, 4),
+        entry("alloc", 0x1000_0000, 2 * MIB as i64, 5),
+        entry("oom", 0, 64 * MIB as i64, 6),
+        entry("free_completed", 0x1040_0000, 8 * MIB as i64, 7),
+    ];
+    let mut root = BTreeMap::new();
+    root.insert(K::String("segments".into()), V::List(vec![]));
+    root.insert(
+        K::String("device_traces".into()),
+        V::List(vec![V::List(trace)]),
+    );
+    serde_pickle::value_to_vec(&V::Dict(root), serde_pickle::SerOptions::new()).unwrap()
+}
+
+#[test]
+fn torch_snapshots_read_allocations_and_skip_segments() {
+    let events = read_torch_snapshot(&torch_pickle()).unwrap();
+    let actions: Vec<_> = events.iter().map(|e| e.action).collect();
+    use TraceAction::*;
+    assert_eq!(actions, vec![Alloc, Alloc, Free, Alloc, AllocFailure, Free]);
+    assert_eq!(events[1].size, 8 * MIB);
+    assert_eq!(events[2].time_ns, 3000);
+}
+
+fn supervisor(budget: Option<u64>) -> Supervisor {
+    Supervisor::virtual_device(ServiceConfig {
+        budget,
+        idle_tick: None,
+        ..ServiceConfig::default()
+    })
+}
+
+#[test]
+fn replay_reports_peaks_failures_and_unknown_frees() {
+    let events = read_rmm_csv(rmm_csv().as_bytes()).unwrap();
+    let report = replay(&events, &supervisor(None), None, 1, |_| {}).unwrap();
+    assert_eq!(report.streams, 2);
+    assert_eq!(report.allocations, 160);
+    assert_eq!(report.frees, 160);
+    assert_eq!(report.unknown_frees, 1);
+    assert_eq!(report.trace_failures, 1);
+    assert_eq!(report.failures, 0);
+    // Peak live: the largest round of one stream (3+4+5+6 MiB); streams take turns.
+    assert_eq!(report.peak_live_bytes, (3 + 4 + 5 + 6) * MIB);
+    assert!(report.peak_reserved_bytes >= report.peak_live_bytes);
+    assert!(report.reserved_over_live >= 1.0);
+    assert!(report.ns_per_op > 0.0);
+    assert_eq!(report.fits, None);
+}
+
+#[test]
+fn replay_says_whether_a_trace_fits_a_budget() {
+    let events = read_rmm_csv(rmm_csv().as_bytes()).unwrap();
+    let fits = replay(&events, &supervisor(Some(256 * MIB)), None, 1, |_| {}).unwrap();
+    assert_eq!(fits.fits, Some(true));
+    let tight = replay(&events, &supervisor(Some(16 * MIB)), None, 1, |_| {}).unwrap();
+    assert_eq!(tight.fits, Some(false));
+    assert!(tight.failures > 0);
+    assert!(tight.peak_reserved_bytes <= 16 * MIB);
+}
+
+#[test]
+fn the_recorder_captures_a_running_service() {
+    let recorder = TraceRecorder::in_memory();
+    let device = Supervisor::host(ServiceConfig {
+        recorder: Some(recorder.clone()),
+        ..ServiceConfig::default()
+    });
+    let stream = device.stream(StreamId(2)).unwrap();
+    let a = stream.reserve(1000).unwrap();
+    let b = stream.reserve(2000).unwrap();
+    drop(a);
+    let _ = stream.reserve(0);
+    stream.report().unwrap();
+    let events = recorder.events();
+    let actions: Vec<_> = events
+        .iter()
+        .map(|e| (e.action, e.size, e.stream))
+        .collect();
+    assert_eq!(
+        actions,
+        vec![
+            (TraceAction::Alloc, 1000, 2),
+            (TraceAction::Alloc, 2000, 2),
+            (TraceAction::Free, 1000, 2),
+            (TraceAction::AllocFailure, 0, 2),
+        ]
+    );
+    // What was recorded replays.
+    drop(b);
+    let report = replay(&events, &supervisor(None), None, 1, |_| {}).unwrap();
+    assert_eq!(report.allocations, 2);
+}
+
+fn cli(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_streamalloc"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn cli_replay_json_has_the_fields_for_all_three_formats() {
+    let dir = std::env::temp_dir().join(format!("streamalloc-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let csv = dir.join("trace.csv");
+    std::fs::write(&csv, rmm_csv()).unwrap();
+    let pickle = dir.join("snapshot.pickle");
+    std::fs::write(&pickle, torch_pickle()).unwrap();
+    let jsonl = dir.join("trace.jsonl");
+    let out = cli(&["convert", csv.to_str().unwrap(), jsonl.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        read_trace(&jsonl, Some(TraceFormat::Jsonl)).unwrap().len(),
+        322
+    );
+    for file in [&csv, &pickle, &jsonl] {
+        let out = cli(&["replay", file.to_str().unwrap(), "--json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        for field in [
+            "events",
+            "failures",
+            "peak_live_bytes",
+            "peak_reserved_bytes",
+            "reserved_over_live",
+            "ns_per_op",
+        ] {
+            assert!(report.get(field).is_some(), "{field} missing from {report}");
+        }
+    }
+    let svg = dir.join("replay.svg");
+    let out = cli(&[
+        "replay",
+        csv.to_str().unwrap(),
+        "--budget",
+        "16M",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("does NOT fit"), "{text}");
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+    // A malformed file is an error naming its line.
+    let bad = dir.join("bad.csv");
+    std::fs::write(
+        &bad,
+        "Thread,Time,Action,Pointer,Size,Stream\n1,0,allocate,0x1,10,0x0\n1,0,oops,0x1,10,0x0\n",
+    )
+    .unwrap();
+    let out = cli(&["replay", bad.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("line 3"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn cli_simulate_reports_per_stream() {
+    let out = cli(&[
+        "simulate",
+        "--requests",
+        "8",
+        "--max-prompt",
+        "64",
+        "--max-new-tokens",
+        "4",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["requests"], 8);
+    assert_eq!(report["streams"].as_array().unwrap().len(), 2);
+    assert!(
+        report["peak_reserved_bytes"].as_u64().unwrap()
+            >= report["peak_live_bytes"].as_u64().unwrap()
+    );
+    let _unused: Option<TraceEvent> = None;
+}
