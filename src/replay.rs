@@ -69,6 +69,8 @@ pub fn replay(
         );
     }
     let mut live = HashMap::new();
+    // Ids whose allocation failed here: their frees are expected.
+    let mut failed_ids = std::collections::HashSet::new();
     let mut live_bytes = vec![0u64; handles.len()];
     let mut report = ReplayReport {
         events: events.len() as u64,
@@ -110,6 +112,7 @@ pub fn replay(
                     }
                     Err(ServiceError::Memory(_) | ServiceError::OutOfMemory(_)) => {
                         report.failures += 1;
+                        failed_ids.insert(event.id);
                         if let Some(timeline) = timeline.as_deref_mut() {
                             timeline.failures.push(index as f64);
                         }
@@ -123,6 +126,7 @@ pub fn replay(
                     live_bytes[stream] -= allocation.size();
                     drop(allocation);
                 }
+                None if failed_ids.remove(&event.id) => {}
                 None => report.unknown_frees += 1,
             },
             TraceAction::AllocFailure => report.trace_failures += 1,

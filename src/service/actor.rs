@@ -282,17 +282,18 @@ impl StreamActor {
     }
 
     /// Publish the counters handles read without a round trip, and move
-    /// the device's totals by the change.
+    /// the device's in-use total by the change.
     pub(crate) fn publish(&self) {
         let reserved = self.memory.bytes_reserved();
         let in_use = self.memory.bytes_in_use();
-        let before_reserved = self.shared.bytes_reserved.swap(reserved, Ordering::Relaxed);
+        self.shared
+            .bytes_reserved
+            .store(reserved, Ordering::Relaxed);
         let before_in_use = self.shared.bytes_in_use.swap(in_use, Ordering::Relaxed);
         self.shared
             .peak_bytes_reserved
             .fetch_max(reserved, Ordering::Relaxed);
-        self.device
-            .account((before_reserved, before_in_use), (reserved, in_use));
+        self.device.account_in_use(before_in_use, in_use);
     }
 
     /// The loop: serve until shut down or every handle is gone; a panic

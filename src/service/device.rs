@@ -41,16 +41,15 @@ pub(crate) enum Notice {
 pub(crate) struct DeviceShared {
     /// The device budget, if one is set.
     pub(crate) budget: Option<Arc<DeviceBudget>>,
+    /// Meters the bytes every stream's storage holds (the budget when one
+    /// is set, else an unlimited one): exact device totals and peak.
+    pub(crate) meter: Arc<DeviceBudget>,
     /// Every stream's published state, for breakdowns.
     pub(crate) streams: Mutex<Vec<Arc<StreamShared>>>,
     /// To the coordinator; `None` when there is none (a lone actor in tests).
     pub(crate) notices: Option<Sender<Notice>>,
     /// Whether short streams may ask the others for memory.
     pub(crate) recovery: bool,
-    /// Bytes of pages all streams hold, as last published.
-    pub(crate) reserved: AtomicU64,
-    /// The most of `reserved` at once.
-    pub(crate) peak_reserved: AtomicU64,
     /// Bytes in use on all streams, as last published.
     pub(crate) in_use: AtomicU64,
     /// The most of `in_use` at once.
@@ -60,9 +59,10 @@ pub(crate) struct DeviceShared {
 /// The device's totals across streams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceStats {
-    /// Bytes of pages all streams hold now.
+    /// Bytes all streams' storages hold from the device now (pages not yet
+    /// flushed included).
     pub bytes_reserved: u64,
-    /// The most bytes of pages held at once.
+    /// The most bytes held at once (exact: metered at allocation and flush).
     pub peak_bytes_reserved: u64,
     /// Bytes in use on all streams now.
     pub bytes_in_use: u64,
@@ -76,37 +76,35 @@ impl DeviceShared {
         notices: Option<Sender<Notice>>,
         recovery: bool,
     ) -> Self {
+        let meter = budget
+            .clone()
+            .unwrap_or_else(|| Arc::new(DeviceBudget::new(u64::MAX)));
         Self {
             budget,
+            meter,
             streams: Mutex::new(Vec::new()),
             notices,
             recovery,
-            reserved: AtomicU64::new(0),
-            peak_reserved: AtomicU64::new(0),
             in_use: AtomicU64::new(0),
             peak_in_use: AtomicU64::new(0),
         }
     }
 
-    /// A stream's published figures moved from `before` to `after`
-    /// (reserved, in use): move the totals and their peaks.
-    pub(crate) fn account(&self, before: (u64, u64), after: (u64, u64)) {
-        let shift = |total: &AtomicU64, peak: &AtomicU64, from: u64, to: u64| {
-            let now = if to >= from {
-                total.fetch_add(to - from, Ordering::Relaxed) + (to - from)
-            } else {
-                total.fetch_sub(from - to, Ordering::Relaxed) - (from - to)
-            };
-            peak.fetch_max(now, Ordering::Relaxed);
+    /// A stream's published bytes in use moved from `before` to `after`:
+    /// move the total and its peak.
+    pub(crate) fn account_in_use(&self, before: u64, after: u64) {
+        let now = if after >= before {
+            self.in_use.fetch_add(after - before, Ordering::Relaxed) + (after - before)
+        } else {
+            self.in_use.fetch_sub(before - after, Ordering::Relaxed) - (before - after)
         };
-        shift(&self.reserved, &self.peak_reserved, before.0, after.0);
-        shift(&self.in_use, &self.peak_in_use, before.1, after.1);
+        self.peak_in_use.fetch_max(now, Ordering::Relaxed);
     }
 
     pub(crate) fn stats(&self) -> DeviceStats {
         DeviceStats {
-            bytes_reserved: self.reserved.load(Ordering::Relaxed),
-            peak_bytes_reserved: self.peak_reserved.load(Ordering::Relaxed),
+            bytes_reserved: self.meter.granted(),
+            peak_bytes_reserved: self.meter.peak(),
             bytes_in_use: self.in_use.load(Ordering::Relaxed),
             peak_bytes_in_use: self.peak_in_use.load(Ordering::Relaxed),
         }

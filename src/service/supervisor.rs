@@ -205,9 +205,8 @@ impl Supervisor {
             stream: id,
             message: err.to_string(),
         })?;
-        if let Some(budget) = &self.device.budget {
-            storage = Box::new(BudgetedStorage::new(storage, budget.clone()));
-        }
+        // Every storage is metered (and limited, when a budget is set).
+        storage = Box::new(BudgetedStorage::new(storage, self.device.meter.clone()));
         let mut memory = MemoryManager::for_stream(storage, self.config.memory.clone(), id);
         if let Some(recorder) = &self.config.recorder {
             memory.set_observer(TraceRecorder::observer(recorder));
