@@ -1,0 +1,162 @@
+//! Injected faults through `LimitedStorage`: an allocation failure at every
+//! point of a sequence, a copy failure at every point of a relocation, and a
+//! capacity below the working set. Each gives a typed error, leaves the
+//! manager consistent, and loses no written byte.
+
+use streamalloc::memory::{
+    Allocation, Cleanup, MemoryConfig, MemoryError, MemoryManager, PageUpdate, RelocationReason,
+};
+use streamalloc::storage::{FaultPlan, HostStorage, LimitedStorage, StorageError};
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+
+type Memory = MemoryManager<LimitedStorage<HostStorage>>;
+
+fn memory(capacity: u64, faults: FaultPlan) -> Memory {
+    MemoryManager::new(
+        LimitedStorage::new(HostStorage::new(), capacity).with_faults(faults),
+        MemoryConfig::default(),
+    )
+}
+
+/// The sequence: sizes across pools, each written with its own byte.
+fn sizes() -> Vec<u64> {
+    (0..40u64)
+        .map(|i| [100, 3000, 70 * KIB, 700 * KIB, 3 * MIB][(i % 5) as usize] + i)
+        .collect()
+}
+
+fn verify(memory: &mut Memory, live: &[(Allocation, u64, u8)]) {
+    for (a, size, byte) in live {
+        assert_eq!(
+            memory.read(a, 0, 1).unwrap(),
+            vec![*byte],
+            "first byte of {a:?}"
+        );
+        assert_eq!(
+            memory.read(a, size - 1, 1).unwrap(),
+            vec![*byte],
+            "last byte of {a:?}"
+        );
+    }
+    memory.process_releases();
+    let usage = memory.memory_report().usage();
+    assert_eq!(usage.number_allocs, live.len() as u64);
+    assert_eq!(
+        usage.bytes_in_use,
+        live.iter().map(|(_, s, _)| s).sum::<u64>()
+    );
+}
+
+#[test]
+fn an_allocation_failure_at_every_point_is_typed_and_harmless() {
+    // How many page allocations the clean sequence makes.
+    let clean_pages = {
+        let mut memory = memory(u64::MAX, FaultPlan::none());
+        let _live: Vec<_> = sizes()
+            .into_iter()
+            .map(|s| memory.reserve(s, PageUpdate::Allow).unwrap())
+            .collect();
+        memory.storage().allocation_attempts()
+    };
+    assert!(clean_pages > 5);
+    let mut injected = 0;
+    for nth in 1..=clean_pages {
+        let mut memory = memory(u64::MAX, FaultPlan::none().fail_allocation(nth));
+        let mut live = Vec::new();
+        let mut failed = 0;
+        for (i, size) in sizes().into_iter().enumerate() {
+            match memory.reserve(size, PageUpdate::Allow) {
+                Ok(a) => {
+                    let byte = i as u8 + 1;
+                    memory.write(&a, 0, &vec![byte; size as usize]).unwrap();
+                    live.push((a, size, byte));
+                }
+                Err(MemoryError::Storage(StorageError::InjectedFault(_))) => failed += 1,
+                Err(other) => panic!("fault {nth}: unexpected {other}"),
+            }
+            verify(&mut memory, &live);
+        }
+        assert_eq!(failed, 1, "fault {nth} fired once");
+        injected += 1;
+        drop(live);
+        memory.cleanup(Cleanup::Explicit);
+        assert_eq!(memory.bytes_allocated(), 0, "fault {nth} leaked");
+    }
+    assert_eq!(injected, clean_pages);
+    eprintln!("injected {injected} allocation faults, one at each page allocation");
+}
+
+#[test]
+fn a_copy_failure_at_every_point_of_a_relocation_loses_nothing() {
+    let build = |faults: FaultPlan| {
+        let mut memory = memory(u64::MAX, faults);
+        let all: Vec<_> = (0..48u64)
+            .map(|i| {
+                let size = 300 * KIB + i * 1000;
+                let a = memory.reserve(size, PageUpdate::Allow).unwrap();
+                memory.write(&a, 0, &vec![i as u8; size as usize]).unwrap();
+                (a, size, i as u8)
+            })
+            .collect();
+        let live: Vec<_> = all.into_iter().filter(|(_, _, b)| b % 3 == 0).collect();
+        memory.process_releases();
+        (memory, live)
+    };
+    let copies = {
+        let (mut memory, _live) = build(FaultPlan::none());
+        memory.compact().unwrap().moved
+    };
+    assert!(copies > 3);
+    eprintln!("injected {copies} copy faults, one at each copy of the relocation");
+    for nth in 1..=copies {
+        let (mut memory, live) = build(FaultPlan::none().fail_copy(nth));
+        let err = memory.relocate(RelocationReason::Compaction).unwrap_err();
+        assert_eq!(err.report.moved, nth - 1);
+        assert!(matches!(
+            err.error,
+            MemoryError::Storage(StorageError::InjectedFault(_))
+        ));
+        verify(&mut memory, &live);
+        // Consistent: a second pass completes, and everything still reads.
+        memory.compact().unwrap();
+        verify(&mut memory, &live);
+        drop(live);
+        memory.cleanup(Cleanup::Explicit);
+        assert_eq!(memory.bytes_allocated(), 0);
+    }
+}
+
+#[test]
+fn a_capacity_below_the_working_set_fails_cleanly() {
+    let mut memory = memory(20 * MIB, FaultPlan::none());
+    let mut live = Vec::new();
+    let mut refused = 0;
+    for (i, size) in (0..64u64).map(|i| (i, MIB + i * 4096)) {
+        match memory.reserve(size, PageUpdate::Allow) {
+            Ok(a) => {
+                memory.write(&a, 0, &vec![i as u8; size as usize]).unwrap();
+                live.push((a, size, i as u8));
+            }
+            Err(MemoryError::Storage(StorageError::OutOfMemory {
+                requested,
+                capacity,
+                ..
+            })) => {
+                assert_eq!(capacity, 20 * MIB);
+                assert!(requested >= size);
+                refused += 1;
+            }
+            Err(other) => panic!("unexpected {other}"),
+        }
+        assert!(memory.bytes_allocated() <= 20 * MIB);
+        verify(&mut memory, &live);
+    }
+    assert!(refused > 0 && !live.is_empty());
+    // Freeing half makes room again.
+    live.truncate(live.len() / 2);
+    memory.cleanup(Cleanup::Explicit);
+    assert!(memory.reserve(MIB, PageUpdate::Allow).is_ok());
+    verify(&mut memory, &live);
+}
