@@ -26,8 +26,17 @@ fn time_ns(field: &str) -> Option<u64> {
     let mut parts = field.split(':');
     let (h, m, s) = (parts.next()?, parts.next()?, parts.next()?);
     let seconds: f64 = s.parse().ok()?;
-    let total = h.parse::<u64>().ok()? * 3600 + m.parse::<u64>().ok()? * 60;
-    Some(total * 1_000_000_000 + (seconds * 1e9).round() as u64)
+    if !(0.0..1e9).contains(&seconds) {
+        return None;
+    }
+    let whole = h
+        .parse::<u64>()
+        .ok()?
+        .checked_mul(3600)?
+        .checked_add(m.parse::<u64>().ok()?.checked_mul(60)?)?;
+    whole
+        .checked_mul(1_000_000_000)?
+        .checked_add((seconds * 1e9).round() as u64)
 }
 
 /// Read RMM's logging CSV. Times become relative to the first event.

@@ -36,8 +36,23 @@ pub fn read_torch_snapshot(bytes: &[u8]) -> Result<Vec<TraceEvent>, TraceError> 
     let options = DeOptions::new()
         .replace_unresolved_globals()
         .decode_strings();
-    let value = serde_pickle::value_from_slice(bytes, options)
-        .map_err(|e| TraceError::Invalid(format!("not a PyTorch snapshot pickle: {e}")))?;
+    // serde-pickle can panic on some malformed input (sorting a set whose
+    // members hold NaN, found by fuzzing); a reader answers malformed input
+    // with an error, never a panic.
+    let parsed = std::panic::catch_unwind(|| serde_pickle::value_from_slice(bytes, options));
+    let value = match parsed {
+        Ok(Ok(value)) => value,
+        Ok(Err(err)) => {
+            return Err(TraceError::Invalid(format!(
+                "not a PyTorch snapshot pickle: {err}"
+            )));
+        }
+        Err(_) => {
+            return Err(TraceError::Invalid(
+                "not a PyTorch snapshot pickle: the decoder rejected its structure".into(),
+            ));
+        }
+    };
     let Value::Dict(root) = value else {
         return Err(TraceError::Invalid("snapshot is not a dict".into()));
     };
