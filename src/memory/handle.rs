@@ -170,6 +170,12 @@ impl Allocation {
         }
     }
 
+    /// The first handle of a recycled cell (no other reference to it exists).
+    pub(crate) fn from_cell(cell: Arc<AllocationCell>) -> Self {
+        cell.handles.store(1, Ordering::Relaxed);
+        Self { cell }
+    }
+
     /// The allocation's id, `None` for a handle never bound to memory.
     pub fn id(&self) -> Option<AllocationId> {
         self.cell.id()
