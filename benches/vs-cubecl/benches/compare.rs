@@ -1,0 +1,217 @@
+//! streamalloc's `MemoryManager` beside CubeCL's `MemoryManagement`
+//! (cubecl-server 0.11.3, on its `BytesStorage`, driven as CubeCL's server
+//! drives it: relocate when `relocation_need()` says so, then
+//! `reserve(size, PageUpdate::Allow)`) and a bare `offset-allocator` as the
+//! floor. Every contender gets the same sequence from the same seed: a ring
+//! of 64 live allocations, each step replacing the oldest.
+//!
+//! `cd benches/vs-cubecl && cargo bench`
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use cubecl_ir::MemoryDeviceProperties;
+use cubecl_server::logging::ServerLogger;
+use cubecl_server::memory_management::relocation::HostCopies;
+use cubecl_server::memory_management::{
+    ErrorGraph, MemoryConfiguration as CubeConfig, MemoryManagement, MemoryManagementOptions,
+    PageUpdate as CubeUpdate,
+};
+use cubecl_server::memory_management::relocation::{CopyQueue, StorageCopy};
+use cubecl_server::server::{IoError, ServerError};
+use cubecl_server::storage::{
+    BytesStorage, ComputeStorage, StorageHandle, StorageId, StorageUtilization,
+};
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::sync::Arc;
+use streamalloc::memory::{DeviceProperties, MemoryConfig, MemoryManager, PageUpdate};
+use streamalloc::storage::{HostStorage, VirtualStorage};
+
+/// For CubeCL, what `VirtualStorage` is for us: counts pages, holds no
+/// bytes, so the comparison is manager time alone (BytesStorage zero-fills
+/// every page, and glibc's calloc then memsets recycled heap memory).
+#[derive(Default)]
+struct CountingStorage {
+    sizes: HashMap<StorageId, u64>,
+    pending: Vec<StorageId>,
+    bytes: u64,
+}
+
+impl ComputeStorage for CountingStorage {
+    type Resource = ();
+
+    fn alignment(&self) -> usize {
+        32
+    }
+
+    fn get(&mut self, _handle: &StorageHandle) -> Result<(), IoError> {
+        Ok(())
+    }
+
+    fn alloc(&mut self, size: u64) -> Result<StorageHandle, IoError> {
+        let id = StorageId::new();
+        self.sizes.insert(id, size);
+        self.bytes += size;
+        Ok(StorageHandle::new(id, StorageUtilization { offset: 0, size }))
+    }
+
+    fn dealloc(&mut self, id: StorageId) {
+        self.pending.push(id);
+    }
+
+    fn flush(&mut self) {
+        for id in self.pending.drain(..) {
+            if let Some(size) = self.sizes.remove(&id) {
+                self.bytes -= size;
+            }
+        }
+    }
+
+    fn bytes_allocated(&self) -> u64 {
+        self.bytes
+    }
+}
+
+/// Relocation copies that move no bytes (there are none).
+struct CountedCopies;
+
+impl CopyQueue<CountingStorage> for CountedCopies {
+    fn wait_device(&mut self) -> Result<(), ServerError> {
+        Ok(())
+    }
+    fn copy(&mut self, _storage: &mut CountingStorage, _copy: &StorageCopy) -> Result<(), IoError> {
+        Ok(())
+    }
+    fn wait_copies(&mut self) -> Result<(), ServerError> {
+        Ok(())
+    }
+}
+
+const MIB: u64 = 1 << 20;
+const RING: usize = 64;
+
+/// xorshift64*: the shared sequence.
+struct Sizes(u64);
+
+impl Sizes {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+fn sequence(workload: &str, len: usize) -> Vec<u64> {
+    let mut sizes = Sizes(0x5eed);
+    (0..len)
+        .map(|_| match workload {
+            "fixed_4k" => 4096,
+            "fixed_1m" => MIB,
+            _ => {
+                let exp = 8 + sizes.next() % 16;
+                (1 << exp) + sizes.next() % (1 << exp)
+            }
+        })
+        .collect()
+}
+
+fn cubecl<S: ComputeStorage>(storage: S) -> MemoryManagement<S> {
+    MemoryManagement::from_configuration(
+        storage,
+        &MemoryDeviceProperties::new(128 * MIB, 32),
+        CubeConfig::default(),
+        Arc::new(ServerLogger::default()),
+        MemoryManagementOptions::new("bench"),
+    )
+}
+
+fn ours<S: streamalloc::storage::DeviceStorage>(storage: S) -> MemoryManager<S> {
+    MemoryManager::new(
+        storage,
+        MemoryConfig {
+            device: DeviceProperties::new(128 * MIB, 32),
+            ..MemoryConfig::default()
+        },
+    )
+}
+
+fn ring(c: &mut Criterion) {
+    ring_on(c, "ring_of_64_counting", VirtualStorage::new, CountingStorage::default, || CountedCopies);
+    ring_on(c, "ring_of_64_host_bytes", HostStorage::new, BytesStorage::default, || HostCopies);
+}
+
+fn ring_on<S, C, Q>(
+    c: &mut Criterion,
+    name: &str,
+    our_storage: impl Fn() -> S,
+    their_storage: impl Fn() -> C,
+    copier: impl Fn() -> Q,
+) where
+    S: streamalloc::storage::DeviceStorage,
+    C: ComputeStorage,
+    Q: CopyQueue<C>,
+{
+    let mut group = c.benchmark_group(name);
+    for workload in ["fixed_4k", "fixed_1m", "mixed_256b_16m"] {
+        let sizes = sequence(workload, 1 << 16);
+        let mask = sizes.len() - 1;
+
+        let mut memory = ours(our_storage());
+        let mut live: Vec<_> = sizes[..RING].iter().map(|&s| memory.reserve(s, PageUpdate::Allow).unwrap()).collect();
+        let mut step = 0usize;
+        group.bench_function(BenchmarkId::new("streamalloc", workload), |b| {
+            b.iter(|| {
+                step += 1;
+                live[step % RING] = memory.reserve(black_box(sizes[step & mask]), PageUpdate::Allow).unwrap();
+            })
+        });
+        drop(live);
+
+        let mut memory = cubecl(their_storage());
+        let mut failures = ErrorGraph::default();
+        let mut copies = copier();
+        let mut live: Vec<_> = sizes[..RING]
+            .iter()
+            .map(|&s| memory.reserve(s, CubeUpdate::Allow, &mut failures).unwrap())
+            .collect();
+        let mut step = 0usize;
+        group.bench_function(BenchmarkId::new("cubecl", workload), |b| {
+            b.iter(|| {
+                step += 1;
+                if let Some(reason) = memory.relocation_need().reason(|| memory.bytes_allocated()) {
+                    memory.relocate(&mut copies, reason, &mut failures);
+                }
+                live[step % RING] = memory
+                    .reserve(black_box(sizes[step & mask]), CubeUpdate::Allow, &mut failures)
+                    .unwrap();
+            })
+        });
+        drop(live);
+
+        let mut floor = offset_allocator::Allocator::<u32>::new(1 << 31);
+        let mut live: Vec<_> = sizes[..RING]
+            .iter()
+            .map(|&s| floor.allocate(s as u32).unwrap())
+            .collect();
+        let mut step = 0usize;
+        group.bench_function(BenchmarkId::new("offset_allocator", workload), |b| {
+            b.iter(|| {
+                step += 1;
+                let slot = step % RING;
+                floor.free(live[slot]);
+                live[slot] = floor.allocate(black_box(sizes[step & mask]) as u32).unwrap();
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(30)
+        .warm_up_time(std::time::Duration::from_millis(500))
+        .measurement_time(std::time::Duration::from_secs(2));
+    targets = ring
+}
+criterion_main!(benches);
