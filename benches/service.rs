@@ -18,7 +18,7 @@ use streamalloc::memory::StreamId;
 use streamalloc::service::{ServiceConfig, StreamHandle, Supervisor};
 
 /// Receive attempts before parking, as the service's default.
-const SPIN: u32 = 200;
+const SPIN: u32 = 2000;
 
 type Ping = (u64, Sender<u64>);
 

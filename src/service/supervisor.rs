@@ -64,7 +64,7 @@ impl Default for ServiceConfig {
             inbox_capacity: 1024,
             idle_tick: Some(Duration::from_millis(100)),
             pin_wait: Duration::from_millis(200),
-            spin: 200,
+            spin: 2000,
             budget: None,
             compaction_threshold: Some(2.0),
             supervise_tick: Duration::from_millis(50),
