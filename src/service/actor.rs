@@ -11,7 +11,7 @@ use super::error::ServiceError;
 use super::events::SupervisorEvent;
 use super::message::{Control, Request, ShutdownReport};
 use super::shared::StreamShared;
-use super::short::{Pending, PendingReply};
+use super::short::Pending;
 use crate::memory::{MemoryManager, RelocationNeed, RelocationReason};
 use crate::storage::DeviceStorage;
 use crate::sync::Arc;
@@ -103,31 +103,18 @@ impl StreamActor {
     pub(crate) fn handle(&mut self, request: Request, inbox: &Receiver<Request>) -> Flow {
         self.shared.requests.fetch_add(1, Ordering::Relaxed);
         match request {
-            Request::Reserve {
-                size,
+            Request::ReserveMany {
+                sizes,
                 update,
                 mode,
                 wait,
                 reply,
             } => self.serve_reserve(Pending {
-                sizes: vec![size],
-                update,
-                mode,
-                reply: PendingReply::One(reply),
-                deadline: wait.map(|wait| Instant::now() + wait),
-                parked_at: None,
-            }),
-            Request::ReserveMany {
                 sizes,
                 update,
                 mode,
                 reply,
-            } => self.serve_reserve(Pending {
-                sizes,
-                update,
-                mode,
-                reply: PendingReply::Many(reply),
-                deadline: None,
+                deadline: wait.map(|wait| Instant::now() + wait),
                 parked_at: None,
             }),
             Request::Unbound { reply } => reply.send(Ok(self.memory.unbound())),

@@ -27,6 +27,11 @@ use std::time::Duration;
 /// How often a caller waiting for an answer looks whether the actor left.
 const EXIT_POLL: Duration = Duration::from_millis(10);
 
+/// The one allocation of a single-size reservation.
+fn one(batch: Result<Vec<Allocation>, ServiceError>) -> Result<Allocation, ServiceError> {
+    batch.map(|mut batch| batch.pop().expect("one size, one allocation"))
+}
+
 /// What every clone of a handle shares.
 #[derive(Debug)]
 pub(crate) struct Connection {
@@ -177,6 +182,96 @@ impl StreamHandle {
         })
     }
 
+    fn reserve_request(
+        &self,
+        sizes: Vec<u64>,
+        update: PageUpdate,
+        wait: Option<Duration>,
+    ) -> impl FnOnce(Answer<Vec<Allocation>>) -> Request {
+        let mode = self.mode();
+        move |reply| Request::ReserveMany {
+            sizes,
+            update,
+            mode,
+            wait,
+            reply,
+        }
+    }
+
+    fn bind_request(
+        &self,
+        reserved: Allocation,
+        assigned: &Allocation,
+        cursor: u64,
+    ) -> Result<impl FnOnce(Answer<()>) -> Request, ServiceError> {
+        self.own(&reserved)?;
+        self.own(assigned)?;
+        let assigned = assigned.clone();
+        Ok(move |reply| Request::Bind {
+            reserved,
+            assigned,
+            cursor,
+            reply,
+        })
+    }
+
+    fn read_request(
+        &self,
+        allocation: &Allocation,
+        offset: u64,
+        len: u64,
+    ) -> Result<impl FnOnce(Answer<Vec<u8>>) -> Request, ServiceError> {
+        self.own(allocation)?;
+        let allocation = allocation.clone();
+        Ok(move |reply| Request::Read {
+            allocation,
+            offset,
+            len,
+            reply,
+        })
+    }
+
+    fn write_request(
+        &self,
+        allocation: &Allocation,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<impl FnOnce(Answer<()>) -> Request, ServiceError> {
+        self.own(allocation)?;
+        let (allocation, data) = (allocation.clone(), data.to_vec());
+        Ok(move |reply| Request::Write {
+            allocation,
+            offset,
+            data,
+            reply,
+        })
+    }
+
+    fn copy_request(
+        &self,
+        from: &Allocation,
+        to: &Allocation,
+    ) -> Result<impl FnOnce(Answer<()>) -> Request, ServiceError> {
+        self.own(from)?;
+        self.own(to)?;
+        let (from, to) = (from.clone(), to.clone());
+        Ok(move |reply| Request::Copy { from, to, reply })
+    }
+
+    fn guard_request(
+        &self,
+        allocation: &Allocation,
+    ) -> Result<impl FnOnce(Answer<PageGuard>) -> Request, ServiceError> {
+        self.own(allocation)?;
+        let allocation = allocation.clone();
+        Ok(move |reply| Request::Guard { allocation, reply })
+    }
+
+    fn resolve_request(&self, allocation: &Allocation) -> impl FnOnce(Answer<Pinned>) -> Request {
+        let allocation = allocation.clone();
+        move |reply| Request::Resolve { allocation, reply }
+    }
+
     /// Reserve `size` bytes in this client's mode.
     pub fn reserve(&self, size: u64) -> Result<Allocation, ServiceError> {
         self.reserve_with(size, PageUpdate::Allow)
@@ -184,28 +279,14 @@ impl StreamHandle {
 
     /// Reserve `size` bytes, changing pages only as far as `update` allows.
     pub fn reserve_with(&self, size: u64, update: PageUpdate) -> Result<Allocation, ServiceError> {
-        let mode = self.mode();
-        self.call(|reply| Request::Reserve {
-            size,
-            update,
-            mode,
-            wait: None,
-            reply,
-        })
+        one(self.call(self.reserve_request(vec![size], update, None)))
     }
 
     /// Reserve `size` bytes, waiting up to `wait` for memory when the device
     /// is short (other streams' releases and cleanups are retried until
     /// then); `ServiceError::OutOfMemory` after that.
     pub fn reserve_timeout(&self, size: u64, wait: Duration) -> Result<Allocation, ServiceError> {
-        let mode = self.mode();
-        self.call(|reply| Request::Reserve {
-            size,
-            update: PageUpdate::Allow,
-            mode,
-            wait: Some(wait),
-            reply,
-        })
+        one(self.call(self.reserve_request(vec![size], PageUpdate::Allow, Some(wait))))
     }
 
     /// Whether the stream is serving requests.
@@ -221,14 +302,7 @@ impl StreamHandle {
 
     /// Reserve a batch in one round trip: all of them, or none and the error.
     pub fn reserve_many(&self, sizes: &[u64]) -> Result<Vec<Allocation>, ServiceError> {
-        let mode = self.mode();
-        let sizes = sizes.to_vec();
-        self.call(|reply| Request::ReserveMany {
-            sizes,
-            update: PageUpdate::Allow,
-            mode,
-            reply,
-        })
+        self.call(self.reserve_request(sizes.to_vec(), PageUpdate::Allow, None))
     }
 
     /// A handle bound to nothing, for [`bind`](Self::bind).
@@ -243,26 +317,17 @@ impl StreamHandle {
         assigned: &Allocation,
         cursor: u64,
     ) -> Result<(), ServiceError> {
-        self.own(&reserved)?;
-        self.own(assigned)?;
-        let assigned = assigned.clone();
-        self.call(|reply| Request::Bind {
-            reserved,
-            assigned,
-            cursor,
-            reply,
-        })
+        self.call(self.bind_request(reserved, assigned, cursor)?)
     }
 
     /// Pin `allocation` and return its address, valid while the [`Pinned`]
     /// lives. Without a round trip when the allocation's address is
     /// published and no move is under way; otherwise the actor answers.
     pub fn resolve(&self, allocation: &Allocation) -> Result<Pinned, ServiceError> {
-        if let Some(pinned) = self.try_resolve(allocation)? {
-            return Ok(pinned);
+        match self.try_resolve(allocation)? {
+            Some(pinned) => Ok(pinned),
+            None => self.call(self.resolve_request(allocation)),
         }
-        let allocation = allocation.clone();
-        self.call(|reply| Request::Resolve { allocation, reply })
     }
 
     /// The lock-free half of [`resolve`](Self::resolve): `None` when the
@@ -296,14 +361,7 @@ impl StreamHandle {
         offset: u64,
         len: u64,
     ) -> Result<Vec<u8>, ServiceError> {
-        self.own(allocation)?;
-        let allocation = allocation.clone();
-        self.call(|reply| Request::Read {
-            allocation,
-            offset,
-            len,
-            reply,
-        })
+        self.call(self.read_request(allocation, offset, len)?)
     }
 
     /// Write `data` at `offset`.
@@ -313,23 +371,12 @@ impl StreamHandle {
         offset: u64,
         data: &[u8],
     ) -> Result<(), ServiceError> {
-        self.own(allocation)?;
-        let allocation = allocation.clone();
-        let data = data.to_vec();
-        self.call(|reply| Request::Write {
-            allocation,
-            offset,
-            data,
-            reply,
-        })
+        self.call(self.write_request(allocation, offset, data)?)
     }
 
     /// Copy every byte of `from` to the start of `to` (same stream).
     pub fn copy(&self, from: &Allocation, to: &Allocation) -> Result<(), ServiceError> {
-        self.own(from)?;
-        self.own(to)?;
-        let (from, to) = (from.clone(), to.clone());
-        self.call(|reply| Request::Copy { from, to, reply })
+        self.call(self.copy_request(from, to)?)
     }
 
     /// Run a cleanup on the stream.
@@ -349,9 +396,7 @@ impl StreamHandle {
 
     /// Guard the page that holds `allocation`.
     pub fn guard(&self, allocation: &Allocation) -> Result<PageGuard, ServiceError> {
-        self.own(allocation)?;
-        let allocation = allocation.clone();
-        self.call(|reply| Request::Guard { allocation, reply })
+        self.call(self.guard_request(allocation)?)
     }
 
     /// Record a failure (caused by `causes`) for taint to point at.
@@ -476,15 +521,9 @@ mod nonblocking {
 
         /// [`reserve`](Self::reserve), awaited.
         pub async fn reserve_async(&self, size: u64) -> Result<Allocation, ServiceError> {
-            let mode = self.mode();
-            self.call_async(|reply| Request::Reserve {
-                size,
-                update: PageUpdate::Allow,
-                mode,
-                wait: None,
-                reply,
-            })
-            .await
+            one(self
+                .call_async(self.reserve_request(vec![size], PageUpdate::Allow, None))
+                .await)
         }
 
         /// [`reserve_timeout`](Self::reserve_timeout), awaited. Cancel-safe:
@@ -494,15 +533,8 @@ mod nonblocking {
             size: u64,
             wait: Duration,
         ) -> Result<Allocation, ServiceError> {
-            let mode = self.mode();
-            self.call_async(|reply| Request::Reserve {
-                size,
-                update: PageUpdate::Allow,
-                mode,
-                wait: Some(wait),
-                reply,
-            })
-            .await
+            let request = self.reserve_request(vec![size], PageUpdate::Allow, Some(wait));
+            one(self.call_async(request).await)
         }
 
         /// [`reserve_many`](Self::reserve_many), awaited.
@@ -510,25 +542,16 @@ mod nonblocking {
             &self,
             sizes: &[u64],
         ) -> Result<Vec<Allocation>, ServiceError> {
-            let mode = self.mode();
-            let sizes = sizes.to_vec();
-            self.call_async(|reply| Request::ReserveMany {
-                sizes,
-                update: PageUpdate::Allow,
-                mode,
-                reply,
-            })
-            .await
+            let request = self.reserve_request(sizes.to_vec(), PageUpdate::Allow, None);
+            self.call_async(request).await
         }
 
         /// [`resolve`](Self::resolve), awaited when the actor must answer.
         pub async fn resolve_async(&self, allocation: &Allocation) -> Result<Pinned, ServiceError> {
-            if let Some(pinned) = self.try_resolve(allocation)? {
-                return Ok(pinned);
+            match self.try_resolve(allocation)? {
+                Some(pinned) => Ok(pinned),
+                None => self.call_async(self.resolve_request(allocation)).await,
             }
-            let allocation = allocation.clone();
-            self.call_async(|reply| Request::Resolve { allocation, reply })
-                .await
         }
 
         /// [`read`](Self::read), awaited.
@@ -538,15 +561,8 @@ mod nonblocking {
             offset: u64,
             len: u64,
         ) -> Result<Vec<u8>, ServiceError> {
-            self.own(allocation)?;
-            let allocation = allocation.clone();
-            self.call_async(|reply| Request::Read {
-                allocation,
-                offset,
-                len,
-                reply,
-            })
-            .await
+            self.call_async(self.read_request(allocation, offset, len)?)
+                .await
         }
 
         /// [`write`](Self::write), awaited.
@@ -556,16 +572,8 @@ mod nonblocking {
             offset: u64,
             data: &[u8],
         ) -> Result<(), ServiceError> {
-            self.own(allocation)?;
-            let allocation = allocation.clone();
-            let data = data.to_vec();
-            self.call_async(|reply| Request::Write {
-                allocation,
-                offset,
-                data,
-                reply,
-            })
-            .await
+            self.call_async(self.write_request(allocation, offset, data)?)
+                .await
         }
 
         /// [`bind`](Self::bind), awaited.
@@ -575,16 +583,8 @@ mod nonblocking {
             assigned: &Allocation,
             cursor: u64,
         ) -> Result<(), ServiceError> {
-            self.own(&reserved)?;
-            self.own(assigned)?;
-            let assigned = assigned.clone();
-            self.call_async(|reply| Request::Bind {
-                reserved,
-                assigned,
-                cursor,
-                reply,
-            })
-            .await
+            self.call_async(self.bind_request(reserved, assigned, cursor)?)
+                .await
         }
 
         /// [`copy`](Self::copy), awaited.
@@ -593,11 +593,7 @@ mod nonblocking {
             from: &Allocation,
             to: &Allocation,
         ) -> Result<(), ServiceError> {
-            self.own(from)?;
-            self.own(to)?;
-            let (from, to) = (from.clone(), to.clone());
-            self.call_async(|reply| Request::Copy { from, to, reply })
-                .await
+            self.call_async(self.copy_request(from, to)?).await
         }
 
         /// [`cleanup`](Self::cleanup), awaited.
@@ -620,10 +616,7 @@ mod nonblocking {
             &self,
             allocation: &Allocation,
         ) -> Result<PageGuard, ServiceError> {
-            self.own(allocation)?;
-            let allocation = allocation.clone();
-            self.call_async(|reply| Request::Guard { allocation, reply })
-                .await
+            self.call_async(self.guard_request(allocation)?).await
         }
 
         /// [`report`](Self::report), awaited.

@@ -226,6 +226,7 @@ pub fn submit_reserve_many(handle: &StreamHandle, sizes: Vec<u64>) -> PendingAns
         sizes,
         update: PageUpdate::Allow,
         mode: AllocationMode::Auto,
+        wait: None,
         reply: Reply::Blocking(tx),
     };
     let _ = handle.connection.inbox.send(request);

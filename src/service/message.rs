@@ -57,18 +57,13 @@ pub struct ShutdownReport {
 /// A request to a stream actor.
 #[derive(Debug)]
 pub(crate) enum Request {
-    Reserve {
-        size: u64,
-        update: PageUpdate,
-        mode: AllocationMode,
-        /// How long the caller will wait for memory when the device is short.
-        wait: Option<Duration>,
-        reply: Answer<Allocation>,
-    },
+    /// `reserve` (one size) and `reserve_many`: all of the sizes or none.
     ReserveMany {
         sizes: Vec<u64>,
         update: PageUpdate,
         mode: AllocationMode,
+        /// How long the caller will wait for memory when the device is short.
+        wait: Option<Duration>,
         reply: Answer<Vec<Allocation>>,
     },
     Unbound {
@@ -164,7 +159,7 @@ impl Request {
     /// Answer the request with `error` without doing it.
     pub(crate) fn reject(self, error: ServiceError) {
         match self {
-            Request::Reserve { reply, .. } | Request::Unbound { reply } => reply.send(Err(error)),
+            Request::Unbound { reply } => reply.send(Err(error)),
             Request::ReserveMany { reply, .. } => reply.send(Err(error)),
             Request::Bind { reply, .. }
             | Request::Write { reply, .. }

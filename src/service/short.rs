@@ -35,15 +35,6 @@ const ASK_INTERVAL: Duration = Duration::from_millis(20);
 /// after this long, even if no `Retry` came (the coordinator is gone).
 const RECOVERY_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Where a reservation's answer goes.
-#[derive(Debug)]
-pub(crate) enum PendingReply {
-    /// `reserve`.
-    One(Answer<Allocation>),
-    /// `reserve_many`.
-    Many(Answer<Vec<Allocation>>),
-}
-
 /// A reservation being served (or parked).
 #[derive(Debug)]
 pub(crate) struct Pending {
@@ -54,7 +45,7 @@ pub(crate) struct Pending {
     /// The caller's mode.
     pub(crate) mode: AllocationMode,
     /// Where the answer goes.
-    pub(crate) reply: PendingReply,
+    pub(crate) reply: Answer<Vec<Allocation>>,
     /// Until when the caller waits for memory (`None`: one recovery round).
     pub(crate) deadline: Option<Instant>,
     /// When it was parked.
@@ -67,12 +58,7 @@ impl Pending {
     }
 
     pub(crate) fn answer(self, result: Result<Vec<Allocation>, ServiceError>) {
-        match self.reply {
-            PendingReply::One(reply) => {
-                reply.send(result.map(|mut batch| batch.pop().expect("one size, one allocation")))
-            }
-            PendingReply::Many(reply) => reply.send(result),
-        }
+        self.reply.send(result);
     }
 }
 
