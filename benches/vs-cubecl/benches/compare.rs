@@ -206,12 +206,122 @@ fn ring_on<S, C, Q>(
     group.finish();
 }
 
+/// `threads` clients, each keeping a ring of 64 mixed-size allocations and
+/// doing `per_thread` replacements; returns the wall time of the slowest.
+fn clients<H: Send + 'static>(
+    threads: usize,
+    per_thread: u64,
+    make: impl Fn() -> Box<dyn FnMut(u64) -> Vec<H> + Send>,
+    batch: usize,
+) -> std::time::Duration {
+    let barrier = Arc::new(std::sync::Barrier::new(threads + 1));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let mut reserve = make();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                let sizes = sequence("mixed_256b_16m", 1 << 12);
+                let mut ring: Vec<Option<H>> = (0..RING).map(|_| None).collect();
+                barrier.wait();
+                let mut step = t * 977;
+                let mut done = 0;
+                while done < per_thread {
+                    let size = sizes[step % sizes.len()];
+                    for handle in reserve(size) {
+                        ring[step % RING] = Some(handle);
+                        step += 1;
+                        done += 1;
+                    }
+                }
+            })
+        })
+        .collect();
+    barrier.wait();
+    let start = std::time::Instant::now();
+    for handle in handles {
+        handle.join().unwrap();
+    }
+    let _ = batch;
+    start.elapsed()
+}
+
+fn threads(c: &mut Criterion) {
+    use parking_lot::Mutex;
+    use streamalloc::memory::StreamId;
+    use streamalloc::service::{ServiceConfig, Supervisor};
+    let mut group = c.benchmark_group("mixed_clients");
+    group.sample_size(10);
+    for threads in [1usize, 2, 4] {
+        let cube = Arc::new(Mutex::new(cubecl(CountingStorage::default())));
+        group.bench_function(BenchmarkId::new("cubecl_mutex", threads), |b| {
+            b.iter_custom(|iters| {
+                let per = iters.div_ceil(threads as u64);
+                let elapsed = clients(threads, per, || {
+                    let cube = cube.clone();
+                    Box::new(move |size| {
+                        let mut memory = cube.lock();
+                        let mut failures = ErrorGraph::default();
+                        if let Some(reason) = memory.relocation_need().reason(|| memory.bytes_allocated()) {
+                            memory.relocate(&mut CountedCopies, reason, &mut failures);
+                        }
+                        vec![memory.reserve(size, CubeUpdate::Allow, &mut failures).unwrap()]
+                    })
+                }, 1);
+                elapsed.mul_f64(iters as f64 / (per * threads as u64) as f64)
+            })
+        });
+        let mine = Arc::new(Mutex::new(ours(VirtualStorage::new())));
+        group.bench_function(BenchmarkId::new("streamalloc_mutex", threads), |b| {
+            b.iter_custom(|iters| {
+                let per = iters.div_ceil(threads as u64);
+                let elapsed = clients(threads, per, || {
+                    let mine = mine.clone();
+                    Box::new(move |size| vec![mine.lock().reserve(size, PageUpdate::Allow).unwrap()])
+                }, 1);
+                elapsed.mul_f64(iters as f64 / (per * threads as u64) as f64)
+            })
+        });
+        let device = Arc::new(Supervisor::virtual_device(ServiceConfig {
+            idle_tick: None,
+            memory: MemoryConfig {
+                device: DeviceProperties::new(128 * MIB, 32),
+                ..MemoryConfig::default()
+            },
+            ..ServiceConfig::default()
+        }));
+        for batch in [1usize, 16] {
+            let name = if batch == 1 { "streamalloc_actor" } else { "streamalloc_actor_batch16" };
+            group.bench_function(BenchmarkId::new(name, threads), |b| {
+                b.iter_custom(|iters| {
+                    let per = iters.div_ceil(threads as u64);
+                    let elapsed = clients(threads, per, || {
+                        let stream = device.stream(StreamId(0)).unwrap();
+                        let mut pending = Vec::new();
+                        Box::new(move |size| {
+                            if batch == 1 {
+                                return vec![stream.reserve(size).unwrap()];
+                            }
+                            pending.push(size);
+                            if pending.len() < batch {
+                                return Vec::new();
+                            }
+                            stream.reserve_many(&std::mem::take(&mut pending)).unwrap()
+                        })
+                    }, batch);
+                    elapsed.mul_f64(iters as f64 / (per * threads as u64) as f64)
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .sample_size(30)
         .warm_up_time(std::time::Duration::from_millis(500))
         .measurement_time(std::time::Duration::from_secs(2));
-    targets = ring
+    targets = ring, threads
 }
 criterion_main!(benches);
