@@ -283,6 +283,7 @@ fn threads(c: &mut Criterion) {
         });
         let device = Arc::new(Supervisor::virtual_device(ServiceConfig {
             idle_tick: None,
+            spin: std::env::var("SPIN").ok().and_then(|s| s.parse().ok()).unwrap_or(2000),
             memory: MemoryConfig {
                 device: DeviceProperties::new(128 * MIB, 32),
                 ..MemoryConfig::default()
