@@ -81,7 +81,6 @@ pub(crate) mod channel {
         channel(Some(capacity.max(1)))
     }
 
-    #[allow(dead_code)]
     pub(crate) fn unbounded<T>() -> (Sender<T>, Receiver<T>) {
         channel(None)
     }

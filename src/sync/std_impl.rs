@@ -58,7 +58,6 @@ pub(crate) mod channel {
     }
 
     /// A channel that never blocks its senders.
-    #[allow(dead_code)] // part of the surface both sides offer
     pub(crate) fn unbounded<T>() -> (Sender<T>, Receiver<T>) {
         let (tx, rx) = crossbeam_channel::unbounded();
         (Sender(tx), Receiver(rx))

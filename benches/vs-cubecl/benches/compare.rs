@@ -212,7 +212,6 @@ fn clients<H: Send + 'static>(
     threads: usize,
     per_thread: u64,
     make: impl Fn() -> Box<dyn FnMut(u64) -> Vec<H> + Send>,
-    batch: usize,
 ) -> std::time::Duration {
     let barrier = Arc::new(std::sync::Barrier::new(threads + 1));
     let handles: Vec<_> = (0..threads)
@@ -241,7 +240,6 @@ fn clients<H: Send + 'static>(
     for handle in handles {
         handle.join().unwrap();
     }
-    let _ = batch;
     start.elapsed()
 }
 
@@ -266,7 +264,7 @@ fn threads(c: &mut Criterion) {
                         }
                         vec![memory.reserve(size, CubeUpdate::Allow, &mut failures).unwrap()]
                     })
-                }, 1);
+                });
                 elapsed.mul_f64(iters as f64 / (per * threads as u64) as f64)
             })
         });
@@ -277,7 +275,7 @@ fn threads(c: &mut Criterion) {
                 let elapsed = clients(threads, per, || {
                     let mine = mine.clone();
                     Box::new(move |size| vec![mine.lock().reserve(size, PageUpdate::Allow).unwrap()])
-                }, 1);
+                });
                 elapsed.mul_f64(iters as f64 / (per * threads as u64) as f64)
             })
         });
@@ -308,7 +306,7 @@ fn threads(c: &mut Criterion) {
                             }
                             stream.reserve_many(&std::mem::take(&mut pending)).unwrap()
                         })
-                    }, batch);
+                    });
                     elapsed.mul_f64(iters as f64 / (per * threads as u64) as f64)
                 })
             });

@@ -9,7 +9,7 @@
 //! - dedicated: exact-size pages returned on the first cleanup after the
 //!   free (a period of 0), so a buffer kept out of every pool does not linger.
 
-use super::{Backing, PageInfo, Placement};
+use super::{Backing, Placement};
 use crate::memory::arena::NONE;
 use crate::memory::bins;
 use crate::memory::config::PoolKind;
@@ -281,22 +281,6 @@ impl WholePagePool {
             page.epoch = page.epoch.wrapping_add(1);
             self.offer(index, tick);
         }
-    }
-
-    /// The pages held, for reports and relocation decisions.
-    #[allow(dead_code)]
-    pub(crate) fn page_infos(&self) -> impl Iterator<Item = PageInfo> + '_ {
-        self.pages
-            .iter()
-            .enumerate()
-            .filter(|(_, page)| page.held)
-            .map(|(index, page)| PageInfo {
-                page: index as u32,
-                size: page.size,
-                used: if page.used { page.size } else { 0 },
-                outdated: false,
-                guarded: page.guards > 0,
-            })
     }
 
     pub(crate) fn stats(&self) -> &PoolStats {
