@@ -27,6 +27,19 @@ use std::time::Duration;
 /// How often a caller waiting for an answer looks whether the actor left.
 const EXIT_POLL: Duration = Duration::from_millis(10);
 
+/// A `record_failure` request.
+fn record_failure_request(
+    message: &str,
+    causes: &[FailureId],
+) -> impl FnOnce(Answer<FailureId>) -> Request {
+    let (message, causes) = (message.to_string(), causes.to_vec());
+    move |reply| Request::RecordFailure {
+        message,
+        causes,
+        reply,
+    }
+}
+
 /// The one allocation of a single-size reservation.
 fn one(batch: Result<Vec<Allocation>, ServiceError>) -> Result<Allocation, ServiceError> {
     batch.map(|mut batch| batch.pop().expect("one size, one allocation"))
@@ -405,12 +418,7 @@ impl StreamHandle {
         message: &str,
         causes: &[FailureId],
     ) -> Result<FailureId, ServiceError> {
-        let (message, causes) = (message.to_string(), causes.to_vec());
-        self.call(|reply| Request::RecordFailure {
-            message,
-            causes,
-            reply,
-        })
+        self.call(record_failure_request(message, causes))
     }
 
     /// Point bytes `range` of `allocation` at `failure`.
@@ -420,25 +428,12 @@ impl StreamHandle {
         range: Range<u64>,
         failure: FailureId,
     ) -> Result<(), ServiceError> {
-        self.own(allocation)?;
-        let allocation = allocation.clone();
-        self.call(|reply| Request::Taint {
-            allocation,
-            range,
-            failure,
-            reply,
-        })
+        self.call(self.taint_request(allocation, range, failure)?)
     }
 
     /// Bytes `range` were written: no failure claims them.
     pub fn written(&self, allocation: &Allocation, range: Range<u64>) -> Result<(), ServiceError> {
-        self.own(allocation)?;
-        let allocation = allocation.clone();
-        self.call(|reply| Request::Written {
-            allocation,
-            range,
-            reply,
-        })
+        self.call(self.written_request(allocation, range)?)
     }
 
     /// The failure claiming the lowest tainted byte of `range`.
@@ -447,9 +442,47 @@ impl StreamHandle {
         allocation: &Allocation,
         range: Range<u64>,
     ) -> Result<Option<FailureId>, ServiceError> {
+        self.call(self.failure_request(allocation, range)?)
+    }
+
+    fn taint_request(
+        &self,
+        allocation: &Allocation,
+        range: Range<u64>,
+        failure: FailureId,
+    ) -> Result<impl FnOnce(Answer<()>) -> Request, ServiceError> {
         self.own(allocation)?;
         let allocation = allocation.clone();
-        self.call(|reply| Request::Failure {
+        Ok(move |reply| Request::Taint {
+            allocation,
+            range,
+            failure,
+            reply,
+        })
+    }
+
+    fn written_request(
+        &self,
+        allocation: &Allocation,
+        range: Range<u64>,
+    ) -> Result<impl FnOnce(Answer<()>) -> Request, ServiceError> {
+        self.own(allocation)?;
+        let allocation = allocation.clone();
+        Ok(move |reply| Request::Written {
+            allocation,
+            range,
+            reply,
+        })
+    }
+
+    fn failure_request(
+        &self,
+        allocation: &Allocation,
+        range: Range<u64>,
+    ) -> Result<impl FnOnce(Answer<Option<FailureId>>) -> Request, ServiceError> {
+        self.own(allocation)?;
+        let allocation = allocation.clone();
+        Ok(move |reply| Request::Failure {
             allocation,
             range,
             reply,
@@ -622,6 +655,68 @@ mod nonblocking {
         /// [`report`](Self::report), awaited.
         pub async fn report_async(&self) -> Result<MemoryReport, ServiceError> {
             self.call_async(|reply| Request::Report { reply }).await
+        }
+
+        /// [`reserve_with`](Self::reserve_with), awaited.
+        pub async fn reserve_with_async(
+            &self,
+            size: u64,
+            update: PageUpdate,
+        ) -> Result<Allocation, ServiceError> {
+            one(self
+                .call_async(self.reserve_request(vec![size], update, None))
+                .await)
+        }
+
+        /// [`unbound`](Self::unbound), awaited.
+        pub async fn unbound_async(&self) -> Result<Allocation, ServiceError> {
+            self.call_async(|reply| Request::Unbound { reply }).await
+        }
+
+        /// [`compact`](Self::compact), awaited.
+        pub async fn compact_async(&self) -> Result<RelocationReport, ServiceError> {
+            self.relocate_async(RelocationReason::Compaction).await
+        }
+
+        /// [`record_failure`](Self::record_failure), awaited.
+        pub async fn record_failure_async(
+            &self,
+            message: &str,
+            causes: &[FailureId],
+        ) -> Result<FailureId, ServiceError> {
+            self.call_async(record_failure_request(message, causes))
+                .await
+        }
+
+        /// [`taint`](Self::taint), awaited.
+        pub async fn taint_async(
+            &self,
+            allocation: &Allocation,
+            range: Range<u64>,
+            failure: FailureId,
+        ) -> Result<(), ServiceError> {
+            self.call_async(self.taint_request(allocation, range, failure)?)
+                .await
+        }
+
+        /// [`written`](Self::written), awaited.
+        pub async fn written_async(
+            &self,
+            allocation: &Allocation,
+            range: Range<u64>,
+        ) -> Result<(), ServiceError> {
+            self.call_async(self.written_request(allocation, range)?)
+                .await
+        }
+
+        /// [`failure`](Self::failure), awaited.
+        pub async fn failure_async(
+            &self,
+            allocation: &Allocation,
+            range: Range<u64>,
+        ) -> Result<Option<FailureId>, ServiceError> {
+            self.call_async(self.failure_request(allocation, range)?)
+                .await
         }
 
         /// [`shutdown`](Self::shutdown), awaited.
