@@ -346,16 +346,25 @@ fn async_calls_work_and_cancellation_releases() {
     // Every message has an awaitable form.
     let failure = pollster::block_on(stream.record_failure_async("async kernel", &[])).unwrap();
     pollster::block_on(stream.taint_async(&a, 0..3, failure)).unwrap();
-    assert_eq!(pollster::block_on(stream.failure_async(&a, 0..10)).unwrap(), Some(failure));
+    assert_eq!(
+        pollster::block_on(stream.failure_async(&a, 0..10)).unwrap(),
+        Some(failure)
+    );
     pollster::block_on(stream.written_async(&a, 0..3)).unwrap();
-    assert_eq!(pollster::block_on(stream.failure_async(&a, 0..10)).unwrap(), None);
+    assert_eq!(
+        pollster::block_on(stream.failure_async(&a, 0..10)).unwrap(),
+        None
+    );
     let target = pollster::block_on(stream.unbound_async()).unwrap();
     let scratch = pollster::block_on(stream.reserve_with_async(64, PageUpdate::AddOnly)).unwrap();
     pollster::block_on(stream.bind_async(scratch, &target, 9)).unwrap();
     let guard = pollster::block_on(stream.guard_async(&target)).unwrap();
     drop(guard);
     pollster::block_on(stream.compact_async()).unwrap();
-    assert_eq!(pollster::block_on(stream.resolve_async(&a)).unwrap().len(), 1000);
+    assert_eq!(
+        pollster::block_on(stream.resolve_async(&a)).unwrap().len(),
+        1000
+    );
     drop(target);
     // A reserve future polled once (request sent) and then dropped: the
     // answer arrives to nobody and the allocation is released.
