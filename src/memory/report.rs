@@ -197,6 +197,12 @@ impl PoolStats {
         self.peak_reserved = self.peak_reserved.max(self.usage.bytes_reserved);
     }
 
+    /// Every page is gone (shutdown); the peaks stay.
+    pub(crate) fn clear_usage(&mut self) {
+        self.usage = MemoryUsage::default();
+        self.pages = 0;
+    }
+
     pub(crate) fn page_removed(&mut self, size: u64) {
         self.pages -= 1;
         self.usage.bytes_reserved -= size;

@@ -177,6 +177,27 @@ pub(crate) struct Backing {
 }
 
 impl Backing {
+    /// Queue a page's backing, if it has one, for deallocation.
+    pub(crate) fn give_back(slot: &mut Option<Backing>, storage: &mut dyn DeviceStorage) {
+        if let Some(backing) = slot.take() {
+            storage.deallocate(backing.handle.id);
+        }
+    }
+
+    /// A page's backing, allocated now if the page was carved lazily.
+    pub(crate) fn get_or_allocate(
+        slot: &mut Option<Backing>,
+        storage: &mut dyn DeviceStorage,
+        size: u64,
+    ) -> Result<StorageHandle, StorageError> {
+        if let Some(backing) = slot {
+            return Ok(backing.handle);
+        }
+        let backing = Self::allocate(storage, size)?;
+        *slot = Some(backing);
+        Ok(backing.handle)
+    }
+
     /// Allocate a page of `size` bytes and learn its address.
     pub(crate) fn allocate(
         storage: &mut dyn DeviceStorage,

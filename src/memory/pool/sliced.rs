@@ -304,9 +304,7 @@ impl SlicedPool {
         }
         page.held = false;
         page.epoch = page.epoch.wrapping_add(1);
-        if let Some(backing) = page.storage.take() {
-            storage.deallocate(backing.handle.id);
-        }
+        Backing::give_back(&mut page.storage, storage);
         let (first, size) = (page.first, page.size);
         self.arena.remove_page(first);
         self.spare.push(index);
@@ -316,17 +314,14 @@ impl SlicedPool {
 
     pub(crate) fn release_all(&mut self, storage: &mut dyn DeviceStorage) {
         for page in &mut self.pages {
-            if let Some(backing) = page.storage.take() {
-                storage.deallocate(backing.handle.id);
-            }
+            Backing::give_back(&mut page.storage, storage);
         }
         self.pages.clear();
         self.spare.clear();
         self.idle.clear();
         self.arena = Arena::default();
         self.drained.clear();
-        self.stats.usage = Default::default();
-        self.stats.pages = 0;
+        self.stats.clear_usage();
     }
 
     pub(crate) fn page_backing(&self, page: u32) -> Option<Backing> {
@@ -339,12 +334,7 @@ impl SlicedPool {
         index: u32,
     ) -> Result<StorageHandle, StorageError> {
         let page = &mut self.pages[index as usize];
-        if let Some(backing) = page.storage {
-            return Ok(backing.handle);
-        }
-        let backing = Backing::allocate(storage, page.size)?;
-        page.storage = Some(backing);
-        Ok(backing.handle)
+        Backing::get_or_allocate(&mut page.storage, storage, page.size)
     }
 
     pub(crate) fn guard(&mut self, index: u32) {

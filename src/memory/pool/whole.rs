@@ -221,9 +221,7 @@ impl WholePagePool {
         }
         page.held = false;
         page.epoch = page.epoch.wrapping_add(1);
-        if let Some(backing) = page.storage.take() {
-            storage.deallocate(backing.handle.id);
-        }
+        Backing::give_back(&mut page.storage, storage);
         let (key, size) = (page.key, page.size);
         if let Some(count) = self.held_sizes.get_mut(&key) {
             *count -= 1;
@@ -235,17 +233,14 @@ impl WholePagePool {
 
     pub(crate) fn release_all(&mut self, storage: &mut dyn DeviceStorage) {
         for page in &mut self.pages {
-            if let Some(backing) = page.storage.take() {
-                storage.deallocate(backing.handle.id);
-            }
+            Backing::give_back(&mut page.storage, storage);
         }
         self.pages.clear();
         self.spare.clear();
         self.idle.clear();
         self.free.clear();
         self.held_sizes.clear();
-        self.stats.usage = Default::default();
-        self.stats.pages = 0;
+        self.stats.clear_usage();
     }
 
     pub(crate) fn page_backing(&self, page: u32) -> Option<Backing> {
@@ -258,12 +253,7 @@ impl WholePagePool {
         index: u32,
     ) -> Result<StorageHandle, StorageError> {
         let page = &mut self.pages[index as usize];
-        if let Some(backing) = page.storage {
-            return Ok(backing.handle);
-        }
-        let backing = Backing::allocate(storage, page.size)?;
-        page.storage = Some(backing);
-        Ok(backing.handle)
+        Backing::get_or_allocate(&mut page.storage, storage, page.size)
     }
 
     pub(crate) fn guard(&mut self, index: u32) {
