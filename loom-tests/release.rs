@@ -2,8 +2,10 @@
 //! actor runs an explicit cleanup. Nothing is lost: once the client is done
 //! and the actor drains its queue, every page is back.
 //!
-//! Fails when `ReleaseQueue` updates its `waiting` count outside its lock
-//! (a drain can then zero the count over a fresh item, stranding it).
+//! Fails ("a release was lost", or loom's leaked-`Arc` check) when the
+//! release queue's push publishes with a plain store instead of a CAS, or
+//! when its drain takes the stack with a load and a store instead of one
+//! swap: either way a cell pushed between the two is stranded.
 
 #![cfg(streamalloc_loom)]
 

@@ -2,8 +2,9 @@
 //! says which of them a failure left invalid.
 
 use super::error::MemoryError;
-use super::handle::{Allocation, AllocationCell, MOVING, PIN_MASK, Release, ReleaseQueue};
+use super::handle::{Allocation, AllocationCell, MOVING, PIN_MASK};
 use super::manager::MemoryManager;
+use super::release::{Release, ReleaseQueue};
 use super::taint::{ErrorGraph, FailureId};
 use crate::storage::{DeviceStorage, Resource};
 use crate::sync::Arc;
@@ -128,7 +129,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
         let (pool, page) = (live.pool, live.placement.page);
         self.pools[pool as usize].guard(page);
         Ok(PageGuard {
-            releases: allocation.cell.releases.clone(),
+            releases: Arc::clone(&allocation.cell.releases),
             pool,
             page,
         })
@@ -142,7 +143,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
         // service's lock-free resolve uses.
         let pinned = Pinned::try_pin(&allocation.cell);
         debug_assert!(pinned, "no relocation runs during a &mut call");
-        Ok(Pinned::new(allocation.cell.clone(), resource))
+        Ok(Pinned::new(Arc::clone(&allocation.cell), resource))
     }
 
     /// Whether `allocation` is pinned now.

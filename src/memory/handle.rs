@@ -8,9 +8,11 @@
 //! last clone pushes the id onto the owner's [`ReleaseQueue`]; that is the
 //! allocator's "free", and it never blocks.
 
-use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use crate::sync::{Arc, Mutex};
+use super::release::ReleaseQueue;
+use crate::sync::Arc;
+use crate::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::ops::Deref;
 
 /// A device stream, as the service numbers them.
@@ -59,54 +61,6 @@ pub(crate) fn unpack(key: SlotKey) -> (u32, u32) {
 /// Identifies one manager, so a handle of another is refused as foreign.
 pub(crate) type OwnerId = u64;
 
-/// What a client gave back, for the owner to process in order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Release {
-    /// The last handle of this slot key dropped.
-    Allocation(SlotKey),
-    /// A page guard dropped: (pool, page, the guard's token).
-    Guard {
-        /// Pool index.
-        pool: u8,
-        /// Page index in the pool.
-        page: u32,
-    },
-}
-
-/// The owner's inbox of releases: unbounded, never blocks the dropper, and
-/// separate from any request channel (so an actor dropping a handle cannot
-/// block on its own inbox).
-#[derive(Debug, Default)]
-pub(crate) struct ReleaseQueue {
-    /// Released items, in the order they were pushed.
-    items: Mutex<Vec<Release>>,
-    /// Items waiting; lets the owner skip the lock when there are none.
-    waiting: AtomicUsize,
-}
-
-impl ReleaseQueue {
-    pub(crate) fn push(&self, release: Release) {
-        let mut items = self.items.lock();
-        items.push(release);
-        self.waiting.store(items.len(), Ordering::Release);
-    }
-
-    /// Move everything waiting into `out` (which the caller empties).
-    pub(crate) fn drain_into(&self, out: &mut Vec<Release>) {
-        if self.waiting.load(Ordering::Acquire) == 0 {
-            return;
-        }
-        let mut items = self.items.lock();
-        std::mem::swap(&mut *items, out);
-        self.waiting.store(0, Ordering::Release);
-    }
-
-    /// Whether anything is waiting.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.waiting.load(Ordering::Acquire) == 0
-    }
-}
-
 /// The state an allocation's handles share with its owner.
 #[derive(Debug)]
 pub(crate) struct AllocationCell {
@@ -135,6 +89,8 @@ pub(crate) struct AllocationCell {
     pub(crate) len: AtomicU64,
     /// Where the last handle's drop sends the release.
     pub(crate) releases: Arc<ReleaseQueue>,
+    /// The next cell on the release queue's stack, while this one is on it.
+    pub(crate) next_release: AtomicPtr<AllocationCell>,
 }
 
 /// The bits of [`AllocationCell::pins`] that count pins.
@@ -159,21 +115,25 @@ impl AllocationCell {
 /// A handle to an allocation. Cloning is cheap; dropping the last clone
 /// frees the allocation (its bytes go back to its pool, not to the device).
 pub struct Allocation {
-    pub(crate) cell: Arc<AllocationCell>,
+    /// Taken (not dropped) by the last handle's drop, which hands the
+    /// reference to the release queue.
+    pub(crate) cell: ManuallyDrop<Arc<AllocationCell>>,
 }
 
 impl Allocation {
     pub(crate) fn new(cell: AllocationCell) -> Self {
         cell.handles.store(1, Ordering::Relaxed);
         Self {
-            cell: Arc::new(cell),
+            cell: ManuallyDrop::new(Arc::new(cell)),
         }
     }
 
     /// The first handle of a recycled cell (no other reference to it exists).
     pub(crate) fn from_cell(cell: Arc<AllocationCell>) -> Self {
         cell.handles.store(1, Ordering::Relaxed);
-        Self { cell }
+        Self {
+            cell: ManuallyDrop::new(cell),
+        }
     }
 
     /// The allocation's id, `None` for a handle never bound to memory.
@@ -208,7 +168,7 @@ impl Clone for Allocation {
     fn clone(&self) -> Self {
         self.cell.handles.fetch_add(1, Ordering::Relaxed);
         Self {
-            cell: self.cell.clone(),
+            cell: ManuallyDrop::new(Arc::clone(&self.cell)),
         }
     }
 }
@@ -217,11 +177,12 @@ impl Drop for Allocation {
     fn drop(&mut self) {
         // AcqRel as in `Arc`: every use of the handle happens before the
         // owner processes the release.
-        if self.cell.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
-            let key = self.cell.key.load(Ordering::Acquire);
-            if key != 0 {
-                self.cell.releases.push(Release::Allocation(key));
-            }
+        let last = self.cell.handles.fetch_sub(1, Ordering::AcqRel) == 1;
+        // SAFETY: `self.cell` is taken exactly once, here, and never used
+        // again: this is the handle's drop.
+        let cell = unsafe { ManuallyDrop::take(&mut self.cell) };
+        if last && cell.key.load(Ordering::Acquire) != 0 {
+            ReleaseQueue::push_cell(cell);
         }
     }
 }

@@ -6,17 +6,17 @@
 use super::config::{AllocationMode, MemoryConfig, MemoryLogLevel, PersistentMemory, PoolKind};
 use super::error::MemoryError;
 use super::handle::{
-    Allocation, AllocationCell, AllocationId, OwnerId, Release, ReleaseQueue, SlotKey, StreamId,
-    pack, unpack,
+    Allocation, AllocationCell, AllocationId, OwnerId, SlotKey, StreamId, pack, unpack,
 };
 use super::observer::MemoryObserver;
 use super::policy::{Cleanup, PageUpdate};
 use super::pool::{Placement, Pool, WholePagePool, align_up};
+use super::release::{Release, ReleaseInbox};
 use super::report::MemoryReport;
 use super::taint::{ErrorGraph, TaintRanges};
 use crate::storage::{DeviceStorage, Resource, StorageHandle};
 use crate::sync::Arc;
-use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::fmt;
 
 /// Index of the persistent pool in `pools`.
@@ -93,7 +93,7 @@ pub struct MemoryManager<S> {
     /// Free slot indices.
     free_slots: Vec<u32>,
     /// Where handles' drops land.
-    releases: Arc<ReleaseQueue>,
+    releases: ReleaseInbox,
     /// Reused buffer for draining `releases`.
     release_buf: Vec<Release>,
     /// Reservations so far: the clock of deallocation periods.
@@ -169,7 +169,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
             pools,
             slots: Vec::new(),
             free_slots: Vec::new(),
-            releases: Arc::new(ReleaseQueue::default()),
+            releases: ReleaseInbox::new(),
             release_buf: Vec::new(),
             tick: 0,
             persistent: config.persistent,
@@ -410,7 +410,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
             size,
             aligned,
             cursor: 0,
-            cell: allocation.cell.clone(),
+            cell: Arc::clone(&allocation.cell),
             taint: TaintRanges::default(),
         });
         self.in_use += size;
@@ -427,7 +427,8 @@ impl<S: DeviceStorage> MemoryManager<S> {
             pins: AtomicU64::new(0),
             addr: AtomicU64::new(0),
             len: AtomicU64::new(0),
-            releases: self.releases.clone(),
+            releases: Arc::clone(self.releases.queue()),
+            next_release: AtomicPtr::new(std::ptr::null_mut()),
         }
     }
 
@@ -568,7 +569,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
         let addr = live.cell.addr.swap(0, Ordering::AcqRel);
         assigned.cell.len.store(live.size, Ordering::Release);
         assigned.cell.addr.store(addr, Ordering::Release);
-        live.cell = assigned.cell.clone();
+        live.cell = Arc::clone(&assigned.cell);
         assigned.cell.key.store(to, Ordering::Release);
         let to = self.id_of(to);
         if let Some(observer) = self.observer.as_mut() {

@@ -12,6 +12,7 @@ mod manager;
 mod observer;
 mod policy;
 mod pool;
+mod release;
 mod relocation;
 mod report;
 mod taint;

@@ -360,11 +360,11 @@ impl StreamHandle {
         // the pin published its address first.
         let addr = cell.addr.load(Ordering::SeqCst);
         if addr == 0 {
-            pinned_without_address(cell.clone());
+            pinned_without_address(Arc::clone(cell));
             return Ok(None);
         }
         let len = cell.len.load(Ordering::Acquire);
-        Ok(Some(Pinned::new(cell.clone(), Resource { addr, len })))
+        Ok(Some(Pinned::new(Arc::clone(cell), Resource { addr, len })))
     }
 
     /// Read `len` bytes from `offset`.

@@ -2,7 +2,7 @@
 
 pub(crate) use loom::sync::Arc;
 pub(crate) mod atomic {
-    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 }
 
 /// loom's mutex with the poison-free `lock` of the production side.

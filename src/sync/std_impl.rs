@@ -3,7 +3,7 @@
 
 pub(crate) use std::sync::Arc;
 pub(crate) mod atomic {
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 }
 
 /// A mutex whose `lock` never reports poisoning (a panicking holder does not

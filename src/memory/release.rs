@@ -1,0 +1,203 @@
+//! The release queue: how a dropped handle gives its allocation back to the
+//! owner without blocking, without a round trip, and (on the common path)
+//! without a lock.
+//!
+//! Two lanes, drained together by the owner before each operation:
+//!
+//! - **cells**: the last handle of an allocation moves its own strong
+//!   reference to the cell onto an intrusive stack (a Treiber stack linked
+//!   through [`AllocationCell::next_release`]) with one CAS. The owner takes
+//!   the whole stack with one swap, so there is no pop and no ABA. A cell is
+//!   pushed here at most once per binding: its handle count reaches zero
+//!   once, and no handle can be made from nothing.
+//! - **others**: page guards, and the last unpin of an allocation whose
+//!   handles went while it was pinned. Rare, so a locked list.
+//!
+//! When the owner goes, it closes the stack (a sentinel head): later pushes
+//! drop their reference at once instead of leaving a cycle (a queued cell
+//! holds the queue through `AllocationCell::releases`).
+
+use super::handle::{AllocationCell, SlotKey};
+use crate::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use crate::sync::{Arc, Mutex};
+use std::fmt;
+use std::ptr;
+
+/// What a client gave back, for the owner to process in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Release {
+    /// The last handle of this slot key dropped.
+    Allocation(SlotKey),
+    /// A page guard dropped: (pool, page).
+    Guard {
+        /// Pool index.
+        pool: u8,
+        /// Page index in the pool.
+        page: u32,
+    },
+}
+
+/// The owner's inbox of releases: unbounded, never blocks the dropper, and
+/// separate from any request channel (so an actor dropping a handle cannot
+/// block on its own inbox).
+pub(crate) struct ReleaseQueue {
+    /// Head of the stack of released cells; null when empty, [`closed`] once
+    /// the owner is gone. Each entry owns one strong count of its cell.
+    cells: AtomicPtr<AllocationCell>,
+    /// Guard releases and repeated releases after a last unpin.
+    others: Mutex<Vec<Release>>,
+    /// Length of `others`, written under its lock; lets the owner skip the
+    /// lock when nothing waits there.
+    others_waiting: AtomicUsize,
+}
+
+/// The head that marks a closed queue. Never dereferenced; an address no
+/// allocation can have (`Arc` data is aligned to at least 8).
+fn closed() -> *mut AllocationCell {
+    ptr::dangling_mut::<u8>() as *mut AllocationCell
+}
+
+impl Default for ReleaseQueue {
+    fn default() -> Self {
+        Self {
+            cells: AtomicPtr::new(ptr::null_mut()),
+            others: Mutex::new(Vec::new()),
+            others_waiting: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl fmt::Debug for ReleaseQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReleaseQueue")
+            .field(
+                "cells_waiting",
+                &!self.cells.load(Ordering::Relaxed).is_null(),
+            )
+            .field(
+                "others_waiting",
+                &self.others_waiting.load(Ordering::Relaxed),
+            )
+            .finish()
+    }
+}
+
+impl ReleaseQueue {
+    /// Queue the release of the cell whose last handle just dropped, taking
+    /// over that handle's reference to it.
+    pub(crate) fn push_cell(cell: Arc<AllocationCell>) {
+        let node = Arc::into_raw(cell).cast_mut();
+        // SAFETY: `node` came from `Arc::into_raw` just above and its
+        // reference is still ours: nobody else can free the cell (nor the
+        // queue the cell holds) until the CAS below publishes it.
+        let queue: &ReleaseQueue = unsafe { &(*node).releases };
+        // Guess an empty stack (the owner drains before each operation, so it
+        // usually is) and let a failed CAS say otherwise: one atomic
+        // operation on the common path. (It also keeps loom honest: a load
+        // just before the CAS would hide the owner's concurrent drain from
+        // its exploration.)
+        let mut head = ptr::null_mut();
+        loop {
+            if head == closed() {
+                // SAFETY: the reference taken by `into_raw` above, unpublished.
+                drop(unsafe { Arc::from_raw(node) });
+                return;
+            }
+            // SAFETY: as above, the node is still ours alone.
+            unsafe { (*node).next_release.store(head, Ordering::Relaxed) };
+            // Release: the handle's last uses, and `next_release`, happen
+            // before the owner's acquiring swap sees the node.
+            match queue.cells.compare_exchange_weak(
+                head,
+                node,
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(now) => head = now,
+            }
+        }
+    }
+
+    /// Queue a release that is not a cell's first (see the module docs).
+    pub(crate) fn push(&self, release: Release) {
+        let mut others = self.others.lock();
+        others.push(release);
+        // Under the lock: a drain cannot zero the count over this item.
+        self.others_waiting.store(others.len(), Ordering::Release);
+    }
+
+    /// Move everything waiting into `out`, cells in the order their handles
+    /// dropped (for one dropping thread), then the others.
+    pub(crate) fn drain_into(&self, out: &mut Vec<Release>) {
+        if !self.cells.load(Ordering::Relaxed).is_null() {
+            let mut node = self.cells.swap(ptr::null_mut(), Ordering::Acquire);
+            debug_assert!(node != closed(), "drained after close");
+            let first = out.len();
+            while !node.is_null() {
+                // SAFETY: every node on the stack is an `Arc::into_raw`
+                // reference handed over by `push_cell`, and the swap above
+                // made this thread its only holder.
+                let cell = unsafe { Arc::from_raw(node) };
+                node = cell.next_release.load(Ordering::Relaxed);
+                out.push(Release::Allocation(cell.key.load(Ordering::Acquire)));
+                // `cell` drops here, so the owner's slot may hold the last
+                // reference when it frees the allocation (and recycle it).
+            }
+            out[first..].reverse();
+        }
+        if self.others_waiting.load(Ordering::Acquire) != 0 {
+            let mut others = self.others.lock();
+            out.append(&mut others);
+            self.others_waiting.store(0, Ordering::Release);
+        }
+    }
+
+    /// Whether nothing is waiting.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.cells.load(Ordering::Acquire).is_null()
+            && self.others_waiting.load(Ordering::Acquire) == 0
+    }
+
+    /// The owner is gone: drop every queued reference, and make later pushes
+    /// drop theirs at once.
+    pub(crate) fn close(&self) {
+        let mut node = self.cells.swap(closed(), Ordering::Acquire);
+        while !node.is_null() && node != closed() {
+            // SAFETY: as in `drain_into`.
+            let cell = unsafe { Arc::from_raw(node) };
+            node = cell.next_release.load(Ordering::Relaxed);
+        }
+        self.others.lock().clear();
+        self.others_waiting.store(0, Ordering::Release);
+    }
+}
+
+/// The owner's end of a [`ReleaseQueue`]: closes it when the owner drops.
+#[derive(Debug)]
+pub(crate) struct ReleaseInbox(Arc<ReleaseQueue>);
+
+impl ReleaseInbox {
+    pub(crate) fn new() -> Self {
+        Self(Arc::new(ReleaseQueue::default()))
+    }
+
+    /// The queue, for a new cell or guard to report to.
+    pub(crate) fn queue(&self) -> &Arc<ReleaseQueue> {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for ReleaseInbox {
+    type Target = ReleaseQueue;
+
+    fn deref(&self) -> &ReleaseQueue {
+        &self.0
+    }
+}
+
+impl Drop for ReleaseInbox {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
