@@ -38,6 +38,14 @@ pub struct ReplayReport {
     pub ns_per_op: f64,
     /// Allocations moved by relocations.
     pub relocated: u64,
+    /// Bytes the trace left live at its end (the load fell to this).
+    pub settled_live_bytes: u64,
+    /// Bytes of pages held once the streams settled after the trace, with
+    /// no explicit cleanup (see [`Settle`](crate::service::Settle)).
+    pub settled_reserved_bytes: u64,
+    /// `settled_reserved_bytes / settled_live_bytes` (0 when nothing is
+    /// left live).
+    pub settled_reserved_over_live: f64,
     /// The device budget, if one was set.
     pub budget: Option<u64>,
     /// With a budget: whether every allocation the trace served was served.
@@ -85,6 +93,9 @@ pub fn replay(
         reserved_over_live: 0.0,
         ns_per_op: 0.0,
         relocated: 0,
+        settled_live_bytes: 0,
+        settled_reserved_bytes: 0,
+        settled_reserved_over_live: 0.0,
         budget: supervisor.budget().map(|b| b.limit()),
         fits: None,
     };
@@ -155,15 +166,48 @@ pub fn replay(
     }
     report.ns_per_op = elapsed.as_nanos() as f64 / events.len().max(1) as f64;
     report.peak_reserved_bytes = supervisor.device_stats().peak_bytes_reserved;
-    report.reserved_over_live = if report.peak_live_bytes == 0 {
-        0.0
-    } else {
-        report.peak_reserved_bytes as f64 / report.peak_live_bytes as f64
-    };
+    report.reserved_over_live = ratio(report.peak_reserved_bytes, report.peak_live_bytes);
+    settle(supervisor, &handles)?;
+    report.settled_live_bytes = live_bytes.iter().sum();
+    report.settled_reserved_bytes = supervisor.device_stats().bytes_reserved;
+    report.settled_reserved_over_live =
+        ratio(report.settled_reserved_bytes, report.settled_live_bytes);
     report.relocated = supervisor.stats().iter().map(|s| s.relocated).sum();
     if report.budget.is_some() {
         report.fits = Some(report.failures == 0);
     }
     drop(live);
     Ok(report)
+}
+
+/// `reserved / live`, 0 when nothing is live.
+fn ratio(reserved: u64, live: u64) -> f64 {
+    if live == 0 {
+        0.0
+    } else {
+        reserved as f64 / live as f64
+    }
+}
+
+/// The load fell (the trace ended): wait as long as the supervisor takes to
+/// settle its streams, with what the trace left live still held.
+fn settle(supervisor: &Supervisor, handles: &[StreamHandle]) -> Result<(), ServiceError> {
+    let config = supervisor.config();
+    if let Some(settle) = config.settle {
+        let deadline = Instant::now() + settle.window * 2 + config.supervise_tick * 4;
+        let settled = |handles: &[StreamHandle]| {
+            handles.iter().all(|handle| {
+                let stats = handle.stats();
+                stats.bytes_reserved as f64
+                    <= stats.bytes_in_use as f64 * settle.ratio + settle.slack as f64
+            })
+        };
+        while Instant::now() < deadline && !settled(handles) {
+            std::thread::sleep(config.supervise_tick);
+        }
+    }
+    for handle in handles {
+        handle.report()?;
+    }
+    Ok(())
 }

@@ -10,13 +10,14 @@ use streamalloc::service::{ServiceConfig, ServiceError, Supervisor, SupervisorEv
 
 const MIB: u64 = 1 << 20;
 
-/// A device of `budget` bytes with no idle tick, so cached pages stay cached
-/// unless someone asks for them.
+/// A device of `budget` bytes with no idle tick and no headroom, so cached
+/// pages stay cached unless a short stream asks for them.
 fn device(budget: u64) -> Supervisor {
     Supervisor::virtual_device(ServiceConfig {
         budget: Some(budget),
         idle_tick: None,
         compaction_threshold: None,
+        headroom: None,
         ..ServiceConfig::default()
     })
 }

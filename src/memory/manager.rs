@@ -347,6 +347,18 @@ impl<S: DeviceStorage> MemoryManager<S> {
         Ok(aligned)
     }
 
+    /// The bytes of device memory a reservation of `size` in `mode` would
+    /// take if it needed a new page now (what growth costs; the service's
+    /// headroom weighs it before growing).
+    ///
+    /// # Errors
+    /// The reservation's own size and routing errors.
+    pub fn new_page_size(&self, size: u64, mode: AllocationMode) -> Result<u64, MemoryError> {
+        let aligned = self.validate(size)?;
+        let pool = self.route(size, aligned, mode)?;
+        Ok(self.pools[pool].new_page_size(aligned))
+    }
+
     /// The pool a reservation goes to.
     fn route(&self, size: u64, aligned: u64, mode: AllocationMode) -> Result<usize, MemoryError> {
         match mode {
@@ -452,6 +464,11 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// allocation to (the seed's `ManagedMemoryHandle::new()`).
     pub fn unbound(&self) -> Allocation {
         Allocation::new(self.new_cell(0))
+    }
+
+    /// Whether dropped handles or guards wait to be processed.
+    pub fn releases_waiting(&self) -> bool {
+        !self.releases.is_empty()
     }
 
     /// Process every release queued by dropped handles and guards.

@@ -18,7 +18,7 @@
 use super::error::MemoryError;
 use super::handle::MOVING;
 use super::manager::MemoryManager;
-use super::pool::{Placement, Pool};
+use super::pool::{Placement, Pool, align_up};
 use crate::storage::{DeviceStorage, StorageHandle};
 use crate::sync::atomic::Ordering;
 
@@ -44,6 +44,10 @@ pub enum RelocationReason {
     Compaction,
     /// The device is short: outdated pages, then compaction, no new page.
     Short,
+    /// The load fell: compaction, then every page that holds much less
+    /// than its size moves into a new page sized to what it holds (pages
+    /// grown for a busy time shrink back). Takes new, smaller pages.
+    Settle,
 }
 
 /// What a relocation did.
@@ -166,7 +170,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
         pages.sort_by_key(|page| (!page.outdated, page.used));
         let compact = matches!(
             reason,
-            RelocationReason::Compaction | RelocationReason::Short
+            RelocationReason::Compaction | RelocationReason::Short | RelocationReason::Settle
         );
         for page in pages {
             if !page.outdated && !compact {
@@ -181,6 +185,61 @@ impl<S: DeviceStorage> MemoryManager<S> {
                 // pages will not either.
                 break;
             }
+        }
+        if reason == RelocationReason::Settle {
+            self.shrink_pool(pool, report)?;
+        }
+        Ok(())
+    }
+
+    /// Move the allocations of every page that holds at least a step less
+    /// than its size into a new page just large enough (or into room held
+    /// elsewhere), and return the old page. Pages with a pinned allocation
+    /// are left alone: half a move would hold both pages.
+    fn shrink_pool(
+        &mut self,
+        pool: usize,
+        report: &mut RelocationReport,
+    ) -> Result<(), MemoryError> {
+        let Pool::Sliced(sliced) = &self.pools[pool] else {
+            return Ok(());
+        };
+        let step = sliced.growth_step();
+        let mut pages: Vec<_> = sliced
+            .page_infos()
+            .filter(|page| !page.guarded && page.used > 0)
+            .filter(|page| align_up(page.used, step).saturating_add(step) <= page.size)
+            .collect();
+        pages.sort_by_key(|page| page.used);
+        for page in pages {
+            let Pool::Sliced(sliced) = &mut self.pools[pool] else {
+                unreachable!("checked above");
+            };
+            let pinned = sliced.slots_on(page.page).iter().any(|&slot| {
+                self.slots[slot as usize]
+                    .live
+                    .as_ref()
+                    .is_some_and(|live| live.cell.pins.load(Ordering::SeqCst) != 0)
+            });
+            if pinned {
+                continue;
+            }
+            let lazy = sliced.page_backing(page.page).is_none();
+            let fit = align_up(page.used, step);
+            let Ok(smaller) = sliced.add_empty_page(&mut self.storage, fit, lazy) else {
+                // No room on the device for the smaller page: keep the big one.
+                return Ok(());
+            };
+            let moved = self.evacuate(pool, page.page, false, report);
+            let Pool::Sliced(sliced) = &mut self.pools[pool] else {
+                unreachable!("checked above");
+            };
+            // The moves found room elsewhere: the new page goes back unused.
+            if let Some(bytes) = sliced.release_now(&mut self.storage, smaller) {
+                report.pages_released += 1;
+                report.bytes_released += bytes;
+            }
+            moved?;
         }
         Ok(())
     }

@@ -116,6 +116,7 @@ impl StreamActor {
                 reply,
                 deadline: wait.map(|wait| Instant::now() + wait),
                 parked_at: None,
+                within_headroom: false,
             }),
             Request::Unbound { reply } => reply.send(Ok(self.memory.unbound())),
             Request::Bind {
@@ -207,7 +208,27 @@ impl StreamActor {
             Request::Wake => {}
         }
         self.publish();
+        self.trim_to_headroom();
         Flow::Continue
+    }
+
+    /// The device holds more than its headroom above what is live, and this
+    /// stream holds more than its share of that excess: give back its empty
+    /// pages now. The cheap half of the headroom policy (no round, no
+    /// wake-up): streams that keep serving keep themselves trim, and a
+    /// growing stream asks the others only for what is left.
+    fn trim_to_headroom(&mut self) {
+        let Some(headroom) = self.device.headroom else {
+            return;
+        };
+        let in_use = self.memory.bytes_in_use();
+        let excess = self.memory.bytes_reserved().saturating_sub(in_use);
+        if excess < headroom.share(in_use) || !self.device.over_headroom(0, 0) {
+            return;
+        }
+        self.memory.cleanup(crate::memory::Cleanup::Explicit);
+        self.memory.flush();
+        self.publish();
     }
 
     /// No request for a whole tick: run the cleanup a reservation would,
@@ -283,6 +304,16 @@ impl StreamActor {
         self.device.account_in_use(before_in_use, in_use);
     }
 
+    /// Free what clients dropped since the last request, so the bytes in
+    /// use that the device's headroom reads are not stale while this stream
+    /// waits for work. One load when nothing was dropped.
+    fn take_releases(&mut self) {
+        if self.memory.releases_waiting() {
+            self.memory.process_releases();
+            self.publish();
+        }
+    }
+
     /// The loop: serve until shut down or every handle is gone; a panic
     /// marks the stream failed (its clients get `StreamFailed`, never a hang).
     pub(crate) fn run(mut self, inbox: Receiver<Request>) {
@@ -351,9 +382,13 @@ impl StreamActor {
             match inbox.try_recv() {
                 Ok(request) => return Some(request),
                 Err(RecvError::Disconnected) => return None,
-                Err(RecvError::Empty) => std::hint::spin_loop(),
+                Err(RecvError::Empty) => {
+                    self.take_releases();
+                    std::hint::spin_loop();
+                }
             }
         }
+        self.take_releases();
         loop {
             self.drain_control();
             let received = if self.has_parked() {

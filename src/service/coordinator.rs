@@ -3,8 +3,8 @@
 //! step), never blocks on an actor, and talks to actors only on unbounded
 //! control channels plus a non-blocking wake.
 //!
-//! - Running short: a `Short` notice queues a recovery *episode*; one runs
-//!   at a time. The coordinator sends `GiveBack` to every other running
+//! - Running short (or growing past the headroom): a `Short` notice queues
+//!   a recovery *episode*; one runs at a time. The coordinator sends `GiveBack` to every other running
 //!   stream, counts their `GaveBack` answers (or gives up after a timeout),
 //!   then sends `Retry` to the short stream.
 //! - Compaction: on each tick, a stream whose reserved / in-use passed the
@@ -15,6 +15,7 @@ use super::device::Notice;
 use super::events::SupervisorEvent;
 use super::handle::StreamHandle;
 use super::message::Control;
+use super::settle::{Settle, SettleWatch};
 use crate::memory::StreamId;
 use crate::sync::channel::{Receiver, RecvError, Sender};
 use crate::sync::{Arc, Mutex};
@@ -79,6 +80,9 @@ pub(crate) struct Coordinator {
     episode_timeout: Duration,
     /// When each stream was last asked to compact.
     last_compaction: HashMap<StreamId, Instant>,
+    /// Settling, if on, and what it watches of each stream.
+    settle: Option<Settle>,
+    settle_watch: HashMap<StreamId, SettleWatch>,
 }
 
 impl Coordinator {
@@ -87,6 +91,7 @@ impl Coordinator {
         subscribers: Subscribers,
         compaction_threshold: Option<f64>,
         episode_timeout: Duration,
+        settle: Option<Settle>,
     ) -> Self {
         Self {
             links,
@@ -97,14 +102,24 @@ impl Coordinator {
             compaction_threshold,
             episode_timeout,
             last_compaction: HashMap::new(),
+            settle,
+            settle_watch: HashMap::new(),
         }
     }
 
     /// One notice; `false` once told to stop.
     pub(crate) fn handle(&mut self, notice: Notice) -> bool {
         match notice {
-            Notice::Short { stream, requested } => {
-                self.emit(SupervisorEvent::RanShort { stream, requested });
+            Notice::Short {
+                stream,
+                requested,
+                headroom,
+            } => {
+                self.emit(if headroom {
+                    SupervisorEvent::HeadroomReached { stream, requested }
+                } else {
+                    SupervisorEvent::RanShort { stream, requested }
+                });
                 let known = self.active.as_ref().is_some_and(|e| e.stream == stream)
                     || self.queue.iter().any(|(s, _)| *s == stream);
                 if !known {
@@ -142,9 +157,14 @@ impl Coordinator {
             }
             let id = self.next_episode;
             self.next_episode += 1;
+            // Only streams that hold pages beyond their use can give back
+            // (or have releases waiting that may free some): the others
+            // are not woken.
             let others: Vec<StreamId> = links
                 .iter()
-                .filter(|(other, link)| **other != stream && link.handle.is_running())
+                .filter(|(other, link)| {
+                    **other != stream && link.handle.is_running() && link.handle.may_give_back()
+                })
                 .map(|(other, _)| *other)
                 .collect();
             for other in &others {
@@ -189,6 +209,7 @@ impl Coordinator {
         {
             self.finish();
         }
+        self.schedule_settles();
         let Some(threshold) = self.compaction_threshold else {
             return;
         };
@@ -212,6 +233,38 @@ impl Coordinator {
         for stream in scheduled {
             self.last_compaction.insert(stream, Instant::now());
             self.emit(SupervisorEvent::CompactionScheduled(stream));
+        }
+    }
+
+    /// Tell each stream that holds more than it needed within the settle
+    /// window to settle (see `settle.rs`).
+    fn schedule_settles(&mut self) {
+        let Some(settle) = self.settle else {
+            return;
+        };
+        let now = Instant::now();
+        let mut scheduled = Vec::new();
+        {
+            let links = self.links.lock();
+            self.settle_watch
+                .retain(|stream, _| links.contains_key(stream));
+            for (stream, link) in links.iter() {
+                if !link.handle.is_running() {
+                    continue;
+                }
+                let watch = self.settle_watch.entry(*stream).or_default();
+                if let Some(keep) = watch.observe(&settle, &link.handle, now) {
+                    link.send(Control::Settle { keep });
+                    scheduled.push(SupervisorEvent::SettleScheduled {
+                        stream: *stream,
+                        reserved: link.handle.stats().bytes_reserved,
+                        keep,
+                    });
+                }
+            }
+        }
+        for event in scheduled {
+            self.emit(event);
         }
     }
 

@@ -4,6 +4,7 @@
 
 use super::error::{OutOfMemoryReport, StreamUsage};
 use super::events::SupervisorEvent;
+use super::headroom::Headroom;
 use super::shared::StreamShared;
 use crate::memory::StreamId;
 use crate::storage::DeviceBudget;
@@ -14,12 +15,15 @@ use crate::sync::{Arc, Mutex};
 /// What actors and the supervisor tell the coordinator.
 #[derive(Debug)]
 pub(crate) enum Notice {
-    /// A stream could not get a page and parked a request.
+    /// A stream could not get a page (or would grow past the headroom)
+    /// and parked a request.
     Short {
         /// The stream.
         stream: StreamId,
         /// Bytes of the request.
         requested: u64,
+        /// Not short: about to grow past the device's headroom.
+        headroom: bool,
     },
     /// A stream answered a `GiveBack`.
     GaveBack {
@@ -54,6 +58,8 @@ pub(crate) struct DeviceShared {
     pub(crate) in_use: AtomicU64,
     /// The most of `in_use` at once.
     pub(crate) peak_in_use: AtomicU64,
+    /// How far reserved may run ahead of live before growth trims first.
+    pub(crate) headroom: Option<Headroom>,
 }
 
 /// The device's totals across streams.
@@ -87,7 +93,29 @@ impl DeviceShared {
             recovery,
             in_use: AtomicU64::new(0),
             peak_in_use: AtomicU64::new(0),
+            headroom: None,
         }
+    }
+
+    /// The same, growing under `headroom`.
+    pub(crate) fn with_headroom(mut self, headroom: Option<Headroom>) -> Self {
+        self.headroom = headroom;
+        self
+    }
+
+    /// Whether taking `page` bytes of new pages for `requested` bytes now
+    /// would carry the device past its headroom (see `headroom.rs`). Live
+    /// bytes count at their high-water mark: caching below the most the
+    /// device ever had live costs no footprint.
+    pub(crate) fn over_headroom(&self, requested: u64, page: u64) -> bool {
+        self.headroom.is_some_and(|headroom| {
+            let live = self
+                .in_use
+                .load(Ordering::Relaxed)
+                .saturating_add(requested)
+                .max(self.peak_in_use.load(Ordering::Relaxed));
+            headroom.exceeded(self.meter.granted().saturating_add(page), live)
+        })
     }
 
     /// A stream's published bytes in use moved from `before` to `after`:
@@ -108,6 +136,23 @@ impl DeviceShared {
             bytes_in_use: self.in_use.load(Ordering::Relaxed),
             peak_bytes_in_use: self.peak_in_use.load(Ordering::Relaxed),
         }
+    }
+
+    /// Bytes the streams other than `stream` hold beyond what they use, as
+    /// last published: what a recovery round could win back at most
+    /// (cached pages, and the holes compaction closes).
+    pub(crate) fn others_excess(&self, stream: StreamId) -> u64 {
+        self.streams
+            .lock()
+            .iter()
+            .filter(|shared| shared.stream != stream)
+            .map(|shared| {
+                shared
+                    .bytes_reserved
+                    .load(Ordering::Relaxed)
+                    .saturating_sub(shared.bytes_in_use.load(Ordering::Relaxed))
+            })
+            .sum()
     }
 
     /// Tell the coordinator (never blocks; dropped if it is gone).

@@ -26,6 +26,14 @@ pub enum SupervisorEvent {
         /// Bytes its request asked for.
         requested: u64,
     },
+    /// A stream would have grown the device past its headroom; the
+    /// supervisor asks the others for their cached pages first.
+    HeadroomReached {
+        /// The stream.
+        stream: StreamId,
+        /// Bytes its request asked for.
+        requested: u64,
+    },
     /// The other streams gave back cached pages for a short stream.
     GaveBack {
         /// The stream that was short.
@@ -50,6 +58,16 @@ pub enum SupervisorEvent {
     /// The supervisor asked a stream to compact (its reserved / in-use
     /// passed the threshold).
     CompactionScheduled(StreamId),
+    /// The supervisor asked a stream to settle: it held more than it had
+    /// needed within the settle window.
+    SettleScheduled {
+        /// The stream.
+        stream: StreamId,
+        /// Bytes it held.
+        reserved: u64,
+        /// Bytes it should keep at most.
+        keep: u64,
+    },
 }
 
 /// A subscription to a supervisor's events ([`Supervisor::events`](super::Supervisor::events)).

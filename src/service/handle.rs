@@ -307,6 +307,12 @@ impl StreamHandle {
         self.connection.shared.is_running()
     }
 
+    /// Whether the stream held pages beyond its use when it last published.
+    pub(crate) fn may_give_back(&self) -> bool {
+        let shared = &self.connection.shared;
+        shared.bytes_reserved.load(Ordering::Relaxed) > shared.bytes_in_use.load(Ordering::Relaxed)
+    }
+
     /// Nudge the actor to look at its control channel (never blocks; if the
     /// inbox is full the actor is busy and will look soon anyway).
     pub(crate) fn wake(&self) {

@@ -153,6 +153,12 @@ pub(crate) enum Control {
     Retry,
     /// Reserved / in use passed the threshold: compact.
     Compact,
+    /// The stream holds more than it needed lately: return empty pages and
+    /// compact, down towards `keep` bytes (see `settle.rs`).
+    Settle {
+        /// Bytes the stream should hold at most.
+        keep: u64,
+    },
 }
 
 impl Request {

@@ -48,6 +48,8 @@ pub struct StreamStats {
     pub relocated: u64,
     /// Idle ticks that ran a cleanup.
     pub idle_cleanups: u64,
+    /// Settles the supervisor asked for (the load fell).
+    pub settles: u64,
 }
 
 /// Shared between a stream's actor, its handles and the supervisor.
@@ -75,6 +77,8 @@ pub(crate) struct StreamShared {
     pub(crate) relocated: AtomicU64,
     /// Idle cleanups.
     pub(crate) idle_cleanups: AtomicU64,
+    /// Settles.
+    pub(crate) settles: AtomicU64,
 }
 
 impl StreamShared {
@@ -91,6 +95,7 @@ impl StreamShared {
             peak_bytes_reserved: AtomicU64::new(0),
             relocated: AtomicU64::new(0),
             idle_cleanups: AtomicU64::new(0),
+            settles: AtomicU64::new(0),
         }
     }
 
@@ -150,6 +155,7 @@ impl StreamShared {
             peak_bytes_reserved: self.peak_bytes_reserved.load(Ordering::Relaxed),
             relocated: self.relocated.load(Ordering::Relaxed),
             idle_cleanups: self.idle_cleanups.load(Ordering::Relaxed),
+            settles: self.settles.load(Ordering::Relaxed),
         }
     }
 }

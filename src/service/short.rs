@@ -34,6 +34,9 @@ const ASK_INTERVAL: Duration = Duration::from_millis(20);
 /// A parked request that did not ask to wait is answered at the latest
 /// after this long, even if no `Retry` came (the coordinator is gone).
 const RECOVERY_TIMEOUT: Duration = Duration::from_secs(2);
+/// A stream growing past the headroom asks the others for a round only if
+/// they hold at least this much (and the request) unused.
+const MIN_ROUND_GAIN: u64 = 1 << 20;
 
 /// A reservation being served (or parked).
 #[derive(Debug)]
@@ -50,6 +53,10 @@ pub(crate) struct Pending {
     pub(crate) deadline: Option<Instant>,
     /// When it was parked.
     pub(crate) parked_at: Option<Instant>,
+    /// Parked only to let the others give back before this stream grows
+    /// past the device's headroom: on `Retry` it takes a page whatever the
+    /// headroom says.
+    pub(crate) within_headroom: bool,
 }
 
 impl Pending {
@@ -69,6 +76,72 @@ fn is_out_of_memory(err: &MemoryError) -> bool {
 impl StreamActor {
     /// Serve a reservation, or park it if the device is short.
     pub(crate) fn serve_reserve(&mut self, pending: Pending) {
+        if pending.update != PageUpdate::Forbidden && self.over_headroom(&pending) {
+            return self.serve_within_headroom(pending);
+        }
+        self.serve_growing(pending);
+    }
+
+    /// The device holds more than its headroom above what is live: serve
+    /// from the room this stream holds if it can, else trim this stream's
+    /// pages, else ask the others to give back before growing (see
+    /// `headroom.rs`).
+    fn serve_within_headroom(&mut self, mut pending: Pending) {
+        for trimmed in [false, true] {
+            if trimmed {
+                self.memory.cleanup(Cleanup::Explicit);
+                let _ = self.memory.relocate(RelocationReason::Short);
+                self.memory.flush();
+                self.publish();
+            }
+            match self.try_reserve_as(&pending, PageUpdate::Forbidden) {
+                Ok(batch) => return self.answer_served(pending, batch, false),
+                Err(MemoryError::PageUpdateForbidden { .. }) => {}
+                Err(err) => return pending.answer(Err(err.into())),
+            }
+        }
+        if self.short_pending {
+            // A round for this stream is under way: its `Retry` serves this.
+            pending.within_headroom = true;
+            pending.parked_at = Some(Instant::now());
+            return self.parked.push_back(pending);
+        }
+        // A round is worth its wake-ups only if the others hold at least
+        // this request's worth of room they do not use.
+        let requested = pending.requested();
+        if self.device.has_coordinator()
+            && self.over_headroom(&pending)
+            && self.device.others_excess(self.shared.stream) >= requested.max(MIN_ROUND_GAIN)
+        {
+            pending.within_headroom = true;
+            pending.parked_at = Some(Instant::now());
+            self.parked.push_back(pending);
+            return self.ask_now(requested, true);
+        }
+        self.serve_growing(pending);
+    }
+
+    /// Whether growing for `pending` would carry the device past its
+    /// headroom (counting a new page for each size, the most it could take).
+    fn over_headroom(&self, pending: &Pending) -> bool {
+        if self.device.headroom.is_none() {
+            return false;
+        }
+        let page = pending
+            .sizes
+            .iter()
+            .map(|&size| {
+                self.memory
+                    .new_page_size(size, pending.mode)
+                    .unwrap_or(size)
+            })
+            .fold(0u64, u64::saturating_add);
+        self.device.over_headroom(pending.requested(), page)
+    }
+
+    /// Serve a reservation, taking pages as needed; park it if the device
+    /// is short.
+    fn serve_growing(&mut self, pending: Pending) {
         match self.try_reserve(&pending) {
             Ok(batch) => return self.answer_served(pending, batch, false),
             Err(err) if !is_out_of_memory(&err) || pending.update == PageUpdate::Forbidden => {
@@ -88,10 +161,19 @@ impl StreamActor {
 
     /// All of the sizes or none.
     fn try_reserve(&mut self, pending: &Pending) -> Result<Vec<Allocation>, MemoryError> {
+        self.try_reserve_as(pending, pending.update)
+    }
+
+    /// All of the sizes or none, under `update`.
+    fn try_reserve_as(
+        &mut self,
+        pending: &Pending,
+        update: PageUpdate,
+    ) -> Result<Vec<Allocation>, MemoryError> {
         pending
             .sizes
             .iter()
-            .map(|&size| self.memory.reserve_in(size, pending.update, pending.mode))
+            .map(|&size| self.memory.reserve_in(size, update, pending.mode))
             .collect()
     }
 
@@ -134,10 +216,16 @@ impl StreamActor {
     /// Tell the coordinator we are short, unless a round is under way or
     /// one was asked for just now.
     fn ask_for_memory(&mut self, requested: u64) {
-        if self.short_pending || !self.device.has_coordinator() {
+        if self.last_ask.is_some_and(|at| at.elapsed() < ASK_INTERVAL) {
             return;
         }
-        if self.last_ask.is_some_and(|at| at.elapsed() < ASK_INTERVAL) {
+        self.ask_now(requested, false);
+    }
+
+    /// Tell the coordinator we are short (or, with `headroom`, about to grow
+    /// past the device's headroom), unless a round is under way.
+    fn ask_now(&mut self, requested: u64, headroom: bool) {
+        if self.short_pending || !self.device.has_coordinator() {
             return;
         }
         self.short_pending = true;
@@ -145,6 +233,7 @@ impl StreamActor {
         self.device.notify(Notice::Short {
             stream: self.shared.stream,
             requested,
+            headroom,
         });
     }
 
@@ -163,7 +252,22 @@ impl StreamActor {
         self.memory.process_releases();
         let now = Instant::now();
         let mut still_short = None;
-        for pending in std::mem::take(&mut self.parked) {
+        for mut pending in std::mem::take(&mut self.parked) {
+            if pending.within_headroom {
+                let waited_out = pending
+                    .parked_at
+                    .is_some_and(|at| now.duration_since(at) >= RECOVERY_TIMEOUT);
+                if !round_over && self.short_pending && !waited_out {
+                    self.parked.push_back(pending);
+                    continue;
+                }
+                // The others have given back what they could: grow (or, if
+                // the device is really short, go the running-short way).
+                pending.within_headroom = false;
+                pending.parked_at = None;
+                self.serve_growing(pending);
+                continue;
+            }
             match self.try_reserve(&pending) {
                 Ok(batch) => self.answer_served(pending, batch, true),
                 Err(err) if !is_out_of_memory(&err) => pending.answer(Err(err.into())),
@@ -186,6 +290,22 @@ impl StreamActor {
         if let Some(requested) = still_short {
             self.ask_for_memory(requested);
         }
+    }
+
+    /// Give back what this stream did not need lately: every empty page,
+    /// then, if it still holds more than `keep`, a compaction that also
+    /// moves sparse pages into smaller ones.
+    fn settle(&mut self, keep: u64) {
+        self.memory.cleanup(Cleanup::Explicit);
+        if self.memory.bytes_reserved() > keep
+            && let Ok(report) = self.memory.relocate(RelocationReason::Settle)
+        {
+            self.shared
+                .relocated
+                .fetch_add(report.moved, Ordering::Relaxed);
+        }
+        self.memory.flush();
+        self.shared.settles.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Serve what the coordinator sent.
@@ -211,6 +331,7 @@ impl StreamActor {
                 self.short_pending = false;
                 self.retry_parked(true);
             }
+            Control::Settle { keep } => self.settle(keep),
             Control::Compact => {
                 if let Ok(report) = self.memory.relocate(RelocationReason::Compaction) {
                     self.shared

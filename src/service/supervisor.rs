@@ -7,7 +7,9 @@ use super::device::{DeviceShared, DeviceStats, Notice};
 use super::error::ServiceError;
 use super::events::{Events, SupervisorEvent};
 use super::handle::{Connection, StreamHandle};
+use super::headroom::Headroom;
 use super::message::ShutdownReport;
+use super::settle::Settle;
 use super::shared::{StreamShared, StreamStats};
 use crate::memory::{MemoryConfig, MemoryManager, StreamId};
 use crate::storage::{
@@ -53,6 +55,15 @@ pub struct ServiceConfig {
     /// Whether a short stream may get memory from the others' cached pages
     /// (`false` shows what the device needs without that).
     pub cross_stream_cleanup: bool,
+    /// How far the device's reserved bytes may run ahead of its live bytes
+    /// before a stream that would take a new page first gets cached pages
+    /// back (its own, then the others'); `None`: every stream keeps its
+    /// cache until its periodic cleanup. See [`Headroom`].
+    pub headroom: Option<Headroom>,
+    /// When a stream holds more than it needed lately (the load fell), the
+    /// supervisor tells it to give the excess back; `None`: pages stay
+    /// cached until each pool's periodic cleanup. See [`Settle`].
+    pub settle: Option<Settle>,
     /// Record every stream's reservations, frees and failures here.
     pub recorder: Option<Arc<TraceRecorder>>,
 }
@@ -70,6 +81,8 @@ impl Default for ServiceConfig {
             supervise_tick: Duration::from_millis(50),
             recovery_timeout: Duration::from_secs(1),
             cross_stream_cleanup: true,
+            headroom: Some(Headroom::default()),
+            settle: Some(Settle::default()),
             recorder: None,
         }
     }
@@ -123,19 +136,23 @@ impl Supervisor {
             subscribers.clone(),
             config.compaction_threshold,
             config.recovery_timeout,
+            config.settle,
         );
         let tick = config.supervise_tick;
         let thread = thread::spawn("streamalloc-supervisor".into(), move || {
             coordinator.run(notices_rx, tick)
         })
         .ok();
-        let device = Arc::new(DeviceShared::new(
-            config
-                .budget
-                .map(|limit| Arc::new(DeviceBudget::new(limit))),
-            thread.is_some().then_some(notices_tx),
-            config.cross_stream_cleanup,
-        ));
+        let device = Arc::new(
+            DeviceShared::new(
+                config
+                    .budget
+                    .map(|limit| Arc::new(DeviceBudget::new(limit))),
+                thread.is_some().then_some(notices_tx),
+                config.cross_stream_cleanup,
+            )
+            .with_headroom(config.headroom),
+        );
         Self {
             config,
             factory,
@@ -146,6 +163,11 @@ impl Supervisor {
             subscribers,
             coordinator: Mutex::new(thread),
         }
+    }
+
+    /// How the service runs.
+    pub fn config(&self) -> &ServiceConfig {
+        &self.config
     }
 
     /// The device budget, if one is set.

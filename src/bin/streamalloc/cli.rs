@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 use streamalloc::memory::{Bytes, DeviceProperties, MemoryConfig, MemoryConfiguration};
 use streamalloc::plot::{Timeline, write_svg};
-use streamalloc::service::{ServiceConfig, StorageFactory, Supervisor};
+use streamalloc::service::{Headroom, ServiceConfig, Settle, StorageFactory, Supervisor};
 use streamalloc::storage::{DeviceStorage, HostStorage, VirtualStorage};
 use streamalloc::trace::{TraceFormat, read_trace, write_jsonl};
 
@@ -72,6 +72,16 @@ struct Common {
     /// Simulate a device of this many bytes (suffixes K, M, G accepted).
     #[arg(long, value_parser = parse_bytes)]
     budget: Option<u64>,
+    /// How far the device's reserved bytes may run ahead of its peak live
+    /// bytes before a growing stream first gets cached pages back, as a
+    /// fraction (0.05 is 5 %), or `off` to let every stream keep its cache.
+    #[arg(long, default_value = "0.05", value_parser = parse_headroom)]
+    headroom: HeadroomArg,
+    /// The ratio of reserved to recently used bytes past which a stream
+    /// gives the excess back when its load falls (1.10), or `off` to keep
+    /// pages cached until each pool's periodic cleanup.
+    #[arg(long, default_value = "1.10", value_parser = parse_settle)]
+    settle: SettleArg,
     /// Draw live and reserved bytes over time to this SVG file.
     #[arg(long)]
     plot: Option<PathBuf>,
@@ -195,7 +205,49 @@ fn service_config(common: &Common, device: DeviceProperties) -> ServiceConfig {
             ..MemoryConfig::with_pools(pools)
         },
         budget: common.budget,
+        headroom: common.headroom.0,
+        settle: common.settle.0,
         ..ServiceConfig::default()
+    }
+}
+
+/// `--settle`: a ratio, or `off`.
+#[derive(Clone, Copy, Debug)]
+struct SettleArg(Option<Settle>);
+
+fn parse_settle(text: &str) -> Result<SettleArg, String> {
+    if text == "off" {
+        return Ok(SettleArg(None));
+    }
+    match text.parse::<f64>() {
+        Ok(ratio) if ratio.is_finite() && ratio >= 1.0 => Ok(SettleArg(Some(Settle {
+            ratio,
+            ..Settle::default()
+        }))),
+        _ => Err(format!(
+            "`{text}` is neither a ratio of at least 1 nor `off`"
+        )),
+    }
+}
+
+/// `--headroom`: a fraction, or `off`.
+#[derive(Clone, Copy, Debug)]
+struct HeadroomArg(Option<Headroom>);
+
+fn parse_headroom(text: &str) -> Result<HeadroomArg, String> {
+    if text == "off" {
+        return Ok(HeadroomArg(None));
+    }
+    match text.parse::<f64>() {
+        Ok(fraction) if fraction.is_finite() && fraction >= 0.0 => {
+            Ok(HeadroomArg(Some(Headroom {
+                fraction,
+                ..Headroom::default()
+            })))
+        }
+        _ => Err(format!(
+            "`{text}` is neither a fraction of at least 0 nor `off`"
+        )),
     }
 }
 
@@ -354,6 +406,12 @@ fn replay(args: ReplayArgs) -> Result<(), String> {
         Bytes(report.peak_reserved_bytes),
         report.reserved_over_live,
         report.relocated
+    );
+    println!(
+        "after the load fell: live {}, reserved {}, reserved / live {:.3} (no explicit cleanup)",
+        Bytes(report.settled_live_bytes),
+        Bytes(report.settled_reserved_bytes),
+        report.settled_reserved_over_live,
     );
     if let (Some(budget), Some(fits)) = (report.budget, report.fits) {
         println!(

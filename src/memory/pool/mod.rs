@@ -105,6 +105,12 @@ impl Pool {
         each!(self, pool => pool.reserve_new_page(storage, size, aligned, slot, lazy))
     }
 
+    /// The bytes of the page [`reserve_new_page`](Self::reserve_new_page)
+    /// would take for `aligned` bytes now.
+    pub(crate) fn new_page_size(&self, aligned: u64) -> u64 {
+        each!(self, pool => pool.new_page_size(aligned))
+    }
+
     /// Give an allocation's bytes back to the pool (not to the device).
     pub(crate) fn free(&mut self, placement: Placement, size: u64, aligned: u64, tick: u64) {
         each!(self, pool => pool.free(placement, size, aligned, tick))

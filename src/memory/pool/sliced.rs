@@ -139,7 +139,7 @@ impl SlicedPool {
         lazy: bool,
     ) -> Result<Placement, StorageError> {
         let grown = (aligned > self.page_size).then(|| self.grown_page_size(aligned));
-        let wanted = grown.unwrap_or(self.page_size).max(aligned);
+        let wanted = self.new_page_size(aligned);
         let index = match self.add_page(storage, wanted, lazy) {
             Ok(index) => {
                 if let Some(page_size) = grown {
@@ -161,16 +161,22 @@ impl SlicedPool {
         Ok(self.carved(node, size, aligned, slot))
     }
 
+    /// The bytes of the page a reservation of `aligned` bytes would add.
+    pub(crate) fn new_page_size(&self, aligned: u64) -> u64 {
+        if aligned > self.page_size {
+            self.grown_page_size(aligned).max(aligned)
+        } else {
+            self.page_size
+        }
+    }
+
     /// The page size an adaptive pool grows to for `aligned` bytes: a
     /// quarter to spare, in whole steps, within the device's limit.
     fn grown_page_size(&self, aligned: u64) -> u64 {
         let Some(limit) = self.growth_limit else {
             return self.page_size;
         };
-        let step = match self.kind {
-            PoolKind::Adaptive { min_page_size } => GROWTH_STEP.min(min_page_size.max(1)),
-            _ => GROWTH_STEP,
-        };
+        let step = self.growth_step();
         let wanted = align_up(aligned.saturating_add(aligned / 4), step).min(limit);
         align_down(wanted, self.alignment).max(aligned)
     }
@@ -236,6 +242,25 @@ impl SlicedPool {
         };
         self.stats.page_added(size);
         Ok(index)
+    }
+
+    /// Add an empty page of `size` bytes (a relocation fills it).
+    pub(crate) fn add_empty_page(
+        &mut self,
+        storage: &mut dyn DeviceStorage,
+        size: u64,
+        lazy: bool,
+    ) -> Result<u32, StorageError> {
+        self.add_page(storage, size, lazy)
+    }
+
+    /// The step page sizes grow (and shrink) by.
+    pub(crate) fn growth_step(&self) -> u64 {
+        match self.kind {
+            PoolKind::Adaptive { min_page_size } => GROWTH_STEP.min(min_page_size.max(1)),
+            _ => GROWTH_STEP,
+        }
+        .max(self.alignment)
     }
 
     pub(crate) fn free(&mut self, placement: Placement, size: u64, aligned: u64, tick: u64) {

@@ -96,6 +96,11 @@ impl WholePagePool {
         }
     }
 
+    /// The bytes of the page a reservation of `aligned` bytes would add.
+    pub(crate) fn new_page_size(&self, aligned: u64) -> u64 {
+        self.key(aligned)
+    }
+
     /// Whether a page of this request's size is held (used or free).
     pub(crate) fn holds_size(&self, aligned: u64) -> bool {
         self.held_sizes

@@ -1,0 +1,80 @@
+//! Headroom: how far the device's reserved bytes may run ahead of its live
+//! bytes before a growing stream first gets the others to give back.
+//!
+//! Each stream caches the pages it emptied, so on a device of several
+//! streams the pages held drift towards the sum of every stream's own high
+//! water mark, while the device never has that much live at once. Reserved
+//! bytes only grow when a stream takes a new page, so that is where the
+//! policy acts: when the device already holds more than `fraction` (or
+//! `slack` bytes, whichever is more) above what is live, a stream that would
+//! grow first tries the room it holds, then trims its own pages, then asks
+//! the other streams to give back (the running-short protocol, see
+//! `short.rs`), and only then takes the page. Growth is never refused: the
+//! headroom is a target, a budget is the limit.
+
+use crate::memory::ADAPTIVE_MIN_PAGE_SIZE;
+
+/// How far reserved bytes may run ahead of live bytes (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Headroom {
+    /// Reserved may pass live by this fraction of live (0.05: 5 %).
+    pub fraction: f64,
+    /// ... or by this many bytes, whichever is more: below a few pages,
+    /// trimming costs more than it wins back.
+    pub slack: u64,
+}
+
+impl Default for Headroom {
+    fn default() -> Self {
+        Self {
+            fraction: 0.05,
+            slack: 4 * ADAPTIVE_MIN_PAGE_SIZE,
+        }
+    }
+}
+
+impl Headroom {
+    /// The excess a stream with `live` bytes in use may keep while the
+    /// device is past its headroom: its fraction, and at least one minimum
+    /// adaptive page.
+    pub fn share(&self, live: u64) -> u64 {
+        ((live as f64 * self.fraction) as u64).max(ADAPTIVE_MIN_PAGE_SIZE)
+    }
+
+    /// Whether a device holding `reserved` bytes with `live` in use is
+    /// past its headroom.
+    pub fn exceeded(&self, reserved: u64, live: u64) -> bool {
+        let allowance = ((live as f64 * self.fraction) as u64).max(self.slack);
+        reserved > live.saturating_add(allowance)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn the_larger_of_fraction_and_slack_is_allowed() {
+        let headroom = Headroom {
+            fraction: 0.05,
+            slack: 8 * MIB,
+        };
+        // 100 MiB live: 8 MiB of slack beats 5 MiB.
+        assert!(!headroom.exceeded(108 * MIB, 100 * MIB));
+        assert!(headroom.exceeded(108 * MIB + 1, 100 * MIB));
+        // 1000 MiB live: 50 MiB beats the slack.
+        assert!(!headroom.exceeded(1050 * MIB, 1000 * MIB));
+        assert!(headroom.exceeded(1050 * MIB + 1, 1000 * MIB));
+        assert_eq!(headroom.share(1000 * MIB), 50 * MIB);
+        assert_eq!(headroom.share(0), ADAPTIVE_MIN_PAGE_SIZE);
+    }
+
+    #[test]
+    fn extremes_do_not_overflow() {
+        let headroom = Headroom::default();
+        assert!(!headroom.exceeded(u64::MAX, u64::MAX));
+        assert!(headroom.exceeded(u64::MAX, 0));
+    }
+}

@@ -1,0 +1,82 @@
+//! Settling: when the load falls, a stream gives back what it no longer
+//! needs, without an explicit cleanup.
+//!
+//! Pages a stream cached at its busiest stay cached after the load falls;
+//! periodic cleanup returns only pages that are wholly empty, and only as
+//! reservations drive each pool's clock. So the coordinator watches every
+//! stream's bytes in use over a sliding window: a stream that holds more
+//! than `ratio` times the most it had in use within the last `window` (plus
+//! `slack`) is told to settle: return every empty page, then compact what
+//! is left and move sparse pages into smaller ones
+//! (`RelocationReason::Settle`). A stream under steady load keeps its cache (it used it within
+//! the window); one whose load fell gives the excess back within about a
+//! window. At most one settle per stream per window.
+
+use super::handle::StreamHandle;
+use crate::memory::ADAPTIVE_MIN_PAGE_SIZE;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// When a stream holds more than it needed lately, it gives the excess back.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Settle {
+    /// A stream may hold this many times the most it had in use within the
+    /// window (1.10: 10 % above).
+    pub ratio: f64,
+    /// How far back "lately" looks; also the least time between two settles
+    /// of one stream.
+    pub window: Duration,
+    /// Excess below this many bytes is left alone (a page's worth: less
+    /// is not worth a compaction).
+    pub slack: u64,
+}
+
+impl Default for Settle {
+    fn default() -> Self {
+        Self {
+            ratio: 1.10,
+            window: Duration::from_secs(1),
+            slack: ADAPTIVE_MIN_PAGE_SIZE,
+        }
+    }
+}
+
+/// What the coordinator remembers of one stream for settling.
+#[derive(Debug, Default)]
+pub(crate) struct SettleWatch {
+    /// `(when, bytes in use)` samples within the window, oldest first.
+    samples: VecDeque<(Instant, u64)>,
+    /// When the stream was first watched or last told to settle.
+    since: Option<Instant>,
+}
+
+impl SettleWatch {
+    /// Record what `stream` publishes now; the bytes it should keep if it
+    /// is due to settle.
+    pub(crate) fn observe(
+        &mut self,
+        settle: &Settle,
+        stream: &StreamHandle,
+        now: Instant,
+    ) -> Option<u64> {
+        let stats = stream.stats();
+        self.samples.push_back((now, stats.bytes_in_use));
+        while self
+            .samples
+            .front()
+            .is_some_and(|(at, _)| now.duration_since(*at) > settle.window)
+        {
+            self.samples.pop_front();
+        }
+        let since = *self.since.get_or_insert(now);
+        if now.duration_since(since) < settle.window {
+            return None;
+        }
+        let needed = self.samples.iter().map(|(_, bytes)| *bytes).max()?;
+        let keep = (needed as f64 * settle.ratio) as u64 + settle.slack;
+        (stats.bytes_reserved > keep).then(|| {
+            self.since = Some(now);
+            keep
+        })
+    }
+}
