@@ -52,6 +52,7 @@ fn a_growing_stream_gets_the_others_cache_back_first() {
 
     let big = b.reserve(40 * MIB).unwrap();
     assert_eq!(big.size(), 40 * MIB);
+    a.report().unwrap();
     assert!(
         a.stats().bytes_reserved < 8 * MIB,
         "a gave its cache back: {:?}",
@@ -78,6 +79,7 @@ fn without_headroom_every_stream_keeps_its_cache() {
     cache_48_mib(&a);
 
     let _big = b.reserve(40 * MIB).unwrap();
+    a.report().unwrap();
     assert!(a.stats().bytes_reserved >= 48 * MIB);
     assert!(device.device_stats().peak_bytes_reserved >= 88 * MIB);
     device.shutdown();
@@ -93,15 +95,18 @@ fn a_lone_stream_trims_its_own_cache_and_is_never_refused() {
     // comes, although nobody could give anything back.
     let big = a.reserve(40 * MIB).unwrap();
     assert_eq!(big.size(), 40 * MIB);
+    // The cache went before the page (grown with a quarter to spare) came.
+    a.report().unwrap();
     let reserved = a.stats().bytes_reserved;
     assert!(
-        (40 * MIB..48 * MIB).contains(&reserved),
+        reserved <= 48 * MIB + Headroom::default().slack,
         "reserved {reserved}"
     );
     // And what fits in the room held is served from it, headroom or not.
     drop(big);
     a.report().unwrap();
     let again = a.reserve(40 * MIB).unwrap();
+    a.report().unwrap();
     assert_eq!(a.stats().bytes_reserved, reserved);
     drop(again);
     device.shutdown();

@@ -267,3 +267,53 @@ fn taint_ranges_follow_writes() {
     memory.compact().unwrap();
     assert_eq!(memory.failure(&a, 0..1000).unwrap(), Some(copy));
 }
+
+#[test]
+fn settling_moves_a_sparse_page_into_a_smaller_one_and_keeps_the_bytes() {
+    let mut memory = MemoryManager::new(HostStorage::new(), MemoryConfig::default());
+    // A 6 MiB reservation grows the arena's pages to 8 MiB; a 1 MiB one
+    // shares that page, and stays when the big one goes.
+    let big = memory.reserve(6 * MIB, PageUpdate::Allow).unwrap();
+    let small = memory.reserve(MIB, PageUpdate::Allow).unwrap();
+    write_pattern(&mut memory, &small, 7);
+    let id = small.id();
+    drop(big);
+    memory.cleanup(Cleanup::Explicit);
+    let before = memory.memory_report().usage().bytes_reserved;
+    // Compaction alone has nowhere to move it: one page.
+    assert_eq!(
+        memory.relocate(RelocationReason::Compaction).unwrap().moved,
+        0
+    );
+
+    let report = memory.relocate(RelocationReason::Settle).unwrap();
+    memory.flush();
+    let after = memory.memory_report().usage().bytes_reserved;
+    assert_eq!(report.moved, 1, "{report:?}");
+    assert!(
+        before - after >= 7 * MIB,
+        "{before} -> {after} bytes reserved"
+    );
+    assert_eq!(after, memory.bytes_allocated());
+    assert_eq!(small.id(), id, "a move keeps the handle's id");
+    assert_pattern(&mut memory, &small, 7);
+}
+
+#[test]
+fn settling_leaves_a_page_with_a_pinned_allocation() {
+    let mut memory = MemoryManager::new(HostStorage::new(), MemoryConfig::default());
+    let big = memory.reserve(6 * MIB, PageUpdate::Allow).unwrap();
+    let small = memory.reserve(MIB, PageUpdate::Allow).unwrap();
+    drop(big);
+    memory.cleanup(Cleanup::Explicit);
+    let pinned = memory.pin(&small).unwrap();
+    let before = memory.memory_report().usage().bytes_reserved;
+    let report = memory.relocate(RelocationReason::Settle).unwrap();
+    memory.flush();
+    assert_eq!(report.moved, 0);
+    assert_eq!(memory.memory_report().usage().bytes_reserved, before);
+    assert_eq!(
+        memory.get_resource(&small, None, None).unwrap().addr,
+        pinned.addr()
+    );
+}

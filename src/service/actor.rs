@@ -198,6 +198,8 @@ impl StreamActor {
             } => reply.send(self.memory.failure(&allocation, range).map_err(Into::into)),
             Request::Report { reply } => {
                 self.memory.process_releases();
+                // Published first: once the report is back, `stats()` agree.
+                self.publish();
                 reply.send(Ok(self.memory.memory_report()))
             }
             Request::Shutdown { reply } => {

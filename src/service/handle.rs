@@ -109,7 +109,10 @@ impl StreamHandle {
         self.connection.shared.stream
     }
 
-    /// The stream's counters, read without a round trip.
+    /// The stream's counters, read without a round trip: as the actor
+    /// published them after the last request it finished (a reply can come
+    /// before its request's counters; once [`report`](Self::report)
+    /// returns, they include everything before it).
     pub fn stats(&self) -> StreamStats {
         self.connection.shared.stats()
     }

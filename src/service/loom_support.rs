@@ -198,7 +198,13 @@ pub fn device_on(streams: u32, config: MemoryConfig, budget: u64) -> DeviceUnder
     DeviceUnderTest {
         streams: out,
         coordinator: CoordinatorUnderTest {
-            coordinator: Coordinator::new(links, subscribers, None, Duration::from_secs(3600)),
+            coordinator: Coordinator::new(
+                links,
+                subscribers,
+                None,
+                Duration::from_secs(3600),
+                None,
+            ),
             notices: notices_rx,
         },
         stop: StopSignal(notices_tx),
