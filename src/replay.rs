@@ -167,9 +167,9 @@ pub fn replay(
     report.ns_per_op = elapsed.as_nanos() as f64 / events.len().max(1) as f64;
     report.peak_reserved_bytes = supervisor.device_stats().peak_bytes_reserved;
     report.reserved_over_live = ratio(report.peak_reserved_bytes, report.peak_live_bytes);
-    settle(supervisor, &handles)?;
+    // The load fell (the trace ended), with what it left live still held.
+    report.settled_reserved_bytes = supervisor.settled()?.bytes_reserved;
     report.settled_live_bytes = live_bytes.iter().sum();
-    report.settled_reserved_bytes = supervisor.device_stats().bytes_reserved;
     report.settled_reserved_over_live =
         ratio(report.settled_reserved_bytes, report.settled_live_bytes);
     report.relocated = supervisor.stats().iter().map(|s| s.relocated).sum();
@@ -187,27 +187,4 @@ fn ratio(reserved: u64, live: u64) -> f64 {
     } else {
         reserved as f64 / live as f64
     }
-}
-
-/// The load fell (the trace ended): wait as long as the supervisor takes to
-/// settle its streams, with what the trace left live still held.
-fn settle(supervisor: &Supervisor, handles: &[StreamHandle]) -> Result<(), ServiceError> {
-    let config = supervisor.config();
-    if let Some(settle) = config.settle {
-        let deadline = Instant::now() + settle.window * 2 + config.supervise_tick * 4;
-        let settled = |handles: &[StreamHandle]| {
-            handles.iter().all(|handle| {
-                let stats = handle.stats();
-                stats.bytes_reserved as f64
-                    <= stats.bytes_in_use as f64 * settle.ratio + settle.slack as f64
-            })
-        };
-        while Instant::now() < deadline && !settled(handles) {
-            std::thread::sleep(config.supervise_tick);
-        }
-    }
-    for handle in handles {
-        handle.report()?;
-    }
-    Ok(())
 }

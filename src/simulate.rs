@@ -134,6 +134,11 @@ pub struct SimulationReport {
     pub peak_live_bytes: u64,
     /// Cross-stream recoveries (a short stream served after others gave back).
     pub recoveries: u64,
+    /// Once the requests were done and the streams settled (weights still
+    /// held, no explicit cleanup): bytes in use.
+    pub settled_live_bytes: u64,
+    /// ... and bytes of pages held.
+    pub settled_reserved_bytes: u64,
 }
 
 /// xorshift64*, for repeatable request lengths.
@@ -272,6 +277,8 @@ pub fn simulate(
         result
     })?;
     let seconds = start.elapsed().as_secs_f64();
+    // The load fell: every request is done, the weights are still held.
+    let settled = supervisor.settled()?;
     drop(weights);
     let recoveries = events
         .drain()
@@ -318,6 +325,8 @@ pub fn simulate(
         peak_reserved_bytes: device.peak_bytes_reserved,
         peak_live_bytes: device.peak_bytes_in_use,
         recoveries,
+        settled_live_bytes: settled.bytes_in_use,
+        settled_reserved_bytes: settled.bytes_reserved,
     })
 }
 

@@ -170,6 +170,42 @@ impl Supervisor {
         &self.config
     }
 
+    /// Wait until every stream holds no more than the settle policy lets
+    /// it keep (or two settle windows passed), then every stream's releases
+    /// are processed and the device's totals returned: what the device
+    /// holds once the load has fallen, with no explicit cleanup. Without a
+    /// settle policy, the totals at once.
+    ///
+    /// # Errors
+    /// A stream that stopped or failed on the way.
+    pub fn settled(&self) -> Result<DeviceStats, ServiceError> {
+        let handles: Vec<StreamHandle> = self
+            .streams
+            .lock()
+            .values()
+            .map(|entry| entry.handle.clone())
+            .collect();
+        for handle in &handles {
+            handle.report()?;
+        }
+        if let Some(settle) = self.config.settle {
+            let deadline =
+                std::time::Instant::now() + settle.window * 2 + self.config.supervise_tick * 4;
+            let within = |handle: &StreamHandle| {
+                let stats = handle.stats();
+                stats.bytes_reserved as f64
+                    <= stats.bytes_in_use as f64 * settle.ratio + settle.slack as f64
+            };
+            while std::time::Instant::now() < deadline && !handles.iter().all(within) {
+                std::thread::sleep(self.config.supervise_tick);
+            }
+            for handle in &handles {
+                handle.report()?;
+            }
+        }
+        Ok(self.device_stats())
+    }
+
     /// The device budget, if one is set.
     pub fn budget(&self) -> Option<&Arc<DeviceBudget>> {
         self.device.budget.as_ref()

@@ -332,6 +332,12 @@ fn simulate(args: SimulateArgs) -> Result<(), String> {
         report.failed_requests,
         report.recoveries
     );
+    println!(
+        "after the load fell: live {} (the weights), reserved {} ({:.3}x, no explicit cleanup)",
+        Bytes(report.settled_live_bytes),
+        Bytes(report.settled_reserved_bytes),
+        report.settled_reserved_bytes as f64 / report.settled_live_bytes.max(1) as f64,
+    );
     for stream in &report.streams {
         println!(
             "stream {}: peak live {}, peak reserved {} ({:.3}x), {} reservations ({:.0}/s), round trip p50 {:.1} us p99 {:.1} us, {} idle cleanups, {} relocated",
