@@ -466,6 +466,11 @@ impl<S: DeviceStorage> MemoryManager<S> {
         Allocation::new(self.new_cell(0))
     }
 
+    /// A probe other threads can ask whether releases wait here.
+    pub(crate) fn release_probe(&self) -> super::ReleaseProbe {
+        self.releases.probe()
+    }
+
     /// Whether dropped handles or guards wait to be processed.
     pub fn releases_waiting(&self) -> bool {
         !self.releases.is_empty()

@@ -29,6 +29,7 @@ pub use handle::{Allocation, AllocationId, Binding, StreamId};
 pub use manager::{ManagedResource, MemoryManager};
 pub use observer::MemoryObserver;
 pub use policy::{Cleanup, PageUpdate};
+pub(crate) use release::ReleaseProbe;
 pub use relocation::{RelocationError, RelocationNeed, RelocationReason, RelocationReport};
 pub use report::{Bytes, MemoryReport, MemoryUsage, PoolReport};
 pub use taint::{ErrorGraph, FailureId};

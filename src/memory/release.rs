@@ -173,6 +173,19 @@ impl ReleaseQueue {
     }
 }
 
+/// A look at an owner's release queue from other threads: whether dropped
+/// handles or guards wait for the owner (so its published bytes in use may
+/// be stale).
+#[derive(Debug, Clone)]
+pub(crate) struct ReleaseProbe(Arc<ReleaseQueue>);
+
+impl ReleaseProbe {
+    /// Whether releases wait for the owner.
+    pub(crate) fn waiting(&self) -> bool {
+        !self.0.is_empty()
+    }
+}
+
 /// The owner's end of a [`ReleaseQueue`]: closes it when the owner drops.
 #[derive(Debug)]
 pub(crate) struct ReleaseInbox(Arc<ReleaseQueue>);
@@ -185,6 +198,11 @@ impl ReleaseInbox {
     /// The queue, for a new cell or guard to report to.
     pub(crate) fn queue(&self) -> &Arc<ReleaseQueue> {
         &self.0
+    }
+
+    /// A probe for other threads.
+    pub(crate) fn probe(&self) -> ReleaseProbe {
+        ReleaseProbe(Arc::clone(&self.0))
     }
 }
 

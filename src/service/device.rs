@@ -138,19 +138,22 @@ impl DeviceShared {
         }
     }
 
-    /// Bytes the streams other than `stream` hold beyond what they use, as
-    /// last published: what a recovery round could win back at most
-    /// (cached pages, and the holes compaction closes).
+    /// Bytes the streams other than `stream` may hold beyond what they use
+    /// (as last published; all they hold when releases wait unseen): what
+    /// a recovery round could win back at most.
     pub(crate) fn others_excess(&self, stream: StreamId) -> u64 {
         self.streams
             .lock()
             .iter()
             .filter(|shared| shared.stream != stream)
             .map(|shared| {
-                shared
-                    .bytes_reserved
-                    .load(Ordering::Relaxed)
-                    .saturating_sub(shared.bytes_in_use.load(Ordering::Relaxed))
+                let reserved = shared.bytes_reserved.load(Ordering::Relaxed);
+                if shared.releases.waiting() {
+                    // Unseen releases: all of it may be unused.
+                    reserved
+                } else {
+                    reserved.saturating_sub(shared.bytes_in_use.load(Ordering::Relaxed))
+                }
             })
             .sum()
     }

@@ -310,10 +310,12 @@ impl StreamHandle {
         self.connection.shared.is_running()
     }
 
-    /// Whether the stream held pages beyond its use when it last published.
+    /// Whether the stream may hold pages beyond its use: it did when it
+    /// last published, or releases wait that it has not seen.
     pub(crate) fn may_give_back(&self) -> bool {
         let shared = &self.connection.shared;
         shared.bytes_reserved.load(Ordering::Relaxed) > shared.bytes_in_use.load(Ordering::Relaxed)
+            || shared.releases.waiting()
     }
 
     /// Nudge the actor to look at its control channel (never blocks; if the

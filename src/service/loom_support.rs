@@ -35,7 +35,7 @@ pub fn stream_on(
 ) -> (StreamHandle, ActorUnderTest) {
     let stream = StreamId(0);
     let memory = MemoryManager::for_stream(storage, config, stream);
-    let shared = Arc::new(StreamShared::new(stream));
+    let shared = Arc::new(StreamShared::new(stream, memory.release_probe()));
     let (tx, rx) = channel::bounded(inbox_capacity);
     let (_control_tx, control_rx) = channel::unbounded();
     let device = Arc::new(DeviceShared::new(None, None, false));
@@ -169,7 +169,7 @@ pub fn device_on(streams: u32, config: MemoryConfig, budget: u64) -> DeviceUnder
             budget.clone(),
         ));
         let memory = MemoryManager::for_stream(storage, config.clone(), stream);
-        let shared = Arc::new(StreamShared::new(stream));
+        let shared = Arc::new(StreamShared::new(stream, memory.release_probe()));
         device.streams.lock().push(shared.clone());
         let (tx, rx) = channel::bounded(4);
         let (control_tx, control_rx) = channel::unbounded();

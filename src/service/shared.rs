@@ -1,7 +1,7 @@
 //! What a stream's actor publishes for its handles and the supervisor to
 //! read without a round trip: its state and its counters.
 
-use crate::memory::StreamId;
+use crate::memory::{ReleaseProbe, StreamId};
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -79,12 +79,16 @@ pub(crate) struct StreamShared {
     pub(crate) idle_cleanups: AtomicU64,
     /// Settles.
     pub(crate) settles: AtomicU64,
+    /// Whether the manager has releases to process (then `bytes_in_use`
+    /// overstates what is live).
+    pub(crate) releases: ReleaseProbe,
 }
 
 impl StreamShared {
-    pub(crate) fn new(stream: StreamId) -> Self {
+    pub(crate) fn new(stream: StreamId, releases: ReleaseProbe) -> Self {
         Self {
             stream,
+            releases,
             state: AtomicU64::new(RUNNING),
             failure: Mutex::new(None),
             exited: AtomicBool::new(false),

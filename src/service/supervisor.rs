@@ -269,7 +269,7 @@ impl Supervisor {
         if let Some(recorder) = &self.config.recorder {
             memory.set_observer(TraceRecorder::observer(recorder));
         }
-        let shared = Arc::new(StreamShared::new(id));
+        let shared = Arc::new(StreamShared::new(id, memory.release_probe()));
         let (inbox_tx, inbox_rx) = channel::bounded(self.config.inbox_capacity.max(1));
         let connection = Arc::new(Connection {
             inbox: inbox_tx,
