@@ -283,6 +283,35 @@ impl<S: DeviceStorage> MemoryManager<S> {
         result
     }
 
+    /// Reserve `size` bytes in `mode` from the room the pages hold, or
+    /// `Ok(None)` if none fits: a probe before deciding to grow (the
+    /// service's headroom). Unlike `reserve_in(.., PageUpdate::Forbidden, ..)`
+    /// a miss is not a failure, and observers do not hear of it.
+    ///
+    /// # Errors
+    /// [`MemoryError::ZeroSize`], [`MemoryError::TooLarge`].
+    pub fn reserve_held(
+        &mut self,
+        size: u64,
+        mode: AllocationMode,
+    ) -> Result<Option<Allocation>, MemoryError> {
+        match self.reserve_unobserved(size, PageUpdate::Forbidden, mode) {
+            Ok(allocation) => {
+                if let Some(observer) = self.observer.as_mut() {
+                    observer.reserved(allocation.id().expect("reserved handles are bound"), size);
+                }
+                Ok(Some(allocation))
+            }
+            Err(MemoryError::PageUpdateForbidden { .. }) => Ok(None),
+            Err(err) => {
+                if let Some(observer) = self.observer.as_mut() {
+                    observer.failed(self.stream, size, &err);
+                }
+                Err(err)
+            }
+        }
+    }
+
     fn reserve_unobserved(
         &mut self,
         size: u64,

@@ -94,9 +94,9 @@ impl StreamActor {
                 self.memory.flush();
                 self.publish();
             }
-            match self.try_reserve_as(&pending, PageUpdate::Forbidden) {
-                Ok(batch) => return self.answer_served(pending, batch, false),
-                Err(MemoryError::PageUpdateForbidden { .. }) => {}
+            match self.try_reserve_held(&pending) {
+                Ok(Some(batch)) => return self.answer_served(pending, batch, false),
+                Ok(None) => {}
                 Err(err) => return pending.answer(Err(err.into())),
             }
         }
@@ -161,20 +161,27 @@ impl StreamActor {
 
     /// All of the sizes or none.
     fn try_reserve(&mut self, pending: &Pending) -> Result<Vec<Allocation>, MemoryError> {
-        self.try_reserve_as(pending, pending.update)
-    }
-
-    /// All of the sizes or none, under `update`.
-    fn try_reserve_as(
-        &mut self,
-        pending: &Pending,
-        update: PageUpdate,
-    ) -> Result<Vec<Allocation>, MemoryError> {
         pending
             .sizes
             .iter()
-            .map(|&size| self.memory.reserve_in(size, update, pending.mode))
+            .map(|&size| self.memory.reserve_in(size, pending.update, pending.mode))
             .collect()
+    }
+
+    /// All of the sizes from the room held, or `None` (what was served
+    /// goes back when the partial batch drops).
+    fn try_reserve_held(
+        &mut self,
+        pending: &Pending,
+    ) -> Result<Option<Vec<Allocation>>, MemoryError> {
+        let mut batch = Vec::with_capacity(pending.sizes.len());
+        for &size in &pending.sizes {
+            match self.memory.reserve_held(size, pending.mode)? {
+                Some(allocation) => batch.push(allocation),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(batch))
     }
 
     fn answer_served(&mut self, pending: Pending, batch: Vec<Allocation>, recovered: bool) {

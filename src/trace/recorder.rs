@@ -103,8 +103,13 @@ struct RecordingObserver {
     sizes: std::collections::HashMap<u64, u64>,
 }
 
+/// A trace id unique on the device (as an address is): the stream in the
+/// top byte, the slot in the next three, the generation below. Unique for
+/// the first 256 streams and 2^24 slots of each.
 fn key(id: AllocationId) -> u64 {
-    (u64::from(id.slot) << 32) | u64::from(id.generation)
+    (u64::from(id.stream.0 & 0xff) << 56)
+        | (u64::from(id.slot & 0xff_ffff) << 32)
+        | u64::from(id.generation)
 }
 
 impl MemoryObserver for RecordingObserver {

@@ -9,7 +9,7 @@ use streamalloc::memory::{Bytes, DeviceProperties, MemoryConfig, MemoryConfigura
 use streamalloc::plot::{Timeline, write_svg};
 use streamalloc::service::{Headroom, ServiceConfig, Settle, StorageFactory, Supervisor};
 use streamalloc::storage::{DeviceStorage, HostStorage, VirtualStorage};
-use streamalloc::trace::{TraceFormat, read_trace, write_jsonl};
+use streamalloc::trace::{TraceFormat, TraceRecorder, read_trace, write_jsonl};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -118,6 +118,10 @@ struct SimulateArgs {
     /// Seed of the request lengths (same seed, same requests).
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Record every reservation and free to this JSON Lines trace (for
+    /// `replay`, or to feed another allocator the same sequence).
+    #[arg(long)]
+    record: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -280,7 +284,14 @@ fn simulate(args: SimulateArgs) -> Result<(), String> {
     }
     .scaled(args.scale);
     let kind = args.common.storage.unwrap_or(StorageKind::Host);
-    let config = service_config(&args.common, DeviceProperties::new(4 << 30, 256));
+    let mut config = service_config(&args.common, DeviceProperties::new(4 << 30, 256));
+    let recorder = match &args.record {
+        Some(path) => {
+            Some(TraceRecorder::to_file(path).map_err(|e| format!("{}: {e}", path.display()))?)
+        }
+        None => None,
+    };
+    config.recorder = recorder.clone();
     let supervisor = Supervisor::new(config, factory(kind)?);
     let options = streamalloc::simulate::SimulateOptions {
         model,
@@ -302,6 +313,12 @@ fn simulate(args: SimulateArgs) -> Result<(), String> {
     )
     .map_err(|e| e.to_string())?;
     bar.finish_and_clear();
+    if let (Some(recorder), Some(path)) = (&recorder, &args.record) {
+        supervisor.shutdown();
+        recorder
+            .flush()
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
     plot(
         &args.common.plot,
         &timeline,
