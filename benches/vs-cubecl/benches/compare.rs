@@ -8,83 +8,15 @@
 //! `cd benches/vs-cubecl && cargo bench`
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use cubecl_ir::MemoryDeviceProperties;
-use cubecl_server::logging::ServerLogger;
+use cubecl_server::memory_management::relocation::CopyQueue;
 use cubecl_server::memory_management::relocation::HostCopies;
-use cubecl_server::memory_management::{
-    ErrorGraph, MemoryConfiguration as CubeConfig, MemoryManagement, MemoryManagementOptions,
-    PageUpdate as CubeUpdate,
-};
-use cubecl_server::memory_management::relocation::{CopyQueue, StorageCopy};
-use cubecl_server::server::{IoError, ServerError};
-use cubecl_server::storage::{
-    BytesStorage, ComputeStorage, StorageHandle, StorageId, StorageUtilization,
-};
-use std::collections::HashMap;
+use cubecl_server::memory_management::{ErrorGraph, PageUpdate as CubeUpdate};
+use cubecl_server::storage::{BytesStorage, ComputeStorage};
 use std::hint::black_box;
 use std::sync::Arc;
 use streamalloc::memory::{DeviceProperties, MemoryConfig, MemoryManager, PageUpdate};
 use streamalloc::storage::{HostStorage, VirtualStorage};
-
-/// For CubeCL, what `VirtualStorage` is for us: counts pages, holds no
-/// bytes, so the comparison is manager time alone (BytesStorage zero-fills
-/// every page, and glibc's calloc then memsets recycled heap memory).
-#[derive(Default)]
-struct CountingStorage {
-    sizes: HashMap<StorageId, u64>,
-    pending: Vec<StorageId>,
-    bytes: u64,
-}
-
-impl ComputeStorage for CountingStorage {
-    type Resource = ();
-
-    fn alignment(&self) -> usize {
-        32
-    }
-
-    fn get(&mut self, _handle: &StorageHandle) -> Result<(), IoError> {
-        Ok(())
-    }
-
-    fn alloc(&mut self, size: u64) -> Result<StorageHandle, IoError> {
-        let id = StorageId::new();
-        self.sizes.insert(id, size);
-        self.bytes += size;
-        Ok(StorageHandle::new(id, StorageUtilization { offset: 0, size }))
-    }
-
-    fn dealloc(&mut self, id: StorageId) {
-        self.pending.push(id);
-    }
-
-    fn flush(&mut self) {
-        for id in self.pending.drain(..) {
-            if let Some(size) = self.sizes.remove(&id) {
-                self.bytes -= size;
-            }
-        }
-    }
-
-    fn bytes_allocated(&self) -> u64 {
-        self.bytes
-    }
-}
-
-/// Relocation copies that move no bytes (there are none).
-struct CountedCopies;
-
-impl CopyQueue<CountingStorage> for CountedCopies {
-    fn wait_device(&mut self) -> Result<(), ServerError> {
-        Ok(())
-    }
-    fn copy(&mut self, _storage: &mut CountingStorage, _copy: &StorageCopy) -> Result<(), IoError> {
-        Ok(())
-    }
-    fn wait_copies(&mut self) -> Result<(), ServerError> {
-        Ok(())
-    }
-}
+use streamalloc_vs_cubecl::{CountedCopies, CountingStorage, cubecl};
 
 const MIB: u64 = 1 << 20;
 const RING: usize = 64;
@@ -115,16 +47,6 @@ fn sequence(workload: &str, len: usize) -> Vec<u64> {
         .collect()
 }
 
-fn cubecl<S: ComputeStorage>(storage: S) -> MemoryManagement<S> {
-    MemoryManagement::from_configuration(
-        storage,
-        &MemoryDeviceProperties::new(128 * MIB, 32),
-        CubeConfig::default(),
-        Arc::new(ServerLogger::default()),
-        MemoryManagementOptions::new("bench"),
-    )
-}
-
 fn ours<S: streamalloc::storage::DeviceStorage>(storage: S) -> MemoryManager<S> {
     MemoryManager::new(
         storage,
@@ -136,8 +58,20 @@ fn ours<S: streamalloc::storage::DeviceStorage>(storage: S) -> MemoryManager<S> 
 }
 
 fn ring(c: &mut Criterion) {
-    ring_on(c, "ring_of_64_counting", VirtualStorage::new, CountingStorage::default, || CountedCopies);
-    ring_on(c, "ring_of_64_host_bytes", HostStorage::new, BytesStorage::default, || HostCopies);
+    ring_on(
+        c,
+        "ring_of_64_counting",
+        VirtualStorage::new,
+        CountingStorage::default,
+        || CountedCopies,
+    );
+    ring_on(
+        c,
+        "ring_of_64_host_bytes",
+        HostStorage::new,
+        BytesStorage::default,
+        || HostCopies,
+    );
 }
 
 fn ring_on<S, C, Q>(
@@ -157,12 +91,17 @@ fn ring_on<S, C, Q>(
         let mask = sizes.len() - 1;
 
         let mut memory = ours(our_storage());
-        let mut live: Vec<_> = sizes[..RING].iter().map(|&s| memory.reserve(s, PageUpdate::Allow).unwrap()).collect();
+        let mut live: Vec<_> = sizes[..RING]
+            .iter()
+            .map(|&s| memory.reserve(s, PageUpdate::Allow).unwrap())
+            .collect();
         let mut step = 0usize;
         group.bench_function(BenchmarkId::new("streamalloc", workload), |b| {
             b.iter(|| {
                 step += 1;
-                live[step % RING] = memory.reserve(black_box(sizes[step & mask]), PageUpdate::Allow).unwrap();
+                live[step % RING] = memory
+                    .reserve(black_box(sizes[step & mask]), PageUpdate::Allow)
+                    .unwrap();
             })
         });
         drop(live);
@@ -182,7 +121,11 @@ fn ring_on<S, C, Q>(
                     memory.relocate(&mut copies, reason, &mut failures);
                 }
                 live[step % RING] = memory
-                    .reserve(black_box(sizes[step & mask]), CubeUpdate::Allow, &mut failures)
+                    .reserve(
+                        black_box(sizes[step & mask]),
+                        CubeUpdate::Allow,
+                        &mut failures,
+                    )
                     .unwrap();
             })
         });
@@ -199,7 +142,9 @@ fn ring_on<S, C, Q>(
                 step += 1;
                 let slot = step % RING;
                 floor.free(live[slot]);
-                live[slot] = floor.allocate(black_box(sizes[step & mask]) as u32).unwrap();
+                live[slot] = floor
+                    .allocate(black_box(sizes[step & mask]) as u32)
+                    .unwrap();
             })
         });
     }
@@ -259,10 +204,16 @@ fn threads(c: &mut Criterion) {
                     Box::new(move |size| {
                         let mut memory = cube.lock();
                         let mut failures = ErrorGraph::default();
-                        if let Some(reason) = memory.relocation_need().reason(|| memory.bytes_allocated()) {
+                        if let Some(reason) =
+                            memory.relocation_need().reason(|| memory.bytes_allocated())
+                        {
                             memory.relocate(&mut CountedCopies, reason, &mut failures);
                         }
-                        vec![memory.reserve(size, CubeUpdate::Allow, &mut failures).unwrap()]
+                        vec![
+                            memory
+                                .reserve(size, CubeUpdate::Allow, &mut failures)
+                                .unwrap(),
+                        ]
                     })
                 });
                 elapsed.mul_f64(iters as f64 / (per * threads as u64) as f64)
@@ -274,14 +225,19 @@ fn threads(c: &mut Criterion) {
                 let per = iters.div_ceil(threads as u64);
                 let elapsed = clients(threads, per, || {
                     let mine = mine.clone();
-                    Box::new(move |size| vec![mine.lock().reserve(size, PageUpdate::Allow).unwrap()])
+                    Box::new(move |size| {
+                        vec![mine.lock().reserve(size, PageUpdate::Allow).unwrap()]
+                    })
                 });
                 elapsed.mul_f64(iters as f64 / (per * threads as u64) as f64)
             })
         });
         let device = Arc::new(Supervisor::virtual_device(ServiceConfig {
             idle_tick: None,
-            spin: std::env::var("SPIN").ok().and_then(|s| s.parse().ok()).unwrap_or(2000),
+            spin: std::env::var("SPIN")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(2000),
             memory: MemoryConfig {
                 device: DeviceProperties::new(128 * MIB, 32),
                 ..MemoryConfig::default()
@@ -289,7 +245,11 @@ fn threads(c: &mut Criterion) {
             ..ServiceConfig::default()
         }));
         for batch in [1usize, 16] {
-            let name = if batch == 1 { "streamalloc_actor" } else { "streamalloc_actor_batch16" };
+            let name = if batch == 1 {
+                "streamalloc_actor"
+            } else {
+                "streamalloc_actor_batch16"
+            };
             group.bench_function(BenchmarkId::new(name, threads), |b| {
                 b.iter_custom(|iters| {
                     let per = iters.div_ceil(threads as u64);

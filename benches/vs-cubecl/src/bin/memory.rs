@@ -1,0 +1,179 @@
+//! Memory side by side: each trace replayed through streamalloc's service
+//! (each preset, with and without its headroom and settle policies) and
+//! through CubeCL's `MemoryManagement` (each of its presets, one per trace
+//! stream as CubeCL keeps one per stream, driven as its server drives it).
+//! Both count bytes only (no device memory is touched).
+//!
+//! `cargo run --release --bin memory -- TRACE...` (any format `streamalloc
+//! replay` reads); prints, per trace and contender, peak reserved / peak
+//! live and reserved / live once the load has fallen (the trace's end, no
+//! explicit cleanup).
+
+use cubecl_server::memory_management::{
+    ErrorGraph, MemoryConfiguration as CubeConfig, PageUpdate as CubeUpdate,
+};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use streamalloc::memory::{Bytes, DeviceProperties, MemoryConfig, MemoryConfiguration};
+use streamalloc::service::{ServiceConfig, Supervisor};
+use streamalloc::trace::{TraceAction, TraceEvent, read_trace};
+use streamalloc_vs_cubecl::{CountedCopies, CountingStorage, cubecl_with};
+
+/// Largest page either side may take: a replayed trace may hold
+/// allocations as large as its device.
+const MAX_PAGE: u64 = 1 << 40;
+
+struct Figures {
+    peak_live: u64,
+    peak_reserved: u64,
+    end_live: u64,
+    end_reserved: u64,
+    failures: u64,
+}
+
+fn ratio(reserved: u64, live: u64) -> String {
+    if live == 0 {
+        "-".into()
+    } else {
+        format!("{:.3}", reserved as f64 / live as f64)
+    }
+}
+
+fn cubecl(events: &[TraceEvent], config: CubeConfig) -> Figures {
+    let mut managers = HashMap::new();
+    let mut live = HashMap::new();
+    let mut failures = ErrorGraph::default();
+    let (mut live_bytes, mut peak_live, mut peak_reserved, mut failed) = (0u64, 0u64, 0u64, 0u64);
+    for event in events {
+        match event.action {
+            TraceAction::Alloc => {
+                if let Some((size, _)) = live.remove(&event.id) {
+                    live_bytes -= size;
+                }
+                if event.size == 0 {
+                    continue;
+                }
+                let memory = managers.entry(event.stream).or_insert_with(|| {
+                    cubecl_with(CountingStorage::default(), config.clone(), MAX_PAGE)
+                });
+                if let Some(reason) = memory.relocation_need().reason(|| memory.bytes_allocated()) {
+                    memory.relocate(&mut CountedCopies, reason, &mut failures);
+                }
+                match memory.reserve(event.size, CubeUpdate::Allow, &mut failures) {
+                    Ok(handle) => {
+                        live.insert(event.id, (event.size, handle));
+                        live_bytes += event.size;
+                        peak_live = peak_live.max(live_bytes);
+                    }
+                    Err(_) => failed += 1,
+                }
+            }
+            TraceAction::Free => {
+                if let Some((size, _)) = live.remove(&event.id) {
+                    live_bytes -= size;
+                }
+            }
+            TraceAction::AllocFailure => {}
+        }
+        let reserved: u64 = managers.values().map(|m| m.bytes_allocated()).sum();
+        peak_reserved = peak_reserved.max(reserved);
+    }
+    Figures {
+        peak_live,
+        peak_reserved,
+        end_live: live_bytes,
+        end_reserved: managers.values().map(|m| m.bytes_allocated()).sum(),
+        failures: failed,
+    }
+}
+
+fn ours(events: &[TraceEvent], pools: MemoryConfiguration, policies: bool) -> Figures {
+    let defaults = ServiceConfig::default();
+    let supervisor = Supervisor::virtual_device(ServiceConfig {
+        memory: MemoryConfig {
+            device: DeviceProperties::new(MAX_PAGE, 256),
+            ..MemoryConfig::with_pools(pools)
+        },
+        idle_tick: None,
+        headroom: if policies { defaults.headroom } else { None },
+        settle: if policies { defaults.settle } else { None },
+        ..defaults
+    });
+    let report = streamalloc::replay::replay(events, &supervisor, None, usize::MAX, |_| {})
+        .expect("the replay runs");
+    supervisor.shutdown();
+    Figures {
+        peak_live: report.peak_live_bytes,
+        peak_reserved: report.peak_reserved_bytes,
+        end_live: report.settled_live_bytes,
+        end_reserved: report.settled_reserved_bytes,
+        failures: report.failures,
+    }
+}
+
+fn main() {
+    let paths: Vec<PathBuf> = std::env::args_os().skip(1).map(PathBuf::from).collect();
+    if paths.is_empty() {
+        eprintln!("usage: memory TRACE...");
+        std::process::exit(2);
+    }
+    println!(
+        "| trace | allocator | preset | peak live | peak reserved | peak ratio | live after the fall | reserved after | ratio after | failures |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    for path in paths {
+        let events = read_trace(&path, None).unwrap_or_else(|err| {
+            eprintln!("{}: {err}", path.display());
+            std::process::exit(1);
+        });
+        let name = path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let rows: Vec<(&str, &str, Figures)> = vec![
+            (
+                "streamalloc",
+                "adaptive",
+                ours(&events, MemoryConfiguration::Adaptive, true),
+            ),
+            (
+                "streamalloc",
+                "exclusive",
+                ours(&events, MemoryConfiguration::ExclusivePages, true),
+            ),
+            (
+                "streamalloc, no headroom/settle",
+                "adaptive",
+                ours(&events, MemoryConfiguration::Adaptive, false),
+            ),
+            (
+                "streamalloc, no headroom/settle",
+                "exclusive",
+                ours(&events, MemoryConfiguration::ExclusivePages, false),
+            ),
+            (
+                "CubeCL 0.11.3",
+                "Adaptive",
+                cubecl(&events, CubeConfig::Adaptive),
+            ),
+            (
+                "CubeCL 0.11.3",
+                "ExclusivePages",
+                cubecl(&events, CubeConfig::ExclusivePages),
+            ),
+        ];
+        for (allocator, preset, f) in rows {
+            println!(
+                "| {name} | {allocator} | {preset} | {} | {} | {} | {} | {} | {} | {} |",
+                Bytes(f.peak_live),
+                Bytes(f.peak_reserved),
+                ratio(f.peak_reserved, f.peak_live),
+                Bytes(f.end_live),
+                Bytes(f.end_reserved),
+                ratio(f.end_reserved, f.end_live),
+                f.failures
+            );
+        }
+    }
+}
