@@ -1,7 +1,8 @@
 //! The service's costs, each beside its floor in the same run:
 //! - the reserve round trip (client → actor → client) beside a bare
-//!   crossbeam request/reply ping-pong with the same shape (a fresh reply
-//!   channel per request, a short spin before parking on both sides);
+//!   crossbeam request/reply ping-pong with the same shape (a reply channel
+//!   kept across requests, a sender cloned into each; both sides spin 64
+//!   receive attempts, then yield between attempts, then park after 2,000);
 //! - client-side release (dropping the last handle);
 //! - `reserve_many` per item (batches of 16);
 //! - lock-free resolve (pin through the published address).
@@ -19,14 +20,19 @@ use streamalloc::service::{ServiceConfig, StreamHandle, Supervisor};
 
 /// Receive attempts before parking, as the service's default.
 const SPIN: u32 = 2000;
+/// Attempts that only spin before the waiting side yields, as the service.
+const PURE_SPINS: u32 = 64;
 
 type Ping = (u64, Sender<u64>);
 
 fn receive<T>(rx: &Receiver<T>) -> Option<T> {
-    for _ in 0..SPIN {
+    for attempt in 0..SPIN {
         match rx.try_recv() {
             Ok(value) => return Some(value),
-            Err(crossbeam_channel::TryRecvError::Empty) => std::hint::spin_loop(),
+            Err(crossbeam_channel::TryRecvError::Empty) if attempt < PURE_SPINS => {
+                std::hint::spin_loop()
+            }
+            Err(crossbeam_channel::TryRecvError::Empty) => std::thread::yield_now(),
             Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
         }
     }
@@ -44,10 +50,24 @@ fn ping_server() -> (Sender<Ping>, std::thread::JoinHandle<()>) {
     (tx, server)
 }
 
-fn ping(server: &Sender<Ping>, value: u64) -> u64 {
-    let (tx, rx) = bounded(1);
-    server.send((value, tx)).unwrap();
-    receive(&rx).unwrap()
+/// A client's end: one reply channel, kept.
+struct Pinger {
+    server: Sender<Ping>,
+    reply: (Sender<u64>, Receiver<u64>),
+}
+
+impl Pinger {
+    fn new(server: &Sender<Ping>) -> Self {
+        Self {
+            server: server.clone(),
+            reply: bounded(1),
+        }
+    }
+
+    fn ping(&self, value: u64) -> u64 {
+        self.server.send((value, self.reply.0.clone())).unwrap();
+        receive(&self.reply.1).unwrap()
+    }
 }
 
 fn device() -> (Supervisor, StreamHandle) {
@@ -62,9 +82,11 @@ fn device() -> (Supervisor, StreamHandle) {
 fn round_trip(c: &mut Criterion) {
     let mut group = c.benchmark_group("round_trip");
     let (server, thread) = ping_server();
+    let pinger = Pinger::new(&server);
     group.bench_function("crossbeam_ping_pong", |b| {
-        b.iter(|| black_box(ping(&server, black_box(1))))
+        b.iter(|| black_box(pinger.ping(black_box(1))))
     });
+    drop(pinger);
     let (_device, stream) = device();
     group.bench_function("reserve_and_release", |b| {
         b.iter(|| drop(black_box(stream.reserve(black_box(4096)).unwrap())))
@@ -84,6 +106,7 @@ fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
 /// both see the same machine state.
 fn round_trip_percentiles(_c: &mut Criterion) {
     let (server, thread) = ping_server();
+    let pinger = Pinger::new(&server);
     let (_device, stream) = device();
     let rounds = 4;
     let per_round = 50_000;
@@ -91,7 +114,7 @@ fn round_trip_percentiles(_c: &mut Criterion) {
     for _ in 0..rounds {
         for _ in 0..per_round {
             let start = Instant::now();
-            black_box(ping(&server, 1));
+            black_box(pinger.ping(1));
             pings.push(start.elapsed());
         }
         for _ in 0..per_round {
@@ -113,6 +136,7 @@ fn round_trip_percentiles(_c: &mut Criterion) {
         reserve_median.as_secs_f64() / ping_median.as_secs_f64(),
         reserve_p99.as_secs_f64() / ping_p99.as_secs_f64(),
     );
+    drop(pinger);
     drop(server);
     thread.join().unwrap();
 }

@@ -380,13 +380,13 @@ impl StreamActor {
 
     /// The next request, `None` once every sender is gone.
     fn next(&mut self, inbox: &Receiver<Request>) -> Option<Request> {
-        for _ in 0..self.timing.spin {
+        for attempt in 0..self.timing.spin {
             match inbox.try_recv() {
                 Ok(request) => return Some(request),
                 Err(RecvError::Disconnected) => return None,
                 Err(RecvError::Empty) => {
                     self.take_releases();
-                    std::hint::spin_loop();
+                    super::backoff(attempt);
                 }
             }
         }

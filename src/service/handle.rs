@@ -11,7 +11,7 @@
 //! only, and each reserve carries its caller's mode to the actor.
 
 use super::error::ServiceError;
-use super::message::{Answer, Reply, Request, ShutdownReport};
+use super::message::{Allocations, Answer, Reply, Request, ShutdownReport, Sizes};
 use super::shared::{StreamShared, StreamState, StreamStats};
 use crate::memory::{
     Allocation, AllocationMode, Cleanup, FailureId, MemoryReport, PageGuard, PageUpdate, Pinned,
@@ -19,7 +19,7 @@ use crate::memory::{
 };
 use crate::storage::Resource;
 use crate::sync::atomic::{AtomicU64, Ordering};
-use crate::sync::channel::{self, RecvError, Sender};
+use crate::sync::channel::{self, Receiver, RecvError, Sender};
 use crate::sync::{Arc, Mutex};
 use std::ops::Range;
 use std::time::Duration;
@@ -41,7 +41,7 @@ fn record_failure_request(
 }
 
 /// The one allocation of a single-size reservation.
-fn one(batch: Result<Vec<Allocation>, ServiceError>) -> Result<Allocation, ServiceError> {
+fn one(batch: Result<Allocations, ServiceError>) -> Result<Allocation, ServiceError> {
     batch.map(|mut batch| batch.pop().expect("one size, one allocation"))
 }
 
@@ -67,7 +67,21 @@ pub struct StreamHandle {
     windows: Mutex<Vec<(u64, AllocationMode)>>,
     /// The next window token.
     next_window: AtomicU64,
+    /// Reply channels for reservations, kept for the next call: a fresh
+    /// channel per call is two heap blocks that the actor's thread would
+    /// often free, and cross-thread frees are what a busy client pays most
+    /// for in glibc's allocator.
+    replies: Mutex<Vec<BatchReply>>,
 }
+
+/// A reservation's answer.
+type Batch = Result<Allocations, ServiceError>;
+/// A reusable reply channel for reservations.
+type BatchReply = (Sender<Batch>, Receiver<Batch>);
+
+/// Reply channels a handle keeps (more would only serve concurrent calls
+/// on one handle clone, which are rare).
+const KEPT_REPLIES: usize = 4;
 
 impl Clone for StreamHandle {
     /// A new client of the same stream, with no window open.
@@ -101,6 +115,7 @@ impl StreamHandle {
             connection,
             windows: Mutex::new(Vec::new()),
             next_window: AtomicU64::new(0),
+            replies: Mutex::new(Vec::new()),
         }
     }
 
@@ -158,30 +173,61 @@ impl StreamHandle {
     /// Send a request and block for its answer.
     fn call<T>(&self, make: impl FnOnce(Answer<T>) -> Request) -> Result<T, ServiceError> {
         let (tx, rx) = channel::bounded(1);
+        self.call_on(tx, &rx, make)
+            .unwrap_or_else(|| Err(self.terminal_error()))
+    }
+
+    /// [`call`](Self::call) for a reservation, on a reply channel kept from
+    /// an earlier call when there is one.
+    fn call_reserve(&self, make: impl FnOnce(Answer<Allocations>) -> Request) -> Batch {
+        let (tx, rx) = self
+            .replies
+            .lock()
+            .pop()
+            .unwrap_or_else(|| channel::bounded(1));
+        match self.call_on(tx.clone(), &rx, make) {
+            Some(answer) => {
+                // Exactly one answer per request: the channel is empty again.
+                let mut replies = self.replies.lock();
+                if replies.len() < KEPT_REPLIES {
+                    replies.push((tx, rx));
+                }
+                answer
+            }
+            None => Err(self.terminal_error()),
+        }
+    }
+
+    /// Send the request made with `tx` and wait on `rx` for its answer;
+    /// `None` when the stream is gone and no answer will come.
+    fn call_on<R>(
+        &self,
+        tx: Sender<R>,
+        rx: &Receiver<R>,
+        make: impl FnOnce(Reply<R>) -> Request,
+    ) -> Option<R> {
         if self
             .connection
             .inbox
             .send(make(Reply::Blocking(tx)))
             .is_err()
         {
-            return Err(self.terminal_error());
+            return None;
         }
-        for _ in 0..self.connection.spin {
+        for attempt in 0..self.connection.spin {
             match rx.try_recv() {
-                Ok(answer) => return answer,
-                Err(RecvError::Empty) => std::hint::spin_loop(),
-                Err(RecvError::Disconnected) => return Err(self.terminal_error()),
+                Ok(answer) => return Some(answer),
+                Err(RecvError::Empty) => super::backoff(attempt),
+                Err(RecvError::Disconnected) => return None,
             }
         }
         loop {
             match rx.recv_timeout(EXIT_POLL) {
-                Ok(answer) => return answer,
-                Err(RecvError::Disconnected) => return Err(self.terminal_error()),
+                Ok(answer) => return Some(answer),
+                Err(RecvError::Disconnected) => return None,
                 // A request that reached the inbox just as the actor left
                 // is never answered; the exit flag says so.
-                Err(RecvError::Empty) if self.connection.shared.has_exited() => {
-                    return Err(self.terminal_error());
-                }
+                Err(RecvError::Empty) if self.connection.shared.has_exited() => return None,
                 Err(RecvError::Empty) => {}
             }
         }
@@ -200,10 +246,10 @@ impl StreamHandle {
 
     fn reserve_request(
         &self,
-        sizes: Vec<u64>,
+        sizes: Sizes,
         update: PageUpdate,
         wait: Option<Duration>,
-    ) -> impl FnOnce(Answer<Vec<Allocation>>) -> Request {
+    ) -> impl FnOnce(Answer<Allocations>) -> Request {
         let mode = self.mode();
         move |reply| Request::ReserveMany {
             sizes,
@@ -295,14 +341,18 @@ impl StreamHandle {
 
     /// Reserve `size` bytes, changing pages only as far as `update` allows.
     pub fn reserve_with(&self, size: u64, update: PageUpdate) -> Result<Allocation, ServiceError> {
-        one(self.call(self.reserve_request(vec![size], update, None)))
+        one(self.call_reserve(self.reserve_request(smallvec::smallvec![size], update, None)))
     }
 
     /// Reserve `size` bytes, waiting up to `wait` for memory when the device
     /// is short (other streams' releases and cleanups are retried until
     /// then); `ServiceError::OutOfMemory` after that.
     pub fn reserve_timeout(&self, size: u64, wait: Duration) -> Result<Allocation, ServiceError> {
-        one(self.call(self.reserve_request(vec![size], PageUpdate::Allow, Some(wait))))
+        one(self.call_reserve(self.reserve_request(
+            smallvec::smallvec![size],
+            PageUpdate::Allow,
+            Some(wait),
+        )))
     }
 
     /// Whether the stream is serving requests.
@@ -326,7 +376,8 @@ impl StreamHandle {
 
     /// Reserve a batch in one round trip: all of them, or none and the error.
     pub fn reserve_many(&self, sizes: &[u64]) -> Result<Vec<Allocation>, ServiceError> {
-        self.call(self.reserve_request(sizes.to_vec(), PageUpdate::Allow, None))
+        self.call_reserve(self.reserve_request(Sizes::from_slice(sizes), PageUpdate::Allow, None))
+            .map(Allocations::into_vec)
     }
 
     /// A handle bound to nothing, for [`bind`](Self::bind).
@@ -566,7 +617,11 @@ mod nonblocking {
         /// [`reserve`](Self::reserve), awaited.
         pub async fn reserve_async(&self, size: u64) -> Result<Allocation, ServiceError> {
             one(self
-                .call_async(self.reserve_request(vec![size], PageUpdate::Allow, None))
+                .call_async(self.reserve_request(
+                    smallvec::smallvec![size],
+                    PageUpdate::Allow,
+                    None,
+                ))
                 .await)
         }
 
@@ -577,7 +632,8 @@ mod nonblocking {
             size: u64,
             wait: Duration,
         ) -> Result<Allocation, ServiceError> {
-            let request = self.reserve_request(vec![size], PageUpdate::Allow, Some(wait));
+            let request =
+                self.reserve_request(smallvec::smallvec![size], PageUpdate::Allow, Some(wait));
             one(self.call_async(request).await)
         }
 
@@ -586,8 +642,8 @@ mod nonblocking {
             &self,
             sizes: &[u64],
         ) -> Result<Vec<Allocation>, ServiceError> {
-            let request = self.reserve_request(sizes.to_vec(), PageUpdate::Allow, None);
-            self.call_async(request).await
+            let request = self.reserve_request(Sizes::from_slice(sizes), PageUpdate::Allow, None);
+            self.call_async(request).await.map(Allocations::into_vec)
         }
 
         /// [`resolve`](Self::resolve), awaited when the actor must answer.
@@ -675,7 +731,7 @@ mod nonblocking {
             update: PageUpdate,
         ) -> Result<Allocation, ServiceError> {
             one(self
-                .call_async(self.reserve_request(vec![size], update, None))
+                .call_async(self.reserve_request(smallvec::smallvec![size], update, None))
                 .await)
         }
 

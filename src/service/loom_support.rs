@@ -7,7 +7,7 @@ use super::coordinator::{Coordinator, Links, StreamLink, Subscribers};
 use super::device::{DeviceShared, Notice};
 use super::error::ServiceError;
 use super::handle::{Connection, StreamHandle};
-use super::message::{Reply, Request};
+use super::message::{Allocations, Reply, Request};
 use super::shared::StreamShared;
 use crate::memory::{
     Allocation, AllocationMode, Cleanup, MemoryConfig, MemoryError, MemoryManager, PageUpdate,
@@ -214,7 +214,7 @@ pub fn device_on(streams: u32, config: MemoryConfig, budget: u64) -> DeviceUnder
 
 /// The answer to a request sent without waiting.
 #[derive(Debug)]
-pub struct PendingAnswer(Receiver<Result<Vec<Allocation>, ServiceError>>);
+pub struct PendingAnswer(Receiver<Result<Allocations, ServiceError>>);
 
 impl PendingAnswer {
     /// Wait for it.
@@ -222,6 +222,7 @@ impl PendingAnswer {
         self.0
             .recv()
             .unwrap_or(Err(ServiceError::StreamStopped(StreamId(0))))
+            .map(Allocations::into_vec)
     }
 }
 
@@ -229,7 +230,7 @@ impl PendingAnswer {
 pub fn submit_reserve_many(handle: &StreamHandle, sizes: Vec<u64>) -> PendingAnswer {
     let (tx, rx) = channel::bounded(1);
     let request = Request::ReserveMany {
-        sizes,
+        sizes: sizes.into(),
         update: PageUpdate::Allow,
         mode: AllocationMode::Auto,
         wait: None,

@@ -40,6 +40,12 @@ impl<T> Reply<T> {
 /// The answer to most requests.
 pub(crate) type Answer<T> = Reply<Result<T, ServiceError>>;
 
+/// The sizes of one reservation request; one is held inline, so a plain
+/// `reserve` puts nothing on the heap for the actor's thread to free.
+pub(crate) type Sizes = smallvec::SmallVec<[u64; 1]>;
+/// The allocations that answer one (one inline, likewise).
+pub(crate) type Allocations = smallvec::SmallVec<[Allocation; 1]>;
+
 /// What the service sends to shut a stream down, and what it answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShutdownReport {
@@ -59,12 +65,12 @@ pub struct ShutdownReport {
 pub(crate) enum Request {
     /// `reserve` (one size) and `reserve_many`: all of the sizes or none.
     ReserveMany {
-        sizes: Vec<u64>,
+        sizes: Sizes,
         update: PageUpdate,
         mode: AllocationMode,
         /// How long the caller will wait for memory when the device is short.
         wait: Option<Duration>,
-        reply: Answer<Vec<Allocation>>,
+        reply: Answer<Allocations>,
     },
     Unbound {
         reply: Answer<Allocation>,

@@ -21,10 +21,8 @@ use super::actor::StreamActor;
 use super::device::Notice;
 use super::error::ServiceError;
 use super::events::SupervisorEvent;
-use super::message::{Answer, Control};
-use crate::memory::{
-    Allocation, AllocationMode, Cleanup, MemoryError, PageUpdate, RelocationReason,
-};
+use super::message::{Allocations, Answer, Control, Sizes};
+use crate::memory::{AllocationMode, Cleanup, MemoryError, PageUpdate, RelocationReason};
 use crate::storage::StorageError;
 use crate::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -42,13 +40,13 @@ const MIN_ROUND_GAIN: u64 = 1 << 20;
 #[derive(Debug)]
 pub(crate) struct Pending {
     /// Sizes (one for `reserve`).
-    pub(crate) sizes: Vec<u64>,
+    pub(crate) sizes: Sizes,
     /// Page update allowed.
     pub(crate) update: PageUpdate,
     /// The caller's mode.
     pub(crate) mode: AllocationMode,
     /// Where the answer goes.
-    pub(crate) reply: Answer<Vec<Allocation>>,
+    pub(crate) reply: Answer<Allocations>,
     /// Until when the caller waits for memory (`None`: one recovery round).
     pub(crate) deadline: Option<Instant>,
     /// When it was parked.
@@ -64,7 +62,7 @@ impl Pending {
         self.sizes.iter().sum()
     }
 
-    pub(crate) fn answer(self, result: Result<Vec<Allocation>, ServiceError>) {
+    pub(crate) fn answer(self, result: Result<Allocations, ServiceError>) {
         self.reply.send(result);
     }
 }
@@ -160,7 +158,7 @@ impl StreamActor {
     }
 
     /// All of the sizes or none.
-    fn try_reserve(&mut self, pending: &Pending) -> Result<Vec<Allocation>, MemoryError> {
+    fn try_reserve(&mut self, pending: &Pending) -> Result<Allocations, MemoryError> {
         pending
             .sizes
             .iter()
@@ -170,11 +168,8 @@ impl StreamActor {
 
     /// All of the sizes from the room held, or `None` (what was served
     /// goes back when the partial batch drops).
-    fn try_reserve_held(
-        &mut self,
-        pending: &Pending,
-    ) -> Result<Option<Vec<Allocation>>, MemoryError> {
-        let mut batch = Vec::with_capacity(pending.sizes.len());
+    fn try_reserve_held(&mut self, pending: &Pending) -> Result<Option<Allocations>, MemoryError> {
+        let mut batch = Allocations::with_capacity(pending.sizes.len());
         for &size in &pending.sizes {
             match self.memory.reserve_held(size, pending.mode)? {
                 Some(allocation) => batch.push(allocation),
@@ -184,7 +179,7 @@ impl StreamActor {
         Ok(Some(batch))
     }
 
-    fn answer_served(&mut self, pending: Pending, batch: Vec<Allocation>, recovered: bool) {
+    fn answer_served(&mut self, pending: Pending, batch: Allocations, recovered: bool) {
         self.shared
             .reservations
             .fetch_add(batch.len() as u64, Ordering::Relaxed);

@@ -244,17 +244,26 @@ fn threads(c: &mut Criterion) {
             },
             ..ServiceConfig::default()
         }));
-        for batch in [1usize, 16] {
-            let name = if batch == 1 {
-                "streamalloc_actor"
-            } else {
-                "streamalloc_actor_batch16"
+        // Every client on stream 0, or each on its own stream (one actor each).
+        for (own_streams, batch) in [(false, 1usize), (false, 16), (true, 1), (true, 16)] {
+            let name = match (own_streams, batch) {
+                (false, 1) => "streamalloc_actor",
+                (false, _) => "streamalloc_actor_batch16",
+                (true, 1) => "streamalloc_actors",
+                (true, _) => "streamalloc_actors_batch16",
             };
+            let next_stream = std::sync::atomic::AtomicU32::new(0);
             group.bench_function(BenchmarkId::new(name, threads), |b| {
                 b.iter_custom(|iters| {
                     let per = iters.div_ceil(threads as u64);
                     let elapsed = clients(threads, per, || {
-                        let stream = device.stream(StreamId(0)).unwrap();
+                        let id = if own_streams {
+                            next_stream.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                                % threads as u32
+                        } else {
+                            0
+                        };
+                        let stream = device.stream(StreamId(id)).unwrap();
                         let mut pending = Vec::new();
                         Box::new(move |size| {
                             if batch == 1 {
