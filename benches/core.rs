@@ -1,15 +1,17 @@
 //! Core cost of the single-threaded manager: reserve + release with a given
 //! number of live allocations (small sizes, `VirtualStorage`), to show the
 //! cost stays flat from 1K to 1M live; and the ring workloads of DESIGN.md
-//! (fixed 4 KiB, fixed 1 MiB, mixed 256 B..16 MiB with 64 live).
+//! (fixed 4 KiB, fixed 1 MiB, mixed 256 B..16 MiB with 64 live); and
+//! relocation's bytes moved per second on host memory beside a plain
+//! `memcpy` of the same bytes.
 //!
 //! Every sequence comes from one seed, so runs compare like with like.
 //! `cargo bench --bench core`
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
-use streamalloc::memory::{MemoryConfig, MemoryManager, PageUpdate};
-use streamalloc::storage::VirtualStorage;
+use streamalloc::memory::{Allocation, MemoryConfig, MemoryManager, PageUpdate, RelocationReason};
+use streamalloc::storage::{HostStorage, VirtualStorage};
 
 /// xorshift64*: a fixed, fast sequence of sizes.
 struct Sizes(u64);
@@ -85,9 +87,53 @@ fn ring(c: &mut Criterion) {
     group.finish();
 }
 
+/// A host-memory manager whose arena pages are half empty: 128 written
+/// allocations of 256 KiB, every other one freed. Compaction then moves
+/// about half of what is left.
+fn fragmented_host() -> (MemoryManager<HostStorage>, Vec<Allocation>) {
+    let mut memory = MemoryManager::new(HostStorage::new(), MemoryConfig::default());
+    let all: Vec<_> = (0..128u8)
+        .map(|i| {
+            let a = memory.reserve(256 << 10, PageUpdate::Allow).unwrap();
+            memory.write(&a, 0, &vec![i; 256 << 10]).unwrap();
+            a
+        })
+        .collect();
+    let kept = all.into_iter().step_by(2).collect();
+    memory.process_releases();
+    (memory, kept)
+}
+
+fn relocation(c: &mut Criterion) {
+    let mut group = c.benchmark_group("relocation");
+    group.sample_size(10);
+    // What one compaction of the layout moves.
+    let (mut probe, _kept) = fragmented_host();
+    let moved = probe.relocate(RelocationReason::Compaction).unwrap().bytes_moved;
+    assert!(moved > 0, "the layout gives compaction work");
+    group.throughput(Throughput::Bytes(moved));
+    group.bench_function("compaction_host", |b| {
+        b.iter_batched(
+            fragmented_host,
+            |(mut memory, kept)| {
+                let report = memory.relocate(RelocationReason::Compaction).unwrap();
+                assert_eq!(report.bytes_moved, moved);
+                (memory, kept)
+            },
+            criterion::BatchSize::PerIteration,
+        )
+    });
+    let source = vec![7u8; moved as usize];
+    let mut target = vec![0u8; moved as usize];
+    group.bench_function("memcpy", |b| {
+        b.iter(|| target.copy_from_slice(black_box(&source)))
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(30).warm_up_time(std::time::Duration::from_millis(500)).measurement_time(std::time::Duration::from_secs(2));
-    targets = live_set_scaling, ring
+    targets = live_set_scaling, ring, relocation
 }
 criterion_main!(benches);

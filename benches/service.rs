@@ -96,9 +96,16 @@ fn round_trip(c: &mut Criterion) {
     thread.join().unwrap();
 }
 
-fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
+/// Median and p99 of `samples`; the rest of the tail is printed.
+fn percentiles(what: &str, mut samples: Vec<Duration>) -> (Duration, Duration) {
     samples.sort();
     let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q) as usize];
+    println!(
+        "  {what:<20} p90 {:?}  p95 {:?}  p99.9 {:?}",
+        at(0.9),
+        at(0.95),
+        at(0.999)
+    );
     (at(0.5), at(0.99))
 }
 
@@ -124,8 +131,8 @@ fn round_trip_percentiles(_c: &mut Criterion) {
             drop(a);
         }
     }
-    let (ping_median, ping_p99) = percentiles(pings);
-    let (reserve_median, reserve_p99) = percentiles(reserves);
+    let (ping_median, ping_p99) = percentiles("crossbeam ping-pong", pings);
+    let (reserve_median, reserve_p99) = percentiles("reserve round trip", reserves);
     println!(
         "round trip percentiles over {} each:\n  crossbeam ping-pong  median {:?}  p99 {:?}\n  reserve round trip   median {:?}  p99 {:?}\n  ratio                median {:.2}  p99 {:.2}",
         rounds * per_round,
