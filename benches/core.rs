@@ -109,7 +109,10 @@ fn relocation(c: &mut Criterion) {
     group.sample_size(10);
     // What one compaction of the layout moves.
     let (mut probe, _kept) = fragmented_host();
-    let moved = probe.relocate(RelocationReason::Compaction).unwrap().bytes_moved;
+    let moved = probe
+        .relocate(RelocationReason::Compaction)
+        .unwrap()
+        .bytes_moved;
     assert!(moved > 0, "the layout gives compaction work");
     group.throughput(Throughput::Bytes(moved));
     group.bench_function("compaction_host", |b| {
