@@ -11,7 +11,7 @@
 //! only, and each reserve carries its caller's mode to the actor.
 
 use super::error::ServiceError;
-use super::message::{Allocations, Answer, Reply, Request, ShutdownReport, Sizes};
+use super::message::{Allocations, Answer, Reply, Request, Returned, ShutdownReport, Sizes};
 use super::shared::{StreamShared, StreamState, StreamStats};
 use crate::memory::{
     Allocation, AllocationMode, Cleanup, FailureId, MemoryReport, PageGuard, PageUpdate, Pinned,
@@ -76,8 +76,9 @@ pub struct StreamHandle {
 
 /// A reservation's answer.
 type Batch = Result<Allocations, ServiceError>;
-/// A reusable reply channel for reservations.
-type BatchReply = (Sender<Batch>, Receiver<Batch>);
+/// A kept reply channel for reservations: a sender for the next request
+/// (handed back by the last answer) and the receiver.
+type BatchReply = (Sender<Returned<Batch>>, Receiver<Returned<Batch>>);
 
 /// Reply channels a handle keeps (more would only serve concurrent calls
 /// on one handle clone, which are rare).
@@ -173,45 +174,38 @@ impl StreamHandle {
     /// Send a request and block for its answer.
     fn call<T>(&self, make: impl FnOnce(Answer<T>) -> Request) -> Result<T, ServiceError> {
         let (tx, rx) = channel::bounded(1);
-        self.call_on(tx, &rx, make)
+        self.send_and_wait(make(Reply::Blocking(tx)), &rx)
             .unwrap_or_else(|| Err(self.terminal_error()))
     }
 
     /// [`call`](Self::call) for a reservation, on a reply channel kept from
-    /// an earlier call when there is one.
+    /// an earlier call when there is one. While the request is out, its
+    /// sender is the channel's only one, so a request dropped unanswered
+    /// disconnects the channel as with a fresh one; the answer brings a
+    /// sender back for the next call.
     fn call_reserve(&self, make: impl FnOnce(Answer<Allocations>) -> Request) -> Batch {
         let (tx, rx) = self
             .replies
             .lock()
             .pop()
             .unwrap_or_else(|| channel::bounded(1));
-        match self.call_on(tx.clone(), &rx, make) {
-            Some(answer) => {
+        match self.send_and_wait(make(Reply::Returning(tx)), &rx) {
+            Some(Returned { value, sender }) => {
                 // Exactly one answer per request: the channel is empty again.
                 let mut replies = self.replies.lock();
                 if replies.len() < KEPT_REPLIES {
-                    replies.push((tx, rx));
+                    replies.push((sender, rx));
                 }
-                answer
+                value
             }
             None => Err(self.terminal_error()),
         }
     }
 
-    /// Send the request made with `tx` and wait on `rx` for its answer;
-    /// `None` when the stream is gone and no answer will come.
-    fn call_on<R>(
-        &self,
-        tx: Sender<R>,
-        rx: &Receiver<R>,
-        make: impl FnOnce(Reply<R>) -> Request,
-    ) -> Option<R> {
-        if self
-            .connection
-            .inbox
-            .send(make(Reply::Blocking(tx)))
-            .is_err()
-        {
+    /// Send `request` and wait on `rx` for its answer; `None` when the
+    /// stream is gone and no answer will come.
+    fn send_and_wait<M>(&self, request: Request, rx: &Receiver<M>) -> Option<M> {
+        if self.connection.inbox.send(request).is_err() {
             return None;
         }
         for attempt in 0..self.connection.spin {

@@ -18,6 +18,9 @@ use std::time::Duration;
 pub(crate) enum Reply<T> {
     /// A blocking caller waits on this.
     Blocking(channel::Sender<T>),
+    /// A blocking caller that keeps its channel: the answer brings a
+    /// sender back (see [`Returned`]).
+    Returning(channel::Sender<Returned<T>>),
     /// An async caller awaits this.
     #[cfg(not(streamalloc_loom))]
     Async(flume::Sender<T>),
@@ -29,12 +32,28 @@ impl<T> Reply<T> {
             Reply::Blocking(tx) => {
                 let _ = tx.try_send(value);
             }
+            Reply::Returning(tx) => {
+                let sender = tx.clone();
+                let _ = tx.try_send(Returned { value, sender });
+            }
             #[cfg(not(streamalloc_loom))]
             Reply::Async(tx) => {
                 let _ = tx.try_send(value);
             }
         }
     }
+}
+
+/// An answer that carries a sender of its own channel back to the caller,
+/// so the caller can keep the channel for its next request without holding
+/// a sender while it waits: a request dropped unanswered (its stream
+/// stopped or failed) still disconnects the channel, which the caller sees.
+#[derive(Debug)]
+pub(crate) struct Returned<T> {
+    /// The answer.
+    pub(crate) value: T,
+    /// For the caller's next request.
+    pub(crate) sender: channel::Sender<Returned<T>>,
 }
 
 /// The answer to most requests.
