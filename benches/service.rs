@@ -5,7 +5,8 @@
 //!   receive attempts, then yield between attempts, then park after 2,000);
 //! - client-side release (dropping the last handle);
 //! - `reserve_many` per item (batches of 16);
-//! - lock-free resolve (pin through the published address).
+//! - lock-free resolve (pin through the published address), owned and
+//!   borrowed from the handle.
 //!
 //! Criterion reports means; the percentiles (median, p99) of the round trip
 //! and the ping-pong are printed by `round_trip_percentiles`.
@@ -185,6 +186,9 @@ fn client_side(c: &mut Criterion) {
     let held = stream.reserve(4096).unwrap();
     group.bench_function("resolve_lock_free", |b| {
         b.iter(|| drop(black_box(stream.try_resolve(&held).unwrap().unwrap())))
+    });
+    group.bench_function("resolve_lock_free_borrowed", |b| {
+        b.iter(|| drop(black_box(stream.try_resolve_ref(&held).unwrap().unwrap())))
     });
     group.finish();
 }

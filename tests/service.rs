@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 use std::time::Duration;
-use streamalloc::memory::{AllocationMode, Cleanup, MemoryError, PageUpdate, StreamId};
+use streamalloc::memory::{
+    AllocationMode, Cleanup, MemoryError, PageUpdate, RelocationReason, StreamId,
+};
 use streamalloc::service::{ServiceConfig, ServiceError, StreamState, Supervisor};
 use streamalloc::storage::{
     DeviceStorage, HostStorage, Resource, StorageError, StorageHandle, StorageId,
@@ -383,4 +385,31 @@ fn async_calls_work_and_cancellation_releases() {
         std::thread::sleep(Duration::from_millis(5));
     }
     drop(a);
+}
+
+#[test]
+fn a_borrowed_pin_holds_the_address_until_it_drops() {
+    let device = host();
+    let stream = device.stream(StreamId(0)).unwrap();
+    // A sparse 8 MiB page: settling moves the survivor into a smaller one.
+    let big = stream.reserve(6 << 20).unwrap();
+    let a = stream.reserve(1 << 20).unwrap();
+    stream.write(&a, 0, &[7; 16]).unwrap();
+    drop(big);
+    let pinned = stream
+        .try_resolve_ref(&a)
+        .unwrap()
+        .expect("published at reserve");
+    let before = pinned.addr();
+    assert_eq!(pinned.len(), 1 << 20);
+    // SAFETY: the pin keeps the bytes at this address; host storage.
+    assert_eq!(unsafe { *(before as *const u8) }, 7);
+    let report = stream.relocate(RelocationReason::Settle).unwrap();
+    assert_eq!(report.moved, 0, "a pinned allocation stays");
+    drop(pinned);
+    let report = stream.relocate(RelocationReason::Settle).unwrap();
+    assert_eq!(report.moved, 1, "unpinned, it moves");
+    let after = stream.resolve(&a).unwrap();
+    assert_ne!(after.addr(), before);
+    assert_eq!(stream.read(&a, 0, 16).unwrap(), vec![7; 16]);
 }

@@ -54,7 +54,7 @@ pub struct Pinned {
 impl Pinned {
     /// Pin `cell` if no move is under way; the caller reads the address
     /// after this succeeds.
-    pub(crate) fn try_pin(cell: &Arc<AllocationCell>) -> bool {
+    pub(crate) fn try_pin(cell: &AllocationCell) -> bool {
         let mut state = cell.pins.load(Ordering::SeqCst);
         loop {
             if state & MOVING != 0 {
@@ -109,6 +109,62 @@ impl Drop for Pinned {
                 self.cell.releases.push(Release::Allocation(key));
             }
         }
+    }
+}
+
+/// A pin borrowed from its handle: keeps the allocation at its address
+/// while it lives, as [`Pinned`] does, but cannot outlive the handle it
+/// was taken through. The handle's own reference keeps the allocation, so
+/// pinning is one CAS and unpinning one decrement (a `Pinned` also clones
+/// and drops the cell's `Arc`, and checks for a release to repeat).
+pub struct PinnedRef<'a> {
+    /// The allocation's cell, borrowed from the handle.
+    cell: &'a AllocationCell,
+    /// Address and length, valid while the pin lives.
+    resource: Resource,
+}
+
+impl<'a> PinnedRef<'a> {
+    pub(crate) fn new(cell: &'a AllocationCell, resource: Resource) -> Self {
+        Self { cell, resource }
+    }
+
+    /// The address of the first byte.
+    pub fn addr(&self) -> u64 {
+        self.resource.addr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        self.resource.len
+    }
+
+    /// Whether the allocation is empty (never: reservations are non-zero).
+    pub fn is_empty(&self) -> bool {
+        self.resource.len == 0
+    }
+
+    /// Address and length.
+    pub fn resource(&self) -> Resource {
+        self.resource
+    }
+}
+
+impl Drop for PinnedRef<'_> {
+    fn drop(&mut self) {
+        // The borrowed handle is alive, so no release was skipped for this
+        // pin: unpinning is all there is.
+        self.cell.pins.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl fmt::Debug for PinnedRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "PinnedRef({:#x}, {} bytes)",
+            self.resource.addr, self.resource.len
+        )
     }
 }
 

@@ -123,8 +123,11 @@ pub struct MemoryManager<S> {
     /// Told of every reservation, free, rebind and failure.
     observer: Option<Box<dyn MemoryObserver>>,
     /// Cells of freed allocations that nothing else references, reused by
-    /// the next reservations (saves an allocation and a free per reserve).
-    spare_cells: Vec<Arc<AllocationCell>>,
+    /// the next reservations (saves an allocation and a free per reserve):
+    /// the slot table's reference, and the last handle's when its release
+    /// brought it back (then the next handle and slot take the two as they
+    /// are, with no reference count to move).
+    spare_cells: Vec<(Arc<AllocationCell>, Option<Arc<AllocationCell>>)>,
 }
 
 /// At most this many spare cells are kept.
@@ -433,12 +436,17 @@ impl<S: DeviceStorage> MemoryManager<S> {
     ) -> Allocation {
         let generation = self.slots[slot as usize].generation;
         let key = pack(slot, generation);
-        let allocation = match self.spare_cells.pop() {
-            Some(cell) => {
-                cell.key.store(key, Ordering::Release);
-                Allocation::from_cell(cell)
+        let (allocation, kept) = match self.spare_cells.pop() {
+            Some((kept, handle)) => {
+                kept.key.store(key, Ordering::Release);
+                let handle = handle.unwrap_or_else(|| Arc::clone(&kept));
+                (Allocation::from_cell(handle), kept)
             }
-            None => Allocation::new(self.new_cell(key)),
+            None => {
+                let allocation = Allocation::new(self.new_cell(key));
+                let kept = Arc::clone(&allocation.cell);
+                (allocation, kept)
+            }
         };
         let addr = self.pools[pool]
             .page_base(placement.page)
@@ -451,7 +459,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
             size,
             aligned,
             cursor: 0,
-            cell: Arc::clone(&allocation.cell),
+            cell: kept,
             taint: TaintRanges::default(),
         });
         self.in_use += size;
@@ -514,7 +522,11 @@ impl<S: DeviceStorage> MemoryManager<S> {
         self.releases.drain_into(&mut buf);
         for release in buf.drain(..) {
             match release {
-                Release::Allocation(key) => self.free_slot(key),
+                Release::Cell(cell) => {
+                    let key = cell.key.load(Ordering::Acquire);
+                    self.free_slot(key, Some(cell));
+                }
+                Release::Allocation(key) => self.free_slot(key, None),
                 Release::Guard { pool, page } => self.pools[pool as usize].unguard(page, self.tick),
             }
         }
@@ -523,8 +535,9 @@ impl<S: DeviceStorage> MemoryManager<S> {
 
     /// Free the allocation `key` names, unless the key is stale (the slot
     /// was rebound since) or the allocation is still pinned (the last unpin
-    /// queues the release again).
-    pub(crate) fn free_slot(&mut self, key: SlotKey) {
+    /// queues the release again). `returned`: the last handle's reference to
+    /// the cell, when the release brought it.
+    pub(crate) fn free_slot(&mut self, key: SlotKey, returned: Option<Arc<AllocationCell>>) {
         let (slot, generation) = unpack(key);
         let Some(entry) = self.slots.get_mut(slot as usize) else {
             return;
@@ -550,12 +563,15 @@ impl<S: DeviceStorage> MemoryManager<S> {
             }
         }
         self.pools[live.pool as usize].free(live.placement, live.size, live.aligned, self.tick);
-        // Nothing but this slot references the cell (no handle, no pin): it
-        // can serve the next reservation.
-        if Arc::strong_count(&live.cell) == 1 && self.spare_cells.len() < SPARE_CELLS {
+        // Nothing but this slot (and the reference the release brought)
+        // holds the cell — no handle, no pin: it can serve the next
+        // reservation.
+        let returned = returned.filter(|cell| Arc::ptr_eq(cell, &live.cell));
+        let unshared = 1 + usize::from(returned.is_some());
+        if Arc::strong_count(&live.cell) == unshared && self.spare_cells.len() < SPARE_CELLS {
             live.cell.pins.store(0, Ordering::Relaxed);
             live.cell.addr.store(0, Ordering::Relaxed);
-            self.spare_cells.push(live.cell);
+            self.spare_cells.push((live.cell, returned));
         }
     }
 

@@ -24,7 +24,7 @@ pub use config::{
     PersistentMemory, PoolConfig, PoolKind,
 };
 pub use error::MemoryError;
-pub use guard::{PageGuard, Pinned};
+pub use guard::{PageGuard, Pinned, PinnedRef};
 pub use handle::{Allocation, AllocationId, Binding, StreamId};
 pub use manager::{ManagedResource, MemoryManager};
 pub use observer::MemoryObserver;

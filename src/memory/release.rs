@@ -24,9 +24,12 @@ use std::fmt;
 use std::ptr;
 
 /// What a client gave back, for the owner to process in order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) enum Release {
-    /// The last handle of this slot key dropped.
+    /// The last handle of this cell dropped; its reference comes with it.
+    Cell(Arc<AllocationCell>),
+    /// A pinned allocation whose handles went is unpinned: release this
+    /// slot key again.
     Allocation(SlotKey),
     /// A page guard dropped: (pool, page).
     Guard {
@@ -140,9 +143,9 @@ impl ReleaseQueue {
                 // made this thread its only holder.
                 let cell = unsafe { Arc::from_raw(node) };
                 node = cell.next_release.load(Ordering::Relaxed);
-                out.push(Release::Allocation(cell.key.load(Ordering::Acquire)));
-                // `cell` drops here, so the owner's slot may hold the last
-                // reference when it frees the allocation (and recycle it).
+                // The reference goes to the owner, which recycles it with
+                // the cell when nothing else holds it.
+                out.push(Release::Cell(cell));
             }
             out[first..].reverse();
         }

@@ -15,7 +15,7 @@ use super::message::{Allocations, Answer, Reply, Request, Returned, ShutdownRepo
 use super::shared::{StreamShared, StreamState, StreamStats};
 use crate::memory::{
     Allocation, AllocationMode, Cleanup, FailureId, MemoryReport, PageGuard, PageUpdate, Pinned,
-    RelocationReason, RelocationReport, StreamId,
+    PinnedRef, RelocationReason, RelocationReport, StreamId,
 };
 use crate::storage::Resource;
 use crate::sync::atomic::{AtomicU64, Ordering};
@@ -421,6 +421,31 @@ impl StreamHandle {
         }
         let len = cell.len.load(Ordering::Acquire);
         Ok(Some(Pinned::new(Arc::clone(cell), Resource { addr, len })))
+    }
+
+    /// [`try_resolve`](Self::try_resolve) with a pin borrowed from
+    /// `allocation` (a [`PinnedRef`] cannot outlive it): the cheapest way to
+    /// the address, one CAS to pin and one decrement to unpin. `None` when
+    /// the actor must be asked ([`resolve`](Self::resolve) then).
+    pub fn try_resolve_ref<'a>(
+        &self,
+        allocation: &'a Allocation,
+    ) -> Result<Option<PinnedRef<'a>>, ServiceError> {
+        self.own(allocation)?;
+        let cell = &**allocation.cell;
+        if !Pinned::try_pin(cell) {
+            return Ok(None);
+        }
+        // As in `try_resolve`: under the pin no move can start.
+        let addr = cell.addr.load(Ordering::SeqCst);
+        let pinned = PinnedRef::new(
+            cell,
+            Resource {
+                addr,
+                len: cell.len.load(Ordering::Acquire),
+            },
+        );
+        Ok((addr != 0).then_some(pinned))
     }
 
     /// Read `len` bytes from `offset`.
