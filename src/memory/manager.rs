@@ -10,7 +10,7 @@ use super::handle::{
 };
 use super::observer::MemoryObserver;
 use super::policy::{Cleanup, PageUpdate};
-use super::pool::{Placement, Pool, WholePagePool, align_up};
+use super::pool::{Growth, Placement, Pool, WholePagePool, align_up};
 use super::release::{Release, ReleaseInbox};
 use super::report::MemoryReport;
 use super::taint::{ErrorGraph, TaintRanges};
@@ -274,7 +274,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
         update: PageUpdate,
         mode: AllocationMode,
     ) -> Result<Allocation, MemoryError> {
-        let result = self.reserve_unobserved(size, update, mode);
+        let result = self.reserve_unobserved(size, update, mode, Growth::Pool);
         if let Some(observer) = self.observer.as_mut() {
             match &result {
                 Ok(allocation) => {
@@ -298,7 +298,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
         size: u64,
         mode: AllocationMode,
     ) -> Result<Option<Allocation>, MemoryError> {
-        match self.reserve_unobserved(size, PageUpdate::Forbidden, mode) {
+        match self.reserve_unobserved(size, PageUpdate::Forbidden, mode, Growth::Pool) {
             Ok(allocation) => {
                 if let Some(observer) = self.observer.as_mut() {
                     observer.reserved(allocation.id().expect("reserved handles are bound"), size);
@@ -315,11 +315,37 @@ impl<S: DeviceStorage> MemoryManager<S> {
         }
     }
 
+    /// [`reserve_in`](Self::reserve_in) with `PageUpdate::Allow`, but a page
+    /// it must add is just large enough for this reservation (in the pool's
+    /// growth steps, 1 MiB) instead of the pool's page size, and the pool's
+    /// page size does not grow for it: what a device past its headroom
+    /// wants, where every byte taken beyond the request is waste.
+    ///
+    /// # Errors
+    /// As [`reserve`](Self::reserve).
+    pub fn reserve_tight(
+        &mut self,
+        size: u64,
+        mode: AllocationMode,
+    ) -> Result<Allocation, MemoryError> {
+        let result = self.reserve_unobserved(size, PageUpdate::Allow, mode, Growth::Tight);
+        if let Some(observer) = self.observer.as_mut() {
+            match &result {
+                Ok(allocation) => {
+                    observer.reserved(allocation.id().expect("reserved handles are bound"), size)
+                }
+                Err(err) => observer.failed(self.stream, size, err),
+            }
+        }
+        result
+    }
+
     fn reserve_unobserved(
         &mut self,
         size: u64,
         update: PageUpdate,
         mode: AllocationMode,
+        growth: Growth,
     ) -> Result<Allocation, MemoryError> {
         self.process_releases();
         if update == PageUpdate::Allow {
@@ -343,6 +369,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
                     aligned,
                     slot,
                     lazy,
+                    growth,
                 ) {
                     Ok(placement) => {
                         self.note_reserved();

@@ -18,7 +18,7 @@
 use super::error::MemoryError;
 use super::handle::MOVING;
 use super::manager::MemoryManager;
-use super::pool::{Placement, Pool, align_up};
+use super::pool::{Growth, Placement, Pool, align_up};
 use crate::storage::{DeviceStorage, StorageHandle};
 use crate::sync::atomic::Ordering;
 
@@ -336,7 +336,14 @@ impl<S: DeviceStorage> MemoryManager<S> {
             Some(to) => to,
             None if may_add_page => {
                 let lazy = self.pools[pool].page_storage(from.page).is_none();
-                self.pools[pool].reserve_new_page(&mut self.storage, size, aligned, slot, lazy)?
+                self.pools[pool].reserve_new_page(
+                    &mut self.storage,
+                    size,
+                    aligned,
+                    slot,
+                    lazy,
+                    Growth::Pool,
+                )?
             }
             None => return Ok(None),
         };

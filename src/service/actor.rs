@@ -117,6 +117,7 @@ impl StreamActor {
                 deadline: wait.map(|wait| Instant::now() + wait),
                 parked_at: None,
                 within_headroom: false,
+                tight: false,
             }),
             Request::Unbound { reply } => reply.send(Ok(self.memory.unbound())),
             Request::Bind {

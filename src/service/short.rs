@@ -55,6 +55,9 @@ pub(crate) struct Pending {
     /// past the device's headroom: on `Retry` it takes a page whatever the
     /// headroom says.
     pub(crate) within_headroom: bool,
+    /// The device is past its headroom even so: a page taken for this is
+    /// just large enough (`MemoryManager::reserve_tight`).
+    pub(crate) tight: bool,
 }
 
 impl Pending {
@@ -116,6 +119,7 @@ impl StreamActor {
             self.parked.push_back(pending);
             return self.ask_now(requested, true);
         }
+        pending.tight = self.over_headroom(&pending);
         self.serve_growing(pending);
     }
 
@@ -157,12 +161,20 @@ impl StreamActor {
         }
     }
 
-    /// All of the sizes or none.
+    /// All of the sizes or none (in pages just large enough when the
+    /// device is past its headroom).
     fn try_reserve(&mut self, pending: &Pending) -> Result<Allocations, MemoryError> {
+        let tight = pending.tight && pending.update == PageUpdate::Allow;
         pending
             .sizes
             .iter()
-            .map(|&size| self.memory.reserve_in(size, pending.update, pending.mode))
+            .map(|&size| {
+                if tight {
+                    self.memory.reserve_tight(size, pending.mode)
+                } else {
+                    self.memory.reserve_in(size, pending.update, pending.mode)
+                }
+            })
             .collect()
     }
 
@@ -267,6 +279,7 @@ impl StreamActor {
                 // the device is really short, go the running-short way).
                 pending.within_headroom = false;
                 pending.parked_at = None;
+                pending.tight = self.over_headroom(&pending);
                 self.serve_growing(pending);
                 continue;
             }

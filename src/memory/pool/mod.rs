@@ -41,6 +41,16 @@ pub(crate) struct PageInfo {
     pub(crate) guarded: bool,
 }
 
+/// How large a page a reservation that needs one may add.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Growth {
+    /// The pool's page size (an adaptive pool grows it for a larger
+    /// reservation).
+    Pool,
+    /// Just this reservation, in growth steps; the page size stays.
+    Tight,
+}
+
 /// One pool.
 #[derive(Debug)]
 pub(crate) enum Pool {
@@ -101,8 +111,13 @@ impl Pool {
         aligned: u64,
         slot: u32,
         lazy: bool,
+        growth: Growth,
     ) -> Result<Placement, StorageError> {
-        each!(self, pool => pool.reserve_new_page(storage, size, aligned, slot, lazy))
+        match self {
+            Pool::Sliced(pool) => pool.reserve_new_page(storage, size, aligned, slot, lazy, growth),
+            // One allocation per page: its page is its size already.
+            Pool::Whole(pool) => pool.reserve_new_page(storage, size, aligned, slot, lazy),
+        }
     }
 
     /// The bytes of the page [`reserve_new_page`](Self::reserve_new_page)

@@ -2,7 +2,7 @@
 //! (one fixed page size) and the adaptive arena (a page size that grows
 //! with the largest allocation served, leaving older pages *outdated*).
 
-use super::{Backing, PageInfo, Placement, align_down, align_up};
+use super::{Backing, Growth, PageInfo, Placement, align_down, align_up};
 use crate::memory::arena::Arena;
 use crate::memory::config::{PoolConfig, PoolKind};
 use crate::memory::policy::Cleanup;
@@ -137,9 +137,15 @@ impl SlicedPool {
         aligned: u64,
         slot: u32,
         lazy: bool,
+        growth: Growth,
     ) -> Result<Placement, StorageError> {
-        let grown = (aligned > self.page_size).then(|| self.grown_page_size(aligned));
-        let wanted = self.new_page_size(aligned);
+        let (grown, wanted) = match growth {
+            Growth::Pool => (
+                (aligned > self.page_size).then(|| self.grown_page_size(aligned)),
+                self.new_page_size(aligned),
+            ),
+            Growth::Tight => (None, align_up(aligned, self.growth_step()).max(aligned)),
+        };
         let index = match self.add_page(storage, wanted, lazy) {
             Ok(index) => {
                 if let Some(page_size) = grown {
