@@ -354,3 +354,29 @@ fn the_report_displays_every_pool() {
     let usage = memory.memory_report().usage();
     assert_eq!(usage.bytes_reserved, memory.storage().bytes_allocated());
 }
+
+#[test]
+fn a_tight_reservation_takes_a_page_just_large_enough() {
+    use streamalloc::memory::AllocationMode;
+    let mut memory = MemoryManager::new(VirtualStorage::new(), MemoryConfig::default());
+    // Below the adaptive arena's 2 MiB first page: one 1 MiB growth step.
+    let small = memory
+        .reserve_tight(300 << 10, AllocationMode::Auto)
+        .unwrap();
+    assert_eq!(memory.bytes_allocated(), MIB);
+    // Above it: the size in steps, not a quarter to spare (8 MiB).
+    let big = memory.reserve_tight(6 * MIB, AllocationMode::Auto).unwrap();
+    assert_eq!(memory.bytes_allocated(), 7 * MIB);
+    // And the pool's page size did not grow: the next ordinary page is
+    // grown from 2 MiB for its own size, as it would have been.
+    assert_eq!(
+        memory.new_page_size(3 * MIB, AllocationMode::Auto).unwrap(),
+        4 * MIB
+    );
+    // What fits in held room is served from it.
+    let again = memory
+        .reserve_tight(512 << 10, AllocationMode::Auto)
+        .unwrap();
+    assert_eq!(memory.bytes_allocated(), 7 * MIB);
+    drop((small, big, again));
+}
