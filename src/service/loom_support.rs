@@ -7,6 +7,7 @@ use super::coordinator::{Coordinator, Links, StreamLink, Subscribers};
 use super::device::{DeviceShared, Notice};
 use super::error::ServiceError;
 use super::handle::{Connection, StreamHandle};
+use super::headroom::Headroom;
 use super::message::{Allocations, Reply, Request};
 use super::shared::StreamShared;
 use crate::memory::{
@@ -95,6 +96,17 @@ impl ActorUnderTest {
         self.actor.memory.relocate(reason)
     }
 
+    /// Publish the counters handles and the coordinator read.
+    pub fn publish(&self) {
+        self.actor.publish()
+    }
+
+    /// Free what clients dropped, then publish the counters.
+    pub fn process_and_publish(&mut self) {
+        self.actor.memory.process_releases();
+        self.actor.publish();
+    }
+
     /// Run a cleanup as a request would.
     pub fn cleanup(&mut self, cleanup: Cleanup) {
         self.actor.memory.cleanup(cleanup)
@@ -153,14 +165,23 @@ impl StopSignal {
 /// `streams` streams on virtual storages sharing a budget of `budget`
 /// bytes, with the real coordinator.
 pub fn device_on(streams: u32, config: MemoryConfig, budget: u64) -> DeviceUnderTest {
+    device_with(streams, config, budget, None)
+}
+
+/// [`device_on`], growing under `headroom`.
+pub fn device_with(
+    streams: u32,
+    config: MemoryConfig,
+    budget: u64,
+    headroom: Option<Headroom>,
+) -> DeviceUnderTest {
     let budget = Arc::new(DeviceBudget::new(budget));
     let (notices_tx, notices_rx) = channel::unbounded();
     let links: Links = Arc::new(Mutex::new(HashMap::new()));
-    let device = Arc::new(DeviceShared::new(
-        Some(budget.clone()),
-        Some(notices_tx.clone()),
-        true,
-    ));
+    let device = Arc::new(
+        DeviceShared::new(Some(budget.clone()), Some(notices_tx.clone()), true)
+            .with_headroom(headroom),
+    );
     let mut out = Vec::new();
     for id in 0..streams {
         let stream = StreamId(id);

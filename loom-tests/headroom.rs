@@ -1,0 +1,78 @@
+//! A headroom round: stream A caches a page it no longer uses, stream B
+//! needs a page, and the device may hold no more than it ever had live. The
+//! real actors run their loops and the real coordinator runs its loop: B's
+//! request is parked, A gives its page back, B is served, and the device
+//! never holds two pages at once.
+//!
+//! Fails ("the device held two pages") when `serve_within_headroom` grows
+//! at once instead of parking for the round, and deadlocks (loom reports
+//! it) when a request parked for the headroom is not retried on `Retry`.
+
+#![cfg(streamalloc_loom)]
+
+mod common;
+
+use streamalloc::memory::{MemoryConfig, MemoryConfiguration, PoolConfig, PoolKind};
+use streamalloc::service::Headroom;
+use streamalloc::service::loom_support::{device_with, submit_reserve_many};
+
+/// A page: large enough to be worth a round (at least 1 MiB).
+const PAGE: u64 = 1 << 20;
+
+fn one_page_pool() -> MemoryConfig {
+    MemoryConfig {
+        pools: MemoryConfiguration::Custom(vec![PoolConfig {
+            kind: PoolKind::Sliced { page_size: PAGE },
+            max_alloc_size: PAGE,
+            dealloc_period: None,
+        }]),
+        device: streamalloc::memory::DeviceProperties::new(1 << 30, 256),
+        compaction_threshold: None,
+        ..MemoryConfig::default()
+    }
+}
+
+#[test]
+fn a_growing_stream_gets_another_streams_cache_back_first() {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(
+        std::env::var("LOOM_HEADROOM_PREEMPTIONS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1),
+    );
+    eprintln!("loom model: a headroom round");
+    builder.check(|| {
+        let strict = Headroom {
+            fraction: 0.0,
+            slack: 0,
+        };
+        // A budget far above what is used: only the headroom holds back.
+        let mut device = device_with(2, one_page_pool(), 1 << 40, Some(strict));
+        let meter = device.budget.clone();
+        let (b_handle, b_actor) = device.streams.pop().unwrap();
+        let (a_handle, mut a_actor) = device.streams.pop().unwrap();
+        // A had a page live (the device's high-water mark), then cached it.
+        let held = a_actor.reserve(PAGE).unwrap();
+        a_actor.publish();
+        drop(held);
+        a_actor.process_and_publish();
+        assert_eq!(meter.granted(), PAGE, "A caches its page");
+
+        let b_answer = submit_reserve_many(&b_handle, vec![PAGE]);
+        let coordinator = loom::thread::spawn(move || device.coordinator.run());
+        let a_thread = loom::thread::spawn(move || a_actor.run());
+        let b_thread = loom::thread::spawn(move || b_actor.run());
+
+        let batch = b_answer.wait().expect("growth is never refused");
+        assert_eq!(batch.len(), 1);
+        assert_eq!(meter.peak(), PAGE, "the device held two pages");
+        drop(batch);
+        device.stop.stop();
+        coordinator.join().unwrap();
+        drop((a_handle, b_handle));
+        a_thread.join().unwrap();
+        b_thread.join().unwrap();
+        assert_eq!(meter.granted(), 0, "every byte back after the streams end");
+    });
+}
