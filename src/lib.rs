@@ -22,6 +22,33 @@
 //! drop(tensor); // the bytes go back to their pool
 //! # Ok::<(), streamalloc::memory::MemoryError>(())
 //! ```
+//!
+//! The [`service`] layer runs one manager per device stream in an actor
+//! thread behind cloneable [`StreamHandle`](service::StreamHandle)s, with a
+//! [`Supervisor`](service::Supervisor) that owns the device: its streams,
+//! an optional budget, cross-stream give-back when a stream runs short, and
+//! two policies that keep every stream's page cache from costing memory —
+//! [`Headroom`](service::Headroom) (growth past the device's peak live bytes
+//! first wins cached pages back) and [`Settle`](service::Settle) (a stream
+//! whose load fell gives the excess back):
+//!
+//! ```
+//! use streamalloc::memory::StreamId;
+//! use streamalloc::service::{Headroom, ServiceConfig, Settle, Supervisor};
+//!
+//! let device = Supervisor::host(ServiceConfig {
+//!     headroom: Some(Headroom { fraction: 0.05, ..Headroom::default() }),
+//!     settle: Some(Settle::default()),
+//!     ..ServiceConfig::default()
+//! });
+//! let stream = device.stream(StreamId(0))?;
+//! let kv_block = stream.reserve(2 << 20)?;
+//! drop(kv_block); // released without a round trip
+//! let held = device.settled()?; // what the device holds once the load fell
+//! assert!(held.bytes_reserved <= 2 << 20);
+//! device.shutdown();
+//! # Ok::<(), streamalloc::service::ServiceError>(())
+//! ```
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unsafe_op_in_unsafe_fn)]
