@@ -25,6 +25,35 @@ pub fn tiny_pages() -> MemoryConfig {
     }
 }
 
+/// Pages of `page` bytes that keep what empties (no periodic cleanup), for
+/// allocations up to a page: what a stream's cache looks like.
+pub fn caching_pages(page: u64) -> MemoryConfig {
+    MemoryConfig {
+        pools: MemoryConfiguration::Custom(vec![PoolConfig {
+            kind: PoolKind::Sliced { page_size: page },
+            max_alloc_size: page,
+            dealloc_period: None,
+        }]),
+        device: streamalloc::memory::DeviceProperties::new(1 << 30, 256),
+        compaction_threshold: None,
+        ..MemoryConfig::default()
+    }
+}
+
+/// Run a model of several threads with channels, whose preemption bound
+/// (default 1, to stay inside CI's time) `env` can raise for a deeper run.
+pub fn run_wide_model(name: &str, env: &str, f: impl Fn() + Sync + Send + 'static) {
+    eprintln!("loom model: {name}");
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(
+        std::env::var(env)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1),
+    );
+    builder.check(f);
+}
+
 /// Run a model with the project's loom settings (preemption bound from
 /// `LOOM_MAX_PREEMPTIONS`, as loom reads it).
 pub fn run_model(name: &str, f: impl Fn() + Sync + Send + 'static) {

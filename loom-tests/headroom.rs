@@ -12,43 +12,22 @@
 
 mod common;
 
-use streamalloc::memory::{MemoryConfig, MemoryConfiguration, PoolConfig, PoolKind};
+use common::{caching_pages, run_wide_model};
 use streamalloc::service::Headroom;
 use streamalloc::service::loom_support::{device_with, submit_reserve_many};
 
 /// A page: large enough to be worth a round (at least 1 MiB).
 const PAGE: u64 = 1 << 20;
 
-fn one_page_pool() -> MemoryConfig {
-    MemoryConfig {
-        pools: MemoryConfiguration::Custom(vec![PoolConfig {
-            kind: PoolKind::Sliced { page_size: PAGE },
-            max_alloc_size: PAGE,
-            dealloc_period: None,
-        }]),
-        device: streamalloc::memory::DeviceProperties::new(1 << 30, 256),
-        compaction_threshold: None,
-        ..MemoryConfig::default()
-    }
-}
-
 #[test]
 fn a_growing_stream_gets_another_streams_cache_back_first() {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(
-        std::env::var("LOOM_HEADROOM_PREEMPTIONS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(1),
-    );
-    eprintln!("loom model: a headroom round");
-    builder.check(|| {
+    run_wide_model("a headroom round", "LOOM_HEADROOM_PREEMPTIONS", || {
         let strict = Headroom {
             fraction: 0.0,
             slack: 0,
         };
         // A budget far above what is used: only the headroom holds back.
-        let mut device = device_with(2, one_page_pool(), 1 << 40, Some(strict));
+        let mut device = device_with(2, caching_pages(PAGE), 1 << 40, Some(strict));
         let meter = device.budget.clone();
         let (b_handle, b_actor) = device.streams.pop().unwrap();
         let (a_handle, mut a_actor) = device.streams.pop().unwrap();

@@ -12,74 +12,59 @@
 
 mod common;
 
-use streamalloc::memory::{MemoryConfig, MemoryConfiguration, PoolConfig, PoolKind};
+use common::{caching_pages, run_wide_model};
 use streamalloc::service::ServiceError;
 use streamalloc::service::loom_support::{device_on, submit_reserve_many};
 
 const PAGE: u64 = 4096;
 
-fn cached_pages() -> MemoryConfig {
-    MemoryConfig {
-        pools: MemoryConfiguration::Custom(vec![PoolConfig {
-            kind: PoolKind::Sliced { page_size: PAGE },
-            max_alloc_size: PAGE,
-            dealloc_period: None,
-        }]),
-        device: streamalloc::memory::DeviceProperties::new(1 << 20, 256),
-        compaction_threshold: None,
-        ..MemoryConfig::default()
-    }
-}
-
 #[test]
 fn two_streams_short_at_once_are_served_or_fail_cleanly() {
-    let mut builder = loom::model::Builder::new();
     // Four threads with channels: one preemption keeps the model inside
-    // CI's time (about a minute); `LOOM_TWO_SHORT_PREEMPTIONS=2` runs the
-    // deeper search (about eight minutes on two cores).
-    builder.preemption_bound = Some(
-        std::env::var("LOOM_TWO_SHORT_PREEMPTIONS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(1),
-    );
-    eprintln!("loom model: two streams short at once");
-    builder.check(|| {
-        let mut device = device_on(2, cached_pages(), 2 * PAGE);
-        let budget = device.budget.clone();
-        let (b_handle, mut b_actor) = device.streams.pop().unwrap();
-        let (a_handle, mut a_actor) = device.streams.pop().unwrap();
-        drop(a_actor.reserve(PAGE).unwrap());
-        drop(b_actor.reserve(PAGE).unwrap());
-        a_actor.memory().process_releases();
-        b_actor.memory().process_releases();
-        assert_eq!(budget.granted(), 2 * PAGE, "both pages cached");
+    // CI's time; `LOOM_TWO_SHORT_PREEMPTIONS=2` runs the deeper search
+    // (about eight minutes on two cores).
+    run_wide_model(
+        "two streams short at once",
+        "LOOM_TWO_SHORT_PREEMPTIONS",
+        || {
+            let mut device = device_on(2, caching_pages(PAGE), 2 * PAGE);
+            let budget = device.budget.clone();
+            let (b_handle, mut b_actor) = device.streams.pop().unwrap();
+            let (a_handle, mut a_actor) = device.streams.pop().unwrap();
+            drop(a_actor.reserve(PAGE).unwrap());
+            drop(b_actor.reserve(PAGE).unwrap());
+            a_actor.memory().process_releases();
+            b_actor.memory().process_releases();
+            assert_eq!(budget.granted(), 2 * PAGE, "both pages cached");
 
-        let a_answer = submit_reserve_many(&a_handle, vec![PAGE, PAGE]);
-        let b_answer = submit_reserve_many(&b_handle, vec![PAGE, PAGE]);
-        let coordinator = loom::thread::spawn(move || device.coordinator.run());
-        let a_thread = loom::thread::spawn(move || a_actor.run());
-        let b_thread = loom::thread::spawn(move || b_actor.run());
+            let a_answer = submit_reserve_many(&a_handle, vec![PAGE, PAGE]);
+            let b_answer = submit_reserve_many(&b_handle, vec![PAGE, PAGE]);
+            let coordinator = loom::thread::spawn(move || device.coordinator.run());
+            let a_thread = loom::thread::spawn(move || a_actor.run());
+            let b_thread = loom::thread::spawn(move || b_actor.run());
 
-        let mut served = 0;
-        for answer in [a_answer.wait(), b_answer.wait()] {
-            match answer {
-                Ok(batch) => {
-                    served += 1;
-                    assert_eq!(batch.len(), 2);
+            let mut served = 0;
+            for answer in [a_answer.wait(), b_answer.wait()] {
+                match answer {
+                    Ok(batch) => {
+                        served += 1;
+                        assert_eq!(batch.len(), 2);
+                    }
+                    Err(ServiceError::OutOfMemory(report)) => {
+                        assert_eq!(report.requested, 2 * PAGE)
+                    }
+                    Err(other) => panic!("unexpected {other:?}"),
                 }
-                Err(ServiceError::OutOfMemory(report)) => assert_eq!(report.requested, 2 * PAGE),
-                Err(other) => panic!("unexpected {other:?}"),
+                assert!(budget.granted() <= 2 * PAGE);
             }
-            assert!(budget.granted() <= 2 * PAGE);
-        }
-        assert!(served <= 1, "two pages each cannot both fit in two pages");
-        device.stop.stop();
-        coordinator.join().unwrap();
-        drop((a_handle, b_handle));
-        a_thread.join().unwrap();
-        b_thread.join().unwrap();
-        assert!(budget.peak() <= 2 * PAGE);
-        assert_eq!(budget.granted(), 0, "every byte back after the streams end");
-    });
+            assert!(served <= 1, "two pages each cannot both fit in two pages");
+            device.stop.stop();
+            coordinator.join().unwrap();
+            drop((a_handle, b_handle));
+            a_thread.join().unwrap();
+            b_thread.join().unwrap();
+            assert!(budget.peak() <= 2 * PAGE);
+            assert_eq!(budget.granted(), 0, "every byte back after the streams end");
+        },
+    );
 }

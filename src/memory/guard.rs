@@ -40,6 +40,32 @@ impl fmt::Debug for PageGuard {
     }
 }
 
+/// What both kinds of pin say about the bytes they hold in place (each
+/// keeps a `resource: Resource`).
+macro_rules! pin_accessors {
+    () => {
+        /// The address of the first byte.
+        pub fn addr(&self) -> u64 {
+            self.resource.addr
+        }
+
+        /// Length in bytes.
+        pub fn len(&self) -> u64 {
+            self.resource.len
+        }
+
+        /// Whether the allocation is empty (never: reservations are non-zero).
+        pub fn is_empty(&self) -> bool {
+            self.resource.len == 0
+        }
+
+        /// Address and length.
+        pub fn resource(&self) -> Resource {
+            self.resource
+        }
+    };
+}
+
 /// Keeps an allocation at its address while it lives: relocation skips a
 /// pinned allocation, and if every handle drops meanwhile the bytes are
 /// freed only when the last pin goes. Pins do not count against
@@ -76,25 +102,7 @@ impl Pinned {
         Self { cell, resource }
     }
 
-    /// The address of the first byte.
-    pub fn addr(&self) -> u64 {
-        self.resource.addr
-    }
-
-    /// Length in bytes.
-    pub fn len(&self) -> u64 {
-        self.resource.len
-    }
-
-    /// Whether the allocation is empty (never: reservations are non-zero).
-    pub fn is_empty(&self) -> bool {
-        self.resource.len == 0
-    }
-
-    /// Address and length.
-    pub fn resource(&self) -> Resource {
-        self.resource
-    }
+    pin_accessors!();
 }
 
 impl Drop for Pinned {
@@ -129,25 +137,7 @@ impl<'a> PinnedRef<'a> {
         Self { cell, resource }
     }
 
-    /// The address of the first byte.
-    pub fn addr(&self) -> u64 {
-        self.resource.addr
-    }
-
-    /// Length in bytes.
-    pub fn len(&self) -> u64 {
-        self.resource.len
-    }
-
-    /// Whether the allocation is empty (never: reservations are non-zero).
-    pub fn is_empty(&self) -> bool {
-        self.resource.len == 0
-    }
-
-    /// Address and length.
-    pub fn resource(&self) -> Resource {
-        self.resource
-    }
+    pin_accessors!();
 }
 
 impl Drop for PinnedRef<'_> {

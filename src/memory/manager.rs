@@ -275,15 +275,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
         mode: AllocationMode,
     ) -> Result<Allocation, MemoryError> {
         let result = self.reserve_unobserved(size, update, mode, Growth::Pool);
-        if let Some(observer) = self.observer.as_mut() {
-            match &result {
-                Ok(allocation) => {
-                    observer.reserved(allocation.id().expect("reserved handles are bound"), size)
-                }
-                Err(err) => observer.failed(self.stream, size, err),
-            }
-        }
-        result
+        self.observe_reserve(size, result)
     }
 
     /// Reserve `size` bytes in `mode` from the room the pages hold, or
@@ -299,19 +291,8 @@ impl<S: DeviceStorage> MemoryManager<S> {
         mode: AllocationMode,
     ) -> Result<Option<Allocation>, MemoryError> {
         match self.reserve_unobserved(size, PageUpdate::Forbidden, mode, Growth::Pool) {
-            Ok(allocation) => {
-                if let Some(observer) = self.observer.as_mut() {
-                    observer.reserved(allocation.id().expect("reserved handles are bound"), size);
-                }
-                Ok(Some(allocation))
-            }
             Err(MemoryError::PageUpdateForbidden { .. }) => Ok(None),
-            Err(err) => {
-                if let Some(observer) = self.observer.as_mut() {
-                    observer.failed(self.stream, size, &err);
-                }
-                Err(err)
-            }
+            result => self.observe_reserve(size, result).map(Some),
         }
     }
 
@@ -329,6 +310,15 @@ impl<S: DeviceStorage> MemoryManager<S> {
         mode: AllocationMode,
     ) -> Result<Allocation, MemoryError> {
         let result = self.reserve_unobserved(size, PageUpdate::Allow, mode, Growth::Tight);
+        self.observe_reserve(size, result)
+    }
+
+    /// Tell the observer, if any, what a reservation of `size` came to.
+    fn observe_reserve(
+        &mut self,
+        size: u64,
+        result: Result<Allocation, MemoryError>,
+    ) -> Result<Allocation, MemoryError> {
         if let Some(observer) = self.observer.as_mut() {
             match &result {
                 Ok(allocation) => {

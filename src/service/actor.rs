@@ -224,8 +224,13 @@ impl StreamActor {
         let Some(headroom) = self.device.headroom else {
             return;
         };
-        let in_use = self.memory.bytes_in_use();
-        let excess = self.memory.bytes_reserved().saturating_sub(in_use);
+        // As just published (`handle` calls this right after `publish`).
+        let in_use = self.shared.bytes_in_use.load(Ordering::Relaxed);
+        let excess = self
+            .shared
+            .bytes_reserved
+            .load(Ordering::Relaxed)
+            .saturating_sub(in_use);
         if excess < headroom.share(in_use) || !self.device.over_headroom(0, 0) {
             return;
         }

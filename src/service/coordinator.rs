@@ -253,11 +253,11 @@ impl Coordinator {
                     continue;
                 }
                 let watch = self.settle_watch.entry(*stream).or_default();
-                if let Some(keep) = watch.observe(&settle, &link.handle, now) {
+                if let Some((reserved, keep)) = watch.observe(&settle, &link.handle, now) {
                     link.send(Control::Settle { keep });
                     scheduled.push(SupervisorEvent::SettleScheduled {
                         stream: *stream,
-                        reserved: link.handle.stats().bytes_reserved,
+                        reserved,
                         keep,
                     });
                 }

@@ -146,15 +146,7 @@ impl DeviceShared {
             .lock()
             .iter()
             .filter(|shared| shared.stream != stream)
-            .map(|shared| {
-                let reserved = shared.bytes_reserved.load(Ordering::Relaxed);
-                if shared.releases.waiting() {
-                    // Unseen releases: all of it may be unused.
-                    reserved
-                } else {
-                    reserved.saturating_sub(shared.bytes_in_use.load(Ordering::Relaxed))
-                }
-            })
+            .map(|shared| shared.unused_at_most())
             .sum()
     }
 

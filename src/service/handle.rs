@@ -357,9 +357,7 @@ impl StreamHandle {
     /// Whether the stream may hold pages beyond its use: it did when it
     /// last published, or releases wait that it has not seen.
     pub(crate) fn may_give_back(&self) -> bool {
-        let shared = &self.connection.shared;
-        shared.bytes_reserved.load(Ordering::Relaxed) > shared.bytes_in_use.load(Ordering::Relaxed)
-            || shared.releases.waiting()
+        self.connection.shared.unused_at_most() > 0
     }
 
     /// Nudge the actor to look at its control channel (never blocks; if the

@@ -41,6 +41,14 @@ impl Default for Settle {
     }
 }
 
+impl Settle {
+    /// The most a stream that needed `needed` bytes within the window may
+    /// hold.
+    pub fn keep(&self, needed: u64) -> u64 {
+        ((needed as f64 * self.ratio) as u64).saturating_add(self.slack)
+    }
+}
+
 /// What the coordinator remembers of one stream for settling.
 #[derive(Debug, Default)]
 pub(crate) struct SettleWatch {
@@ -51,14 +59,14 @@ pub(crate) struct SettleWatch {
 }
 
 impl SettleWatch {
-    /// Record what `stream` publishes now; the bytes it should keep if it
-    /// is due to settle.
+    /// Record what `stream` publishes now; if it is due to settle, the
+    /// bytes it holds and the bytes it should keep.
     pub(crate) fn observe(
         &mut self,
         settle: &Settle,
         stream: &StreamHandle,
         now: Instant,
-    ) -> Option<u64> {
+    ) -> Option<(u64, u64)> {
         let stats = stream.stats();
         self.samples.push_back((now, stats.bytes_in_use));
         while self
@@ -73,10 +81,10 @@ impl SettleWatch {
             return None;
         }
         let needed = self.samples.iter().map(|(_, bytes)| *bytes).max()?;
-        let keep = (needed as f64 * settle.ratio) as u64 + settle.slack;
+        let keep = settle.keep(needed);
         (stats.bytes_reserved > keep).then(|| {
             self.since = Some(now);
-            keep
+            (stats.bytes_reserved, keep)
         })
     }
 }

@@ -103,6 +103,18 @@ impl StreamShared {
         }
     }
 
+    /// The most bytes the stream may hold beyond its use: its published
+    /// excess, or all it holds while releases wait unseen (its published
+    /// bytes in use then overstate what is live).
+    pub(crate) fn unused_at_most(&self) -> u64 {
+        let reserved = self.bytes_reserved.load(Ordering::Relaxed);
+        if self.releases.waiting() {
+            reserved
+        } else {
+            reserved.saturating_sub(self.bytes_in_use.load(Ordering::Relaxed))
+        }
+    }
+
     pub(crate) fn is_running(&self) -> bool {
         self.state.load(Ordering::Acquire) == RUNNING
     }

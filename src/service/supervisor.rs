@@ -193,8 +193,7 @@ impl Supervisor {
                 std::time::Instant::now() + settle.window * 2 + self.config.supervise_tick * 4;
             let within = |handle: &StreamHandle| {
                 let stats = handle.stats();
-                stats.bytes_reserved as f64
-                    <= stats.bytes_in_use as f64 * settle.ratio + settle.slack as f64
+                stats.bytes_reserved <= settle.keep(stats.bytes_in_use)
             };
             while std::time::Instant::now() < deadline && !handles.iter().all(within) {
                 std::thread::sleep(self.config.supervise_tick);

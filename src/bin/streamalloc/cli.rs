@@ -220,18 +220,11 @@ fn service_config(common: &Common, device: DeviceProperties) -> ServiceConfig {
 struct SettleArg(Option<Settle>);
 
 fn parse_settle(text: &str) -> Result<SettleArg, String> {
-    if text == "off" {
-        return Ok(SettleArg(None));
-    }
-    match text.parse::<f64>() {
-        Ok(ratio) if ratio.is_finite() && ratio >= 1.0 => Ok(SettleArg(Some(Settle {
-            ratio,
-            ..Settle::default()
-        }))),
-        _ => Err(format!(
-            "`{text}` is neither a ratio of at least 1 nor `off`"
-        )),
-    }
+    let ratio = number_or_off(text, 1.0, "a ratio")?;
+    Ok(SettleArg(ratio.map(|ratio| Settle {
+        ratio,
+        ..Settle::default()
+    })))
 }
 
 /// `--headroom`: a fraction, or `off`.
@@ -239,18 +232,22 @@ fn parse_settle(text: &str) -> Result<SettleArg, String> {
 struct HeadroomArg(Option<Headroom>);
 
 fn parse_headroom(text: &str) -> Result<HeadroomArg, String> {
+    let fraction = number_or_off(text, 0.0, "a fraction")?;
+    Ok(HeadroomArg(fraction.map(|fraction| Headroom {
+        fraction,
+        ..Headroom::default()
+    })))
+}
+
+/// A policy's option: `off` (`None`), or a finite number of at least `least`.
+fn number_or_off(text: &str, least: f64, what: &str) -> Result<Option<f64>, String> {
     if text == "off" {
-        return Ok(HeadroomArg(None));
+        return Ok(None);
     }
     match text.parse::<f64>() {
-        Ok(fraction) if fraction.is_finite() && fraction >= 0.0 => {
-            Ok(HeadroomArg(Some(Headroom {
-                fraction,
-                ..Headroom::default()
-            })))
-        }
+        Ok(value) if value.is_finite() && value >= least => Ok(Some(value)),
         _ => Err(format!(
-            "`{text}` is neither a fraction of at least 0 nor `off`"
+            "`{text}` is neither {what} of at least {least} nor `off`"
         )),
     }
 }
