@@ -67,6 +67,14 @@ pub fn replay(
         let next = stream_ids.len();
         stream_ids.entry(event.stream).or_insert(next);
     }
+    // Refused before any actor starts: a trace names its streams freely.
+    let limit = supervisor.config().max_streams;
+    if stream_ids.len() > limit {
+        return Err(ServiceError::TooManyStreams {
+            requested: stream_ids.len(),
+            limit,
+        });
+    }
     let handles: Vec<StreamHandle> = (0..stream_ids.len().max(1))
         .map(|i| supervisor.stream(StreamId(i as u32)))
         .collect::<Result<_, _>>()?;

@@ -2,7 +2,7 @@
 //! says which of them a failure left invalid.
 
 use super::error::MemoryError;
-use super::handle::{Allocation, AllocationCell, MOVING, PIN_MASK};
+use super::handle::{Allocation, AllocationCell, MOVING, ORPHANED, PIN_MASK};
 use super::manager::MemoryManager;
 use super::release::{Release, ReleaseQueue};
 use super::taint::{ErrorGraph, FailureId};
@@ -78,12 +78,12 @@ pub struct Pinned {
 }
 
 impl Pinned {
-    /// Pin `cell` if no move is under way; the caller reads the address
-    /// after this succeeds.
+    /// Pin `cell` if no move is under way and its owner has not retired;
+    /// the caller reads the address after this succeeds.
     pub(crate) fn try_pin(cell: &AllocationCell) -> bool {
         let mut state = cell.pins.load(Ordering::SeqCst);
         loop {
-            if state & MOVING != 0 {
+            if state & (MOVING | ORPHANED) != 0 {
                 return false;
             }
             match cell.pins.compare_exchange_weak(
@@ -105,13 +105,28 @@ impl Pinned {
     pin_accessors!();
 }
 
+/// Drop one pin of `cell`; `true` when it was the last of a cell whose
+/// owner is still there (the caller may owe it a release).
+fn unpin(cell: &AllocationCell) -> bool {
+    let before = cell.pins.fetch_sub(1, Ordering::SeqCst);
+    if before & PIN_MASK != 1 {
+        return false;
+    }
+    if before & ORPHANED != 0 {
+        // The owner retired with this pin held: this was what kept its
+        // pages (see `retire.rs`).
+        cell.releases.keeper.unpinned();
+        return false;
+    }
+    true
+}
+
 impl Drop for Pinned {
     fn drop(&mut self) {
-        let before = self.cell.pins.fetch_sub(1, Ordering::SeqCst);
         // The last pin of an allocation whose handles are all gone: the
         // owner skipped the release while pinned, so queue it again. If the
         // owner already freed it, the key is stale and the repeat is ignored.
-        if before & PIN_MASK == 1 && self.cell.handles.load(Ordering::SeqCst) == 0 {
+        if unpin(&self.cell) && self.cell.handles.load(Ordering::SeqCst) == 0 {
             let key = self.cell.key.load(Ordering::Acquire);
             if key != 0 {
                 self.cell.releases.push(Release::Allocation(key));
@@ -144,7 +159,7 @@ impl Drop for PinnedRef<'_> {
     fn drop(&mut self) {
         // The borrowed handle is alive, so no release was skipped for this
         // pin: unpinning is all there is.
-        self.cell.pins.fetch_sub(1, Ordering::SeqCst);
+        unpin(self.cell);
     }
 }
 
@@ -194,7 +209,10 @@ impl<S: DeviceStorage> MemoryManager<S> {
 
     /// Whether `allocation` is pinned now.
     pub fn is_pinned(&self, allocation: &Allocation) -> bool {
-        allocation.cell.pins.load(Ordering::SeqCst) & PIN_MASK != 0
+        match self.live(allocation) {
+            Ok((_, live)) => live.is_pinned(),
+            Err(_) => super::manager::is_pinned(&allocation.cell),
+        }
     }
 
     /// Record a failure (caused by `causes`) for taint ranges to point at.

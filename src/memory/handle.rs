@@ -97,6 +97,10 @@ pub(crate) struct AllocationCell {
 pub(crate) const PIN_MASK: u64 = (1 << 62) - 1;
 /// Set in [`AllocationCell::pins`] while the owner moves the bytes.
 pub(crate) const MOVING: u64 = 1 << 62;
+/// Set in [`AllocationCell::pins`] once the owner retired with the cell
+/// pinned: no new pin is taken, and the last unpin tells the owner's
+/// [`PinKeeper`](super::retire::PinKeeper) (see `retire.rs`).
+pub(crate) const ORPHANED: u64 = 1 << 63;
 
 impl AllocationCell {
     pub(crate) fn id(&self) -> Option<AllocationId> {

@@ -46,6 +46,30 @@ pub(crate) struct Live {
     pub(crate) cell: Arc<AllocationCell>,
     /// Byte ranges that point at a failure.
     pub(crate) taint: TaintRanges,
+    /// Cells this allocation was bound away from (`bind`) while pinned
+    /// through them: those pins keep the bytes in place too. Usually empty.
+    pub(crate) retired: Vec<Arc<AllocationCell>>,
+}
+
+impl Live {
+    /// Whether a pin holds the allocation in place: one taken through its
+    /// cell, or through a cell it was bound away from. The one "is it
+    /// pinned" test (the `MOVING` bit is not a pin).
+    pub(crate) fn is_pinned(&self) -> bool {
+        is_pinned(&self.cell)
+            || self.retired.iter().any(|cell| is_pinned(cell))
+    }
+
+    /// Whether only pins through retired cells hold it (the last of those
+    /// pins to drop queues no release that names this allocation).
+    fn pinned_only_through_retired(&self) -> bool {
+        !is_pinned(&self.cell) && self.retired.iter().any(|cell| is_pinned(cell))
+    }
+}
+
+/// Whether a pin is held through `cell`.
+pub(crate) fn is_pinned(cell: &AllocationCell) -> bool {
+    cell.pins.load(Ordering::SeqCst) & super::handle::PIN_MASK != 0
 }
 
 /// One entry of the slot table.
@@ -122,6 +146,9 @@ pub struct MemoryManager<S> {
     pub(crate) futile_at: Option<u64>,
     /// Told of every reservation, free, rebind and failure.
     observer: Option<Box<dyn MemoryObserver>>,
+    /// Allocations whose free waits on pins through retired cells (see
+    /// [`Live::retired`]), tried again as releases are processed.
+    deferred_frees: Vec<SlotKey>,
     /// Cells of freed allocations that nothing else references, reused by
     /// the next reservations (saves an allocation and a free per reserve):
     /// the slot table's reference, and the last handle's when its release
@@ -162,9 +189,10 @@ impl<S: DeviceStorage> MemoryManager<S> {
             PersistentMemory::Enforced => AllocationMode::Persistent,
             _ => AllocationMode::Auto,
         });
+        let owner = NEXT_OWNER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Self {
             name: config.name,
-            owner: NEXT_OWNER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            owner,
             stream,
             storage,
             max_page_size: device.max_page_size,
@@ -183,10 +211,13 @@ impl<S: DeviceStorage> MemoryManager<S> {
             in_use: 0,
             peak_in_use: 0,
             peak_reserved: 0,
-            failures: ErrorGraph::default(),
+            // Scoped by the owner's identity (one in 2^32 managers could
+            // share a scope: the counter wraps only after that many).
+            failures: ErrorGraph::scoped(owner as u32),
             compaction_threshold: config.compaction_threshold,
             futile_at: None,
             observer: None,
+            deferred_frees: Vec::new(),
             spare_cells: Vec::new(),
         }
     }
@@ -478,6 +509,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
             cursor: 0,
             cell: kept,
             taint: TaintRanges::default(),
+            retired: Vec::new(),
         });
         self.in_use += size;
         self.peak_in_use = self.peak_in_use.max(self.in_use);
@@ -520,6 +552,11 @@ impl<S: DeviceStorage> MemoryManager<S> {
         Allocation::new(self.new_cell(0))
     }
 
+    /// The queue this manager's handles release to.
+    pub(crate) fn release_queue(&self) -> &Arc<super::release::ReleaseQueue> {
+        self.releases.queue()
+    }
+
     /// A probe other threads can ask whether releases wait here.
     pub(crate) fn release_probe(&self) -> super::ReleaseProbe {
         self.releases.probe()
@@ -532,6 +569,11 @@ impl<S: DeviceStorage> MemoryManager<S> {
 
     /// Process every release queued by dropped handles and guards.
     pub fn process_releases(&mut self) {
+        if !self.deferred_frees.is_empty() {
+            for key in std::mem::take(&mut self.deferred_frees) {
+                self.free_slot(key, None);
+            }
+        }
         if self.releases.is_empty() {
             return;
         }
@@ -562,10 +604,15 @@ impl<S: DeviceStorage> MemoryManager<S> {
         if entry.generation != generation {
             return;
         }
-        let Some(live) = entry.live.as_ref() else {
+        let Some(live) = entry.live.as_mut() else {
             return;
         };
-        if live.cell.pins.load(Ordering::SeqCst) & super::handle::PIN_MASK != 0 {
+        if live.is_pinned() {
+            // The last pin through the live cell queues the release again;
+            // the last through a retired one cannot name it, so it waits here.
+            if live.pinned_only_through_retired() {
+                self.deferred_frees.push(key);
+            }
             return;
         }
         let live = entry.live.take().expect("checked above");
@@ -653,7 +700,14 @@ impl<S: DeviceStorage> MemoryManager<S> {
         let addr = live.cell.addr.swap(0, Ordering::AcqRel);
         assigned.cell.len.store(live.size, Ordering::Release);
         assigned.cell.addr.store(addr, Ordering::Release);
-        live.cell = Arc::clone(&assigned.cell);
+        let old = std::mem::replace(&mut live.cell, Arc::clone(&assigned.cell));
+        // Pins taken through the old cell still hold the bytes: keep the
+        // cell where every pinned test looks (no new pin can take hold of
+        // it: its published address is gone).
+        live.retired.retain(|cell| is_pinned(cell));
+        if is_pinned(&old) {
+            live.retired.push(old);
+        }
         assigned.cell.key.store(to, Ordering::Release);
         let to = self.id_of(to);
         if let Some(observer) = self.observer.as_mut() {
@@ -859,8 +913,39 @@ impl<S: DeviceStorage> MemoryManager<S> {
         self.slots
             .iter()
             .filter_map(|slot| slot.live.as_ref())
-            .filter(|live| live.cell.pins.load(Ordering::SeqCst) & super::handle::PIN_MASK != 0)
+            .filter(|live| live.is_pinned())
             .count()
+    }
+
+    /// Every cell through which a pin holds a live allocation now.
+    pub(crate) fn pinned_cells(&self) -> Vec<Arc<AllocationCell>> {
+        self.slots
+            .iter()
+            .filter_map(|slot| slot.live.as_ref())
+            .flat_map(|live| std::iter::once(&live.cell).chain(&live.retired))
+            .filter(|cell| is_pinned(cell))
+            .cloned()
+            .collect()
+    }
+
+    /// Free every live allocation no pin holds, whatever handles still
+    /// name it (they are stale afterwards), as [`release_everything`]
+    /// does, but leaving pinned ones and their pages in place.
+    ///
+    /// [`release_everything`]: Self::release_everything
+    pub(crate) fn free_unpinned(&mut self) {
+        for index in 0..self.slots.len() {
+            let slot = &mut self.slots[index];
+            if slot.live.as_ref().is_none_or(Live::is_pinned) {
+                continue;
+            }
+            let live = slot.live.take().expect("checked");
+            live.cell.addr.store(0, Ordering::Release);
+            slot.generation = next_generation(slot.generation);
+            self.free_slots.push(index as u32);
+            self.in_use -= live.size;
+            self.pools[live.pool as usize].free(live.placement, live.size, live.aligned, self.tick);
+        }
     }
 
     /// Return every page to the device now, whatever still names it: the

@@ -15,6 +15,7 @@ mod pool;
 mod release;
 mod relocation;
 mod report;
+mod retire;
 mod taint;
 
 pub use config::{

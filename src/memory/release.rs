@@ -52,6 +52,8 @@ pub(crate) struct ReleaseQueue {
     /// Length of `others`, written under its lock; lets the owner skip the
     /// lock when nothing waits there.
     others_waiting: AtomicUsize,
+    /// Where a manager that retired with pins held waits for them.
+    pub(crate) keeper: super::retire::PinKeeper,
 }
 
 /// The head that marks a closed queue. Never dereferenced; an address no
@@ -66,6 +68,7 @@ impl Default for ReleaseQueue {
             cells: AtomicPtr::new(ptr::null_mut()),
             others: Mutex::new(Vec::new()),
             others_waiting: AtomicUsize::new(0),
+            keeper: super::retire::PinKeeper::default(),
         }
     }
 }

@@ -219,7 +219,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
                 self.slots[slot as usize]
                     .live
                     .as_ref()
-                    .is_some_and(|live| live.cell.pins.load(Ordering::SeqCst) != 0)
+                    .is_some_and(super::manager::Live::is_pinned)
             });
             if pinned {
                 continue;
@@ -310,6 +310,11 @@ impl<S: DeviceStorage> MemoryManager<S> {
             .expect("a carved block has a live slot");
         let (size, aligned, from) = (live.size, live.aligned, live.placement);
         let cell = live.cell.clone();
+        // A pin through a cell it was bound away from holds it too (no
+        // client can pin those afresh: their address is unpublished).
+        if live.retired.iter().any(|old| super::manager::is_pinned(old)) {
+            return Ok(None);
+        }
         if cell
             .pins
             .compare_exchange(0, MOVING, Ordering::SeqCst, Ordering::SeqCst)

@@ -9,13 +9,31 @@
 use std::fmt;
 use std::ops::Range;
 
-/// Names one failure recorded in an [`ErrorGraph`].
+/// Names one failure recorded in an [`ErrorGraph`]: the graph's scope in
+/// the high 32 bits (each manager's graph has its own, so a failure recorded
+/// on one stream is unknown on every other) and its index in the low 32.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct FailureId(pub u32);
+pub struct FailureId(pub u64);
+
+impl FailureId {
+    fn new(scope: u32, index: u32) -> Self {
+        Self((u64::from(scope) << 32) | u64::from(index))
+    }
+
+    /// The graph that recorded it.
+    fn scope(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+
+    /// Its place in that graph.
+    fn index(self) -> usize {
+        self.0 as u32 as usize
+    }
+}
 
 impl fmt::Display for FailureId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "failure#{}", self.0)
+        write!(f, "failure#{}.{}", self.scope(), self.index())
     }
 }
 
@@ -32,15 +50,33 @@ struct Failure {
 /// *because of* the failure that tainted it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ErrorGraph {
-    /// By id.
+    /// Which graph this is: the high half of every id it hands out.
+    scope: u32,
+    /// By index.
     failures: Vec<Failure>,
 }
 
 impl ErrorGraph {
+    /// An empty graph whose ids carry `scope` (a manager passes its own
+    /// identity, so ids from other managers are refused).
+    pub(crate) fn scoped(scope: u32) -> Self {
+        Self {
+            scope,
+            failures: Vec::new(),
+        }
+    }
+
+    fn get(&self, id: FailureId) -> Option<&Failure> {
+        if id.scope() != self.scope {
+            return None;
+        }
+        self.failures.get(id.index())
+    }
+
     /// Record a failure caused by `causes` (which must be recorded already;
     /// unknown ones are dropped, so the graph stays acyclic).
     pub fn record(&mut self, message: impl Into<String>, causes: &[FailureId]) -> FailureId {
-        let id = FailureId(self.failures.len() as u32);
+        let id = FailureId::new(self.scope, self.failures.len() as u32);
         let causes = causes
             .iter()
             .copied()
@@ -55,19 +91,17 @@ impl ErrorGraph {
 
     /// Whether `id` was recorded here.
     pub fn contains(&self, id: FailureId) -> bool {
-        (id.0 as usize) < self.failures.len()
+        self.get(id).is_some()
     }
 
     /// What went wrong.
     pub fn message(&self, id: FailureId) -> Option<&str> {
-        self.failures.get(id.0 as usize).map(|f| f.message.as_str())
+        self.get(id).map(|f| f.message.as_str())
     }
 
     /// The direct causes of `id`.
     pub fn causes(&self, id: FailureId) -> &[FailureId] {
-        self.failures
-            .get(id.0 as usize)
-            .map_or(&[], |f| f.causes.as_slice())
+        self.get(id).map_or(&[], |f| f.causes.as_slice())
     }
 
     /// The failures with no cause that `id` descends from (itself if it has none).
@@ -187,7 +221,7 @@ mod tests {
 
     #[test]
     fn a_write_clears_exactly_what_it_wrote() {
-        let (a, b) = (FailureId(0), FailureId(1));
+        let (a, b) = (FailureId::new(0, 0), FailureId::new(0, 1));
         let mut taint = TaintRanges::default();
         taint.taint(0..100, a);
         taint.taint(50..150, b);
@@ -207,6 +241,9 @@ mod tests {
         let oom = graph.record("copy failed", &[]);
         let kernel = graph.record("kernel read tainted input", &[oom]);
         let bogus = graph.record("unrelated", &[FailureId(99)]);
+        let foreign = ErrorGraph::scoped(7).record("elsewhere", &[]);
+        assert!(!graph.contains(foreign));
+        assert_eq!(graph.message(foreign), None);
         assert_eq!(graph.roots(kernel), vec![oom]);
         assert!(graph.caused_by(kernel, oom));
         assert!(!graph.caused_by(oom, kernel));

@@ -271,7 +271,9 @@ impl StreamActor {
         }
         self.wait_for_pins();
         let pinned_at_exit = self.memory.pinned_count();
-        self.memory.release_everything();
+        // Pages under a pin that outlived the wait stay until it drops
+        // (`run` hands them to the pins as the thread ends).
+        self.memory.release_unpinned();
         let bytes_left = self.memory.bytes_allocated();
         self.publish();
         self.shared.set_stopped();
@@ -332,8 +334,8 @@ impl StreamActor {
         match served {
             Ok(()) => {
                 if shared.is_running() {
-                    // Every handle dropped: nothing can reach the pages.
-                    self.memory.release_everything();
+                    // Every handle dropped: only pins can reach the pages.
+                    self.memory.release_unpinned();
                     self.publish();
                 }
                 shared.set_stopped();
@@ -372,6 +374,10 @@ impl StreamActor {
         drop(inbox);
         shared.set_exited();
         self.device.notify(Notice::Event(event));
+        // Last: the pages pins still hold go with the last pin (a failed
+        // stream's too: a pinned address never dangles).
+        let StreamActor { memory, .. } = self;
+        memory.retire();
     }
 
     fn serve(&mut self, inbox: &Receiver<Request>) {

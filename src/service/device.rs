@@ -131,7 +131,7 @@ impl DeviceShared {
 
     pub(crate) fn stats(&self) -> DeviceStats {
         DeviceStats {
-            bytes_reserved: self.meter.granted(),
+            bytes_reserved: self.meter.held(),
             peak_bytes_reserved: self.meter.peak(),
             bytes_in_use: self.in_use.load(Ordering::Relaxed),
             peak_bytes_in_use: self.peak_in_use.load(Ordering::Relaxed),

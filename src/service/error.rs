@@ -28,6 +28,15 @@ pub enum ServiceError {
         /// The panic's message.
         message: String,
     },
+    /// More streams than the device runs at once
+    /// ([`ServiceConfig::max_streams`](super::ServiceConfig::max_streams)).
+    #[error("{requested} streams asked for; this device runs at most {limit} (ServiceConfig::max_streams)")]
+    TooManyStreams {
+        /// Streams that would run.
+        requested: usize,
+        /// The most the device runs.
+        limit: usize,
+    },
     /// The supervisor is shut down: no stream can be created.
     #[error("the supervisor is shut down")]
     SupervisorStopped,

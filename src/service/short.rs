@@ -61,8 +61,13 @@ pub(crate) struct Pending {
 }
 
 impl Pending {
+    /// The bytes asked for in all. Sizes come from the caller: their sum
+    /// saturates (a total past `u64::MAX` is refused as too large by the
+    /// manager, never an overflow that takes the stream down).
     fn requested(&self) -> u64 {
-        self.sizes.iter().sum()
+        self.sizes
+            .iter()
+            .fold(0u64, |total, size| total.saturating_add(*size))
     }
 
     pub(crate) fn answer(self, result: Result<Allocations, ServiceError>) {

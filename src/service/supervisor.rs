@@ -66,6 +66,11 @@ pub struct ServiceConfig {
     pub settle: Option<Settle>,
     /// Record every stream's reservations, frees and failures here.
     pub recorder: Option<Arc<TraceRecorder>>,
+    /// The most streams (each one actor thread) the device runs at once;
+    /// [`Supervisor::stream`] refuses more with
+    /// [`ServiceError::TooManyStreams`], so an id from untrusted input (a
+    /// trace, a request) cannot spawn threads without bound.
+    pub max_streams: usize,
 }
 
 impl Default for ServiceConfig {
@@ -84,6 +89,7 @@ impl Default for ServiceConfig {
             headroom: Some(Headroom::default()),
             settle: Some(Settle::default()),
             recorder: None,
+            max_streams: 256,
         }
     }
 }
@@ -104,8 +110,13 @@ pub struct Supervisor {
     factory: StorageFactory,
     /// The registry.
     streams: Mutex<HashMap<StreamId, StreamEntry>>,
-    /// Set once shut down.
+    /// Set once shut down, under the `streams` lock (so a stream is either
+    /// registered before shutdown drains the registry, or refused).
     stopped: AtomicBool,
+    /// Held by a removal for its whole course and by shutdown before it
+    /// starts, so `shutdown` returns only after every removal under way
+    /// has stopped its stream.
+    lifecycle: Mutex<()>,
     /// What the streams share: budget, registry, the coordinator's channel.
     device: Arc<DeviceShared>,
     /// How the coordinator reaches each stream.
@@ -158,6 +169,7 @@ impl Supervisor {
             factory,
             streams: Mutex::new(HashMap::new()),
             stopped: AtomicBool::new(false),
+            lifecycle: Mutex::new(()),
             device,
             links,
             subscribers,
@@ -234,11 +246,23 @@ impl Supervisor {
 
     /// The handle of stream `id`, spawning its actor if it has none (or
     /// replacing one that stopped or failed).
+    ///
+    /// # Errors
+    /// [`ServiceError::SupervisorStopped`] once shut down,
+    /// [`ServiceError::TooManyStreams`] past [`ServiceConfig::max_streams`],
+    /// [`ServiceError::StorageUnavailable`] when the storage factory fails.
     pub fn stream(&self, id: StreamId) -> Result<StreamHandle, ServiceError> {
+        let mut streams = self.streams.lock();
+        // Checked under the registry's lock, where `shutdown` sets it.
         if self.stopped.load(Ordering::Acquire) {
             return Err(ServiceError::SupervisorStopped);
         }
-        let mut streams = self.streams.lock();
+        if !streams.contains_key(&id) && streams.len() >= self.config.max_streams {
+            return Err(ServiceError::TooManyStreams {
+                requested: streams.len() + 1,
+                limit: self.config.max_streams,
+            });
+        }
         if let Some(entry) = streams.get(&id) {
             if entry.handle.connection.shared.is_running() {
                 return Ok(entry.handle.clone());
@@ -315,6 +339,7 @@ impl Supervisor {
 
     /// Shut stream `id` down and forget it.
     pub fn remove_stream(&self, id: StreamId) -> Result<ShutdownReport, ServiceError> {
+        let _removal = self.lifecycle.lock();
         let entry = self.streams.lock().remove(&id);
         let Some(mut entry) = entry else {
             return Err(ServiceError::StreamStopped(id));
@@ -343,8 +368,13 @@ impl Supervisor {
     /// and join their threads. Handles that outlive it answer
     /// `StreamStopped`. Idempotent.
     pub fn shutdown(&self) -> Vec<Result<ShutdownReport, ServiceError>> {
-        self.stopped.store(true, Ordering::Release);
-        let entries: Vec<_> = self.streams.lock().drain().collect();
+        // Waits for a removal under way: its stream stops before we return.
+        let _lifecycle = self.lifecycle.lock();
+        let entries: Vec<_> = {
+            let mut streams = self.streams.lock();
+            self.stopped.store(true, Ordering::Release);
+            streams.drain().collect()
+        };
         let mut reports = Vec::new();
         for (id, mut entry) in entries {
             self.forget(id);

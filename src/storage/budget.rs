@@ -15,9 +15,13 @@ use crate::sync::atomic::{AtomicU64, Ordering};
 pub struct DeviceBudget {
     /// The most bytes that may be granted at once.
     limit: u64,
-    /// Bytes granted now.
+    /// Bytes granted now, grants whose allocation is still under way
+    /// included (what the limit is checked against).
     granted: AtomicU64,
-    /// The most bytes granted at once.
+    /// Bytes of grants whose allocation succeeded (what the peak follows:
+    /// a grant the storage then refuses never counts).
+    held: AtomicU64,
+    /// The most bytes held at once.
     peak: AtomicU64,
 }
 
@@ -27,6 +31,7 @@ impl DeviceBudget {
         Self {
             limit,
             granted: AtomicU64::new(0),
+            held: AtomicU64::new(0),
             peak: AtomicU64::new(0),
         }
     }
@@ -47,13 +52,31 @@ impl DeviceBudget {
         self.granted.load(Ordering::SeqCst)
     }
 
-    /// The most bytes granted at once.
+    /// Bytes of grants whose allocation succeeded and that are not given
+    /// back yet: what the device's storages hold.
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::SeqCst)
+    }
+
+    /// The most bytes held at once: grants whose allocation succeeded.
     pub fn peak(&self) -> u64 {
         self.peak.load(Ordering::SeqCst)
     }
 
-    /// Grant `bytes` if they fit under the limit.
+    /// Grant `bytes` if they fit under the limit, and count them as held at
+    /// once (for a caller that holds the bytes as soon as they are granted).
     pub fn try_grant(&self, bytes: u64) -> bool {
+        let granted = self.try_reserve(bytes);
+        if granted {
+            self.commit(bytes);
+        }
+        granted
+    }
+
+    /// Reserve `bytes` under the limit for an allocation about to be made;
+    /// [`commit`](Self::commit) them once it succeeded, or
+    /// [`give_back`](Self::give_back) them once it failed.
+    fn try_reserve(&self, bytes: u64) -> bool {
         let mut granted = self.granted.load(Ordering::SeqCst);
         loop {
             let Some(after) = granted
@@ -68,17 +91,27 @@ impl DeviceBudget {
                 Ordering::SeqCst,
                 Ordering::SeqCst,
             ) {
-                Ok(_) => {
-                    self.peak.fetch_max(after, Ordering::SeqCst);
-                    return true;
-                }
+                Ok(_) => return true,
                 Err(now) => granted = now,
             }
         }
     }
 
-    /// Give back `bytes` granted earlier.
+    /// The allocation of `bytes` reserved earlier succeeded.
+    fn commit(&self, bytes: u64) {
+        let held = self.held.fetch_add(bytes, Ordering::SeqCst) + bytes;
+        self.peak.fetch_max(held, Ordering::SeqCst);
+    }
+
+    /// Give back `bytes` granted (and held) earlier.
     pub fn give_back(&self, bytes: u64) {
+        let before = self.held.fetch_sub(bytes, Ordering::SeqCst);
+        debug_assert!(before >= bytes, "gave back more than was held");
+        self.release(bytes);
+    }
+
+    /// Give back a reservation whose allocation failed (never held).
+    fn release(&self, bytes: u64) {
         let before = self.granted.fetch_sub(bytes, Ordering::SeqCst);
         debug_assert!(before >= bytes, "gave back more than was granted");
     }
@@ -111,16 +144,23 @@ impl<S: DeviceStorage> DeviceStorage for BudgetedStorage<S> {
     }
 
     fn allocate(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
-        if !self.budget.try_grant(size) {
+        if !self.budget.try_reserve(size) {
             return Err(StorageError::OutOfMemory {
                 requested: size,
                 held: self.budget.granted(),
                 capacity: self.budget.limit(),
             });
         }
-        self.inner.allocate(size).inspect_err(|_| {
-            self.budget.give_back(size);
-        })
+        match self.inner.allocate(size) {
+            Ok(handle) => {
+                self.budget.commit(size);
+                Ok(handle)
+            }
+            Err(err) => {
+                self.budget.release(size);
+                Err(err)
+            }
+        }
     }
 
     fn deallocate(&mut self, id: StorageId) {

@@ -78,29 +78,15 @@ impl HostPage {
         self.layout.size() as u64
     }
 
-    /// The bytes `handle` names, after its range was checked against this page.
-    fn bytes(&self, handle: &StorageHandle) -> &[u8] {
-        // SAFETY: `check_range` proved offset + size <= the page's size, the
-        // block is zero-initialised and lives as long as `self`, and the
-        // shared borrow of `self` excludes writers through this storage.
-        unsafe {
-            std::slice::from_raw_parts(
-                self.ptr.as_ptr().add(handle.offset as usize),
-                handle.size as usize,
-            )
-        }
-    }
-
-    /// The bytes `handle` names, mutably.
-    fn bytes_mut(&mut self, handle: &StorageHandle) -> &mut [u8] {
-        // SAFETY: as in `bytes`, and the unique borrow of `self` makes this
-        // the only live reference into the block from this storage.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                self.ptr.as_ptr().add(handle.offset as usize),
-                handle.size as usize,
-            )
-        }
+    /// A raw pointer to the first byte `handle` names, after its range was
+    /// checked against this page. Never a reference: other allocations on
+    /// the page may be read or written through pinned addresses on other
+    /// threads at any time, so no `&`/`&mut` may ever cover page bytes
+    /// (it would assert exclusive or frozen access to bytes that are not).
+    fn at(&self, handle: &StorageHandle) -> *mut u8 {
+        // SAFETY: `check_range` proved offset + size <= the page's size, so
+        // the offset stays inside the block.
+        unsafe { self.ptr.as_ptr().add(handle.offset as usize) }
     }
 }
 
@@ -198,14 +184,17 @@ impl DeviceStorage for HostStorage {
             .get_mut(&handle.id)
             .ok_or(StorageError::UnknownPage(handle.id))?;
         check_range(handle, page.size(), data.len() as u64)?;
-        page.bytes_mut(handle)[..data.len()].copy_from_slice(data);
+        // SAFETY: the range was checked to lie inside the live block, and
+        // `data` is caller memory, never page memory: they cannot overlap.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), page.at(handle), data.len()) };
         Ok(())
     }
 
     fn read(&mut self, handle: &StorageHandle, out: &mut [u8]) -> Result<(), StorageError> {
         let page = self.page(handle.id)?;
         check_range(handle, page.size(), out.len() as u64)?;
-        out.copy_from_slice(&page.bytes(handle)[..out.len()]);
+        // SAFETY: as in `write`, the other way round.
+        unsafe { std::ptr::copy_nonoverlapping(page.at(handle), out.as_mut_ptr(), out.len()) };
         Ok(())
     }
 
@@ -216,24 +205,16 @@ impl DeviceStorage for HostStorage {
                 to: to.size,
             });
         }
-        check_range(from, self.page(from.id)?.size(), 0)?;
-        check_range(to, self.page(to.id)?.size(), 0)?;
-        if from.id == to.id {
-            let page = self.pages.get_mut(&from.id).expect("checked above");
-            let whole = StorageHandle::whole(from.id, page.size());
-            page.bytes_mut(&whole).copy_within(
-                from.offset as usize..from.end() as usize,
-                to.offset as usize,
-            );
-            return Ok(());
-        }
-        let source = self.pages.remove(&from.id).expect("checked above");
-        let result = self
-            .pages
-            .get_mut(&to.id)
-            .map(|target| target.bytes_mut(to).copy_from_slice(source.bytes(from)));
-        self.pages.insert(from.id, source);
-        result.ok_or(StorageError::UnknownPage(to.id))
+        let source = self.page(from.id)?;
+        check_range(from, source.size(), 0)?;
+        let target = self.page(to.id)?;
+        check_range(to, target.size(), 0)?;
+        // SAFETY: both ranges were checked to lie inside live blocks of
+        // their pages. `ptr::copy` allows the ranges to overlap (a move
+        // within one page), and raw pointers assert nothing about the rest
+        // of either page, which pinned clients may be using meanwhile.
+        unsafe { std::ptr::copy(source.at(from), target.at(to), from.size as usize) };
+        Ok(())
     }
 
     fn bytes_allocated(&self) -> u64 {

@@ -102,7 +102,7 @@ pub enum StorageError {
     #[error("unknown {0}")]
     UnknownPage(StorageId),
     /// The range does not lie inside its page.
-    #[error("range {offset}..{end} lies outside {id} of {page_size} bytes", end = offset + len)]
+    #[error("{len} bytes at offset {offset} lie outside {id} of {page_size} bytes")]
     OutOfRange {
         /// The page.
         id: StorageId,

@@ -64,7 +64,7 @@ impl DeviceStorage for VirtualStorage {
     }
 
     fn allocate(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
-        if size == 0 || size >= 1 << ADDRESS_WINDOW_BITS {
+        if size == 0 || size > 1 << ADDRESS_WINDOW_BITS {
             return Err(StorageError::InvalidSize(size));
         }
         let id = StorageId(self.next_id);

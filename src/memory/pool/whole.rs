@@ -88,10 +88,15 @@ impl WholePagePool {
         self.max_alloc_size
     }
 
-    /// The page size (and reuse key) for an aligned request.
+    /// The page size (and reuse key) for an aligned request. A size class
+    /// is capped at the largest page the device allows (which need not be a
+    /// power of two): the classes above the cap share one page size, and
+    /// every request routed here fits it.
     fn key(&self, aligned: u64) -> u64 {
         match self.kind {
-            PoolKind::ExclusivePages => bins::class_size(bins::round_up(aligned)),
+            PoolKind::ExclusivePages => bins::class_size(bins::round_up(aligned))
+                .min(self.max_alloc_size)
+                .max(aligned),
             _ => aligned,
         }
     }
