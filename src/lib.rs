@@ -63,4 +63,6 @@ pub mod service;
 pub mod simulate;
 pub mod storage;
 pub(crate) mod sync;
+#[cfg(not(streamalloc_loom))]
+pub mod timeline;
 pub mod trace;

@@ -1,19 +1,28 @@
 //! Replaying a trace through the service: each trace stream gets a stream
-//! actor, each allocation a reservation, each free a dropped handle. What
-//! comes out is what a device of that size would have needed under this
-//! allocator: peak live and peak reserved bytes, failures, time per event.
+//! actor, each allocation a reservation, each free a dropped handle, and
+//! each device of the trace its own [`Supervisor`]. What comes out is what
+//! a device of that size would have needed under this allocator: peak live
+//! and peak reserved bytes, failures, time per event, and where the trace
+//! recorded its own allocator's device memory (a PyTorch snapshot's
+//! segments), that allocator's peak beside ours.
+//!
+//! Events are taken one at a time ([`Replayer::event`]), so a trace read as
+//! a stream replays in memory proportional to what it holds live, not to
+//! its length.
 
-use crate::memory::StreamId;
-use crate::plot::Timeline;
+use crate::memory::{Allocation, StreamId};
 use crate::service::{ServiceError, StreamHandle, Supervisor};
+use crate::timeline::Timeline;
 use crate::trace::{TraceAction, TraceEvent};
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Instant;
 
-/// What a replay measured.
+/// What a replay measured (of one device, or the total of several).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReplayReport {
+    /// The device this covers; `None` for the total of several.
+    pub device: Option<u32>,
     /// Events replayed.
     pub events: u64,
     /// Allocations served.
@@ -22,10 +31,15 @@ pub struct ReplayReport {
     pub frees: u64,
     /// Allocations this allocator could not serve (out of memory, too large).
     pub failures: u64,
+    /// Why the first of those failed.
+    pub first_failure: Option<String>,
     /// Failures the trace itself recorded.
     pub trace_failures: u64,
     /// Frees of pointers the trace never allocated (counted, not fatal).
     pub unknown_frees: u64,
+    /// Pointers allocated again without a free: the old allocation is
+    /// freed first (counted, not fatal).
+    pub implicit_frees: u64,
     /// Streams in the trace.
     pub streams: usize,
     /// The most bytes live at once, per the trace.
@@ -34,6 +48,12 @@ pub struct ReplayReport {
     pub peak_reserved_bytes: u64,
     /// `peak_reserved_bytes / peak_live_bytes`.
     pub reserved_over_live: f64,
+    /// What the recording allocator held at most (a PyTorch snapshot's
+    /// reserved bytes), where the trace records it.
+    pub recorded_peak_reserved_bytes: Option<u64>,
+    /// `recorded_peak_reserved_bytes - peak_reserved_bytes`: what this
+    /// allocator saves over the recorded one (negative: it needs more).
+    pub saved_bytes: Option<i64>,
     /// Wall time per event, nanoseconds.
     pub ns_per_op: f64,
     /// Allocations moved by relocations.
@@ -50,141 +70,507 @@ pub struct ReplayReport {
     pub budget: Option<u64>,
     /// With a budget: whether every allocation the trace served was served.
     pub fits: Option<bool>,
+    /// Per device, when the trace names more than one (the fields above are
+    /// then their sums, and the ratios those of the sums).
+    pub devices: Vec<ReplayReport>,
 }
 
-/// Replay `events` through `supervisor`'s streams. `timeline`, if given,
-/// gets a sample every `sample_every` events; `progress` is told how many
-/// events are done.
+impl ReplayReport {
+    fn empty(device: Option<u32>, budget: Option<u64>) -> Self {
+        Self {
+            device,
+            events: 0,
+            allocations: 0,
+            frees: 0,
+            failures: 0,
+            first_failure: None,
+            trace_failures: 0,
+            unknown_frees: 0,
+            implicit_frees: 0,
+            streams: 0,
+            peak_live_bytes: 0,
+            peak_reserved_bytes: 0,
+            reserved_over_live: 0.0,
+            recorded_peak_reserved_bytes: None,
+            saved_bytes: None,
+            ns_per_op: 0.0,
+            relocated: 0,
+            settled_live_bytes: 0,
+            settled_reserved_bytes: 0,
+            settled_reserved_over_live: 0.0,
+            budget,
+            fits: None,
+            devices: Vec::new(),
+        }
+    }
+
+    /// Fill the ratios and the comparison from the totals.
+    fn derive(&mut self) {
+        self.reserved_over_live = ratio(self.peak_reserved_bytes, self.peak_live_bytes);
+        self.settled_reserved_over_live =
+            ratio(self.settled_reserved_bytes, self.settled_live_bytes);
+        self.saved_bytes = self
+            .recorded_peak_reserved_bytes
+            .map(|recorded| saturating_i64(i128::from(recorded) - i128::from(self.peak_reserved_bytes)));
+        if self.budget.is_some() {
+            self.fits = Some(self.failures == 0);
+        }
+    }
+
+    /// The sum of per-device reports.
+    fn total(devices: Vec<ReplayReport>) -> ReplayReport {
+        let mut total = ReplayReport::empty(None, None);
+        let sum_opt = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        };
+        for d in &devices {
+            total.events += d.events;
+            total.allocations += d.allocations;
+            total.frees += d.frees;
+            total.failures += d.failures;
+            total.first_failure = total.first_failure.take().or_else(|| d.first_failure.clone());
+            total.trace_failures += d.trace_failures;
+            total.unknown_frees += d.unknown_frees;
+            total.implicit_frees += d.implicit_frees;
+            total.streams += d.streams;
+            total.peak_live_bytes += d.peak_live_bytes;
+            total.peak_reserved_bytes += d.peak_reserved_bytes;
+            total.recorded_peak_reserved_bytes =
+                sum_opt(total.recorded_peak_reserved_bytes, d.recorded_peak_reserved_bytes);
+            total.relocated += d.relocated;
+            total.settled_live_bytes += d.settled_live_bytes;
+            total.settled_reserved_bytes += d.settled_reserved_bytes;
+            total.budget = sum_opt(total.budget, d.budget);
+        }
+        total.ns_per_op = devices.first().map_or(0.0, |d| d.ns_per_op);
+        total.derive();
+        total.devices = devices;
+        total
+    }
+}
+
+/// A device's supervisor: made for the replay, or lent by the caller.
+enum Device<'s> {
+    Owned(Box<Supervisor>),
+    Lent(&'s Supervisor),
+}
+
+impl std::ops::Deref for Device<'_> {
+    type Target = Supervisor;
+
+    fn deref(&self) -> &Supervisor {
+        match self {
+            Device::Owned(supervisor) => supervisor,
+            Device::Lent(supervisor) => supervisor,
+        }
+    }
+}
+
+/// One device being replayed.
+struct DeviceRun<'s> {
+    supervisor: Device<'s>,
+    /// Stream index by (trace device, trace stream).
+    streams: HashMap<(u32, u64), usize>,
+    handles: Vec<StreamHandle>,
+    /// Live bytes per stream.
+    live_bytes: Vec<u64>,
+    /// Live bytes, all streams.
+    live: u64,
+    /// The recording allocator's reserved bytes now (`None` until the
+    /// trace says).
+    recorded: Option<i128>,
+    report: ReplayReport,
+}
+
+impl DeviceRun<'_> {
+    fn stream(&mut self, device: u32, stream: u64) -> Result<usize, ServiceError> {
+        if let Some(index) = self.streams.get(&(device, stream)) {
+            return Ok(*index);
+        }
+        let index = self.handles.len();
+        let id = u32::try_from(index).map_err(|_| ServiceError::TooManyStreams {
+            requested: index + 1,
+            limit: u32::MAX as usize,
+        })?;
+        self.handles.push(self.supervisor.stream(StreamId(id))?);
+        self.live_bytes.push(0);
+        self.streams.insert((device, stream), index);
+        Ok(index)
+    }
+
+    fn reserved(&self) -> u64 {
+        self.supervisor.device_stats().bytes_reserved
+    }
+}
+
+/// Drives trace events through one supervisor per device, one event at a
+/// time, then reports ([`finish`](Self::finish)).
+pub struct Replayer<'s> {
+    /// Makes a device's supervisor (`None`: every device shares one lent
+    /// supervisor, and `devices` holds only key 0).
+    make: Option<Box<dyn FnMut(u32) -> Supervisor + 's>>,
+    devices: BTreeMap<u32, DeviceRun<'s>>,
+    /// Live allocations by (device, id): (stream index, handle).
+    live: HashMap<(u32, u64), (usize, Allocation)>,
+    /// Ids whose allocation failed here: their frees are expected.
+    failed: HashSet<(u32, u64)>,
+    timeline: Option<Timeline>,
+    /// Relocations already marked on the timeline.
+    relocated_seen: u64,
+    /// Meter peaks already marked on the timeline, per device.
+    peaks_seen: BTreeMap<u32, u64>,
+    events: u64,
+    started: Instant,
+}
+
+impl std::fmt::Debug for Replayer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replayer")
+            .field("devices", &self.devices.len())
+            .field("events", &self.events)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'s> Replayer<'s> {
+    /// A replay whose devices each get the supervisor `make` builds.
+    pub fn new(make: impl FnMut(u32) -> Supervisor + 's) -> Self {
+        Self::with(Some(Box::new(make)), BTreeMap::new())
+    }
+
+    /// A replay of every device of the trace on one `supervisor` (ids and
+    /// streams kept apart per device).
+    pub fn on(supervisor: &'s Supervisor) -> Self {
+        let mut devices = BTreeMap::new();
+        devices.insert(0, Self::run(Device::Lent(supervisor), 0));
+        Self::with(None, devices)
+    }
+
+    fn with(
+        make: Option<Box<dyn FnMut(u32) -> Supervisor + 's>>,
+        devices: BTreeMap<u32, DeviceRun<'s>>,
+    ) -> Self {
+        Self {
+            make,
+            devices,
+            live: HashMap::new(),
+            failed: HashSet::new(),
+            timeline: None,
+            relocated_seen: 0,
+            peaks_seen: BTreeMap::new(),
+            events: 0,
+            started: Instant::now(),
+        }
+    }
+
+    fn run(supervisor: Device<'s>, device: u32) -> DeviceRun<'s> {
+        let budget = supervisor.budget().map(|b| b.limit());
+        DeviceRun {
+            supervisor,
+            streams: HashMap::new(),
+            handles: Vec::new(),
+            live_bytes: Vec::new(),
+            live: 0,
+            recorded: None,
+            report: ReplayReport::empty(Some(device), budget),
+        }
+    }
+
+    /// Keep memory over time for a plot ([`timeline`](Self::timeline)).
+    pub fn record_timeline(&mut self) {
+        let mut timeline = Timeline::new(Vec::new(), "event");
+        timeline.budget = self
+            .devices
+            .values()
+            .next()
+            .and_then(|run| run.report.budget);
+        self.timeline = Some(timeline);
+    }
+
+    /// The timeline kept so far.
+    pub fn timeline(&self) -> Option<&Timeline> {
+        self.timeline.as_ref()
+    }
+
+    /// Events replayed so far.
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+
+    fn device(&mut self, device: u32) -> &mut DeviceRun<'s> {
+        device_run(&mut self.devices, &mut self.make, &mut self.timeline, device)
+    }
+
+    /// Replay one event.
+    ///
+    /// # Errors
+    /// A stream that stopped or failed, or more streams than a device runs
+    /// ([`ServiceError::TooManyStreams`]). Allocations this allocator cannot
+    /// serve are not errors: they are counted as failures.
+    pub fn event(&mut self, event: &TraceEvent) -> Result<(), ServiceError> {
+        self.events += 1;
+        let key = (event.device, event.id);
+        let mut failed_now = false;
+        match event.action {
+            TraceAction::Alloc => {
+                let reused = self.live.remove(&key);
+                self.failed.remove(&key);
+                let run = device_run(
+                    &mut self.devices,
+                    &mut self.make,
+                    &mut self.timeline,
+                    event.device,
+                );
+                run.report.events += 1;
+                if let Some((stream, old)) = reused {
+                    // A pointer reused without its free: the old one is gone.
+                    run.report.implicit_frees += 1;
+                    run.live_bytes[stream] -= old.size();
+                    run.live -= old.size();
+                }
+                if event.size > 0 {
+                    let stream = run.stream(event.device, event.stream)?;
+                    match run.handles[stream].reserve(event.size) {
+                        Ok(allocation) => {
+                            run.report.allocations += 1;
+                            run.live_bytes[stream] += event.size;
+                            run.live += event.size;
+                            run.report.peak_live_bytes = run.report.peak_live_bytes.max(run.live);
+                            self.live.insert(key, (stream, allocation));
+                        }
+                        Err(err @ (ServiceError::Memory(_) | ServiceError::OutOfMemory(_))) => {
+                            run.report.failures += 1;
+                            if run.report.first_failure.is_none() {
+                                run.report.first_failure = Some(format!(
+                                    "event {}: {} bytes: {err}",
+                                    self.events, event.size
+                                ));
+                            }
+                            failed_now = true;
+                            self.failed.insert(key);
+                        }
+                        Err(other) => return Err(other),
+                    }
+                }
+            }
+            TraceAction::Free => {
+                let freed = self.live.remove(&key);
+                let expected = freed.is_none() && self.failed.remove(&key);
+                let run = self.device(event.device);
+                run.report.events += 1;
+                match freed {
+                    Some((stream, allocation)) => {
+                        run.report.frees += 1;
+                        run.live_bytes[stream] -= allocation.size();
+                        run.live -= allocation.size();
+                    }
+                    None if expected => {}
+                    None => run.report.unknown_frees += 1,
+                }
+            }
+            TraceAction::AllocFailure => {
+                let run = self.device(event.device);
+                run.report.events += 1;
+                run.report.trace_failures += 1;
+            }
+            TraceAction::SegmentAlloc | TraceAction::SegmentFree => {
+                let run = self.device(event.device);
+                run.report.events += 1;
+                let change = i128::from(event.size);
+                let now = run.recorded.unwrap_or(0)
+                    + if event.action == TraceAction::SegmentAlloc {
+                        change
+                    } else {
+                        -change
+                    };
+                run.recorded = Some(now);
+                let peak = u64::try_from(now.max(0)).unwrap_or(u64::MAX);
+                let recorded = &mut run.report.recorded_peak_reserved_bytes;
+                *recorded = Some(recorded.unwrap_or(0).max(peak));
+            }
+        }
+        if self.timeline.is_some() {
+            self.sample(failed_now);
+        }
+        Ok(())
+    }
+
+    /// Widen the timeline's open bucket by the state after this event.
+    fn sample(&mut self, failed: bool) {
+        let live: u64 = self.devices.values().map(|run| run.live).sum();
+        let reserved: u64 = self.devices.values().map(DeviceRun::reserved).sum();
+        let recorded = self
+            .devices
+            .values()
+            .filter_map(|run| run.recorded)
+            .reduce(|a, b| a + b)
+            .map(|r| u64::try_from(r.max(0)).unwrap_or(u64::MAX));
+        // A peak inside a request (a page added before another went) is
+        // not visible between events: the meter's exact peak, where it rose
+        // during this bucket, widens the bucket to it.
+        let mut rise = 0u64;
+        for (device, run) in &self.devices {
+            let stats = run.supervisor.device_stats();
+            let seen = self.peaks_seen.entry(*device).or_insert(0);
+            if stats.peak_bytes_reserved > *seen {
+                rise += stats.peak_bytes_reserved - stats.bytes_reserved;
+                *seen = stats.peak_bytes_reserved;
+            }
+        }
+        let timeline = self.timeline.as_mut().expect("checked by the caller");
+        let x = self.events as f64;
+        timeline.observe(x, live, reserved, recorded);
+        if rise > 0 {
+            timeline.peak_reserved(reserved + rise);
+        }
+        if failed {
+            timeline.failed();
+        }
+        if timeline.bucket_full() {
+            self.close_bucket();
+        }
+    }
+
+    /// Close the timeline's open bucket with each stream's reserved bytes.
+    fn close_bucket(&mut self) {
+        let Some(timeline) = self.timeline.as_mut() else {
+            return;
+        };
+        let mut names = Vec::new();
+        let mut per_stream = Vec::new();
+        let mut relocated = 0;
+        let several = self.make.is_some() && self.devices.len() > 1;
+        for (device, run) in &self.devices {
+            for (index, handle) in run.handles.iter().enumerate() {
+                let stats = handle.stats();
+                relocated += stats.relocated;
+                per_stream.push(stats.bytes_reserved);
+                names.push(if several {
+                    format!("device {device} stream {index}")
+                } else {
+                    format!("stream {index}")
+                });
+            }
+        }
+        if relocated > self.relocated_seen {
+            timeline.relocated(relocated - self.relocated_seen);
+            self.relocated_seen = relocated;
+        }
+        if names.len() > timeline.streams.len() {
+            timeline.streams = names;
+        }
+        timeline.close(per_stream);
+    }
+
+    /// The timeline kept, its open bucket closed (taken: later events are
+    /// not recorded).
+    pub fn take_timeline(&mut self) -> Option<Timeline> {
+        self.close_bucket();
+        self.timeline.take()
+    }
+
+    /// Let every stream see the last releases, wait for the streams to
+    /// settle, and report (per device, and their total when there are
+    /// several).
+    ///
+    /// # Errors
+    /// A stream that stopped or failed on the way.
+    pub fn finish(mut self) -> Result<ReplayReport, ServiceError> {
+        let elapsed = self.started.elapsed();
+        let ns_per_op = elapsed.as_nanos() as f64 / self.events.max(1) as f64;
+        let mut reports = Vec::new();
+        for run in self.devices.values_mut() {
+            for handle in &run.handles {
+                handle.report()?;
+            }
+            let report = &mut run.report;
+            report.ns_per_op = ns_per_op;
+            report.streams = run.handles.len();
+            report.peak_reserved_bytes = run.supervisor.device_stats().peak_bytes_reserved;
+            // The load fell (the trace ended), with what it left live held.
+            report.settled_reserved_bytes = run.supervisor.settled()?.bytes_reserved;
+            report.settled_live_bytes = run.live;
+            report.relocated = run.supervisor.stats().iter().map(|s| s.relocated).sum();
+            report.derive();
+            reports.push(report.clone());
+        }
+        // Handles go before their supervisors.
+        self.live.clear();
+        if self.make.is_none() {
+            let mut report = reports.pop().unwrap_or_else(|| ReplayReport::empty(None, None));
+            report.device = None;
+            return Ok(report);
+        }
+        Ok(match reports.len() {
+            0 => ReplayReport::empty(None, None),
+            1 => reports.pop().expect("one"),
+            _ => ReplayReport::total(reports),
+        })
+    }
+}
+
+/// The run of `device`, its supervisor made on first sight.
+fn device_run<'a, 's>(
+    devices: &'a mut BTreeMap<u32, DeviceRun<'s>>,
+    make: &mut Option<Box<dyn FnMut(u32) -> Supervisor + 's>>,
+    timeline: &mut Option<Timeline>,
+    device: u32,
+) -> &'a mut DeviceRun<'s> {
+    let key = if make.is_some() { device } else { 0 };
+    devices.entry(key).or_insert_with(|| {
+        let make = make.as_mut().expect("only made devices are missing");
+        let run = Replayer::run(Device::Owned(Box::new(make(device))), device);
+        if let Some(timeline) = timeline
+            && timeline.budget.is_none()
+        {
+            timeline.budget = run.report.budget;
+        }
+        run
+    })
+}
+
+/// Replay `events` through `supervisor`'s streams (every device of the
+/// trace on this one supervisor). `timeline`, if given, gets memory over
+/// time; `progress` is told how many events are done every
+/// `sample_every` events.
+///
+/// # Errors
+/// As [`Replayer::event`]; a trace with more streams than
+/// [`ServiceConfig::max_streams`](crate::service::ServiceConfig::max_streams)
+/// is refused before any actor starts.
 pub fn replay(
     events: &[TraceEvent],
     supervisor: &Supervisor,
-    mut timeline: Option<&mut Timeline>,
+    timeline: Option<&mut Timeline>,
     sample_every: usize,
     mut progress: impl FnMut(u64),
 ) -> Result<ReplayReport, ServiceError> {
-    let mut stream_ids: HashMap<u64, usize> = HashMap::new();
-    for event in events {
-        let next = stream_ids.len();
-        stream_ids.entry(event.stream).or_insert(next);
-    }
     // Refused before any actor starts: a trace names its streams freely.
+    let streams: HashSet<(u32, u64)> = events.iter().map(|e| (e.device, e.stream)).collect();
     let limit = supervisor.config().max_streams;
-    if stream_ids.len() > limit {
+    if streams.len() > limit {
         return Err(ServiceError::TooManyStreams {
-            requested: stream_ids.len(),
+            requested: streams.len(),
             limit,
         });
     }
-    let handles: Vec<StreamHandle> = (0..stream_ids.len().max(1))
-        .map(|i| supervisor.stream(StreamId(i as u32)))
-        .collect::<Result<_, _>>()?;
-    if let Some(timeline) = timeline.as_deref_mut() {
-        *timeline = Timeline::new(
-            (0..handles.len()).map(|i| format!("stream {i}")).collect(),
-            "event",
-        );
+    let mut replayer = Replayer::on(supervisor);
+    let want_timeline = timeline.is_some();
+    if want_timeline {
+        replayer.record_timeline();
     }
-    let mut live = HashMap::new();
-    // Ids whose allocation failed here: their frees are expected.
-    let mut failed_ids = std::collections::HashSet::new();
-    let mut live_bytes = vec![0u64; handles.len()];
-    let mut report = ReplayReport {
-        events: events.len() as u64,
-        allocations: 0,
-        frees: 0,
-        failures: 0,
-        trace_failures: 0,
-        unknown_frees: 0,
-        streams: stream_ids.len(),
-        peak_live_bytes: 0,
-        peak_reserved_bytes: 0,
-        reserved_over_live: 0.0,
-        ns_per_op: 0.0,
-        relocated: 0,
-        settled_live_bytes: 0,
-        settled_reserved_bytes: 0,
-        settled_reserved_over_live: 0.0,
-        budget: supervisor.budget().map(|b| b.limit()),
-        fits: None,
-    };
-    let mut relocated_seen = 0;
-    let start = Instant::now();
     for (index, event) in events.iter().enumerate() {
-        let stream = stream_ids[&event.stream];
-        match event.action {
-            TraceAction::Alloc => {
-                if let Some((old_stream, old)) = live.remove(&event.id) {
-                    // A pointer reused without its free: the old one is gone.
-                    live_bytes[old_stream] -= crate::memory::Allocation::size(&old);
-                    drop(old);
-                }
-                if event.size == 0 {
-                    continue;
-                }
-                match handles[stream].reserve(event.size) {
-                    Ok(allocation) => {
-                        report.allocations += 1;
-                        live_bytes[stream] += event.size;
-                        live.insert(event.id, (stream, allocation));
-                        let total: u64 = live_bytes.iter().sum();
-                        report.peak_live_bytes = report.peak_live_bytes.max(total);
-                    }
-                    Err(ServiceError::Memory(_) | ServiceError::OutOfMemory(_)) => {
-                        report.failures += 1;
-                        failed_ids.insert(event.id);
-                        if let Some(timeline) = timeline.as_deref_mut() {
-                            timeline.failures.push(index as f64);
-                        }
-                    }
-                    Err(other) => return Err(other),
-                }
-            }
-            TraceAction::Free => match live.remove(&event.id) {
-                Some((stream, allocation)) => {
-                    report.frees += 1;
-                    live_bytes[stream] -= allocation.size();
-                    drop(allocation);
-                }
-                None if failed_ids.remove(&event.id) => {}
-                None => report.unknown_frees += 1,
-            },
-            TraceAction::AllocFailure => report.trace_failures += 1,
-        }
+        replayer.event(event)?;
         if index % sample_every.max(1) == 0 || index + 1 == events.len() {
             progress(index as u64 + 1);
-            if let Some(timeline) = timeline.as_deref_mut() {
-                let stats: Vec<_> = handles.iter().map(StreamHandle::stats).collect();
-                let relocated: u64 = stats.iter().map(|s| s.relocated).sum();
-                if relocated > relocated_seen {
-                    timeline.relocations.push(index as f64);
-                    relocated_seen = relocated;
-                }
-                timeline.push(
-                    index as f64,
-                    live_bytes.clone(),
-                    stats.iter().map(|s| s.bytes_reserved).collect(),
-                );
-            }
         }
     }
-    let elapsed = start.elapsed();
-    // Let every stream see the last releases before reading the peaks.
-    for handle in &handles {
-        handle.report()?;
+    let kept = replayer.take_timeline();
+    let report = replayer.finish()?;
+    if let (Some(out), Some(kept)) = (timeline, kept) {
+        *out = kept;
     }
-    report.ns_per_op = elapsed.as_nanos() as f64 / events.len().max(1) as f64;
-    report.peak_reserved_bytes = supervisor.device_stats().peak_bytes_reserved;
-    report.reserved_over_live = ratio(report.peak_reserved_bytes, report.peak_live_bytes);
-    // The load fell (the trace ended), with what it left live still held.
-    report.settled_reserved_bytes = supervisor.settled()?.bytes_reserved;
-    report.settled_live_bytes = live_bytes.iter().sum();
-    report.settled_reserved_over_live =
-        ratio(report.settled_reserved_bytes, report.settled_live_bytes);
-    report.relocated = supervisor.stats().iter().map(|s| s.relocated).sum();
-    if report.budget.is_some() {
-        report.fits = Some(report.failures == 0);
-    }
-    drop(live);
     Ok(report)
 }
 
@@ -195,4 +581,8 @@ fn ratio(reserved: u64, live: u64) -> f64 {
     } else {
         reserved as f64 / live as f64
     }
+}
+
+fn saturating_i64(value: i128) -> i64 {
+    i64::try_from(value).unwrap_or(if value < 0 { i64::MIN } else { i64::MAX })
 }

@@ -11,6 +11,55 @@ use serde::Serialize;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// One pool of a stream, as the report shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PoolFigures {
+    /// What kind of pool (`persistent`, `dedicated`, ...).
+    pub kind: String,
+    /// Pages held.
+    pub pages: u64,
+    /// The most pages held at once.
+    pub pages_peak: u64,
+    /// Live allocations.
+    pub allocations: u64,
+    /// Bytes the live allocations asked for.
+    pub bytes_in_use: u64,
+    /// Bytes of the pages held.
+    pub bytes_reserved: u64,
+    /// The most bytes in use at once.
+    pub peak_bytes_in_use: u64,
+    /// The most bytes reserved at once.
+    pub peak_bytes_reserved: u64,
+    /// The largest allocation served.
+    pub largest_alloc: u64,
+    /// The pool's own summary line.
+    #[serde(skip)]
+    pub summary: String,
+}
+
+impl From<&crate::memory::PoolReport> for PoolFigures {
+    fn from(pool: &crate::memory::PoolReport) -> Self {
+        Self {
+            kind: pool.kind.to_string(),
+            pages: pool.pages,
+            pages_peak: pool.pages_peak,
+            allocations: pool.usage.number_allocs,
+            bytes_in_use: pool.usage.bytes_in_use,
+            bytes_reserved: pool.usage.bytes_reserved,
+            peak_bytes_in_use: pool.peak_bytes_in_use,
+            peak_bytes_reserved: pool.peak_bytes_reserved,
+            largest_alloc: pool.largest_alloc,
+            summary: pool.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for PoolFigures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.summary)
+    }
+}
+
 /// A decoder's shapes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ModelShape {
@@ -109,8 +158,8 @@ pub struct StreamFigures {
     pub idle_cleanups: u64,
     /// Allocations relocated.
     pub relocated: u64,
-    /// The pools at the end.
-    pub pools: Vec<String>,
+    /// The pools once the load fell (the weights still held).
+    pub pools: Vec<PoolFigures>,
 }
 
 /// What a simulation measured.
@@ -216,15 +265,14 @@ pub fn simulate(
                     let mut timeline = samples.lock().unwrap();
                     let at = start.elapsed().as_secs_f64();
                     let relocated: u64 = stats.iter().map(|s| s.relocated).sum();
+                    let reserved: Vec<u64> = stats.iter().map(|s| s.bytes_reserved).collect();
+                    let live = stats.iter().map(|s| s.bytes_in_use).sum();
+                    timeline.observe(at, live, reserved.iter().sum(), None);
                     if relocated > relocated_seen {
-                        timeline.relocations.push(at);
+                        timeline.relocated(relocated - relocated_seen);
                         relocated_seen = relocated;
                     }
-                    timeline.push(
-                        at,
-                        stats.iter().map(|s| s.bytes_in_use).collect(),
-                        stats.iter().map(|s| s.bytes_reserved).collect(),
-                    );
+                    timeline.close(reserved);
                     drop(timeline);
                     std::thread::sleep(every);
                 }
@@ -254,11 +302,7 @@ pub fn simulate(
                             Ok(()) => {}
                             Err(ServiceError::OutOfMemory(_) | ServiceError::Memory(_)) => {
                                 failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                samples
-                                    .lock()
-                                    .unwrap()
-                                    .failures
-                                    .push(start.elapsed().as_secs_f64());
+                                samples.lock().unwrap().failed();
                             }
                             Err(other) => return Err(other),
                         }
@@ -279,7 +323,6 @@ pub fn simulate(
     let seconds = start.elapsed().as_secs_f64();
     // The load fell: every request is done, the weights are still held.
     let settled = supervisor.settled()?;
-    drop(weights);
     let recoveries = events
         .drain()
         .iter()
@@ -308,9 +351,12 @@ pub fn simulate(
             round_trip_p99_us: percentile(0.99),
             idle_cleanups: stats.idle_cleanups,
             relocated: stats.relocated,
-            pools: report.pools().map(ToString::to_string).collect(),
+            pools: report.pools().map(PoolFigures::from).collect(),
         });
     }
+    // The pools above were read with the weights held, as the settled
+    // figures were.
+    drop(weights);
     if let Some(timeline) = timeline {
         *timeline = samples.into_inner().unwrap();
     }

@@ -177,13 +177,7 @@ fn item04_deeply_nested_pickle_is_an_error() {
 #[test]
 fn item05_a_trace_with_too_many_streams_is_refused() {
     let events: Vec<TraceEvent> = (0..20_000u64)
-        .map(|stream| TraceEvent {
-            time_ns: stream,
-            stream,
-            action: TraceAction::Alloc,
-            id: stream + 1,
-            size: 256,
-        })
+        .map(|stream| TraceEvent::new(stream, stream, TraceAction::Alloc, stream + 1, 256))
         .collect();
     let device = Supervisor::virtual_device(quiet());
     let err = streamalloc::replay::replay(&events, &device, None, 1, |_| {}).unwrap_err();

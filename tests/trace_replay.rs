@@ -78,7 +78,7 @@ fn malformed_lines_are_named() {
         read_rmm_csv(bad.as_bytes()).unwrap_err(),
         TraceError::Malformed {
             line: 3,
-            message: "unknown action \"explode\"".into()
+            message: "unknown action \"explode\" (allocate, allocate failure, free)".into()
         }
     );
     let short = "Thread,Time,Action,Pointer,Size,Stream\n1,2,allocate\n";
@@ -153,13 +153,16 @@ fn torch_pickle() -> Vec<u8> {
 }
 
 #[test]
-fn torch_snapshots_read_allocations_and_skip_segments() {
+fn torch_snapshots_read_allocations_and_segments() {
     let events = read_torch_snapshot(&torch_pickle()).unwrap();
     let actions: Vec<_> = events.iter().map(|e| e.action).collect();
     use TraceAction::*;
-    assert_eq!(actions, vec![Alloc, Alloc, Free, Alloc, AllocFailure, Free]);
-    assert_eq!(events[1].size, 8 * MIB);
-    assert_eq!(events[2].time_ns, 3000);
+    assert_eq!(
+        actions,
+        vec![SegmentAlloc, Alloc, Alloc, Free, Alloc, AllocFailure, Free]
+    );
+    assert_eq!(events[2].size, 8 * MIB);
+    assert_eq!(events[3].time_ns, 4000, "times count from the first event, a segment_alloc");
 }
 
 fn supervisor(budget: Option<u64>) -> Supervisor {

@@ -1,32 +1,144 @@
 //! This project's trace format: JSON Lines, one event per line
-//! (`docs/trace.md`): `{"time_ns":0,"stream":0,"action":"alloc","id":1,"size":4096}`.
+//! (`docs/trace.md`): `{"time_ns":0,"stream":0,"action":"alloc","id":1,"size":4096}`,
+//! optionally after one `{"meta": {...}}` line that says where the trace
+//! came from (a converted PyTorch snapshot's devices and settings). Read a
+//! line at a time.
 
-use super::{TraceError, TraceEvent};
+use super::{Trace, TraceError, TraceEvent, TraceMeta};
+use serde::{Deserialize, Serialize};
 use std::io::{BufRead, Write};
 
-/// Read JSON Lines events; blank lines are skipped.
-pub fn read_jsonl(input: impl BufRead) -> Result<Vec<TraceEvent>, TraceError> {
-    let mut events = Vec::new();
-    for (index, line) in input.lines().enumerate() {
-        let line = line?;
-        if line.trim().is_empty() {
-            continue;
+/// The first line of a trace that carries its [`TraceMeta`].
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MetaLine {
+    meta: TraceMeta,
+}
+
+/// JSON Lines events, read a line at a time.
+#[derive(Debug)]
+pub struct JsonlReader<R> {
+    input: R,
+    line: String,
+    number: usize,
+    /// The meta line, once read; events follow it.
+    meta: TraceMeta,
+    /// An event read while looking for the meta line.
+    first: Option<TraceEvent>,
+    done: bool,
+}
+
+impl<R: BufRead> JsonlReader<R> {
+    /// Events of `input`; its meta line (if any) is read at once.
+    pub fn new(input: R) -> Result<Self, TraceError> {
+        let mut reader = Self {
+            input,
+            line: String::new(),
+            number: 0,
+            meta: TraceMeta::default(),
+            first: None,
+            done: false,
+        };
+        if let Some(line) = reader.next_line()? {
+            let text = line.trim_start_matches('\u{feff}');
+            if text.trim_start().starts_with("{\"meta\"") {
+                let meta: MetaLine = serde_json::from_str(text).map_err(|err| {
+                    TraceError::Malformed {
+                        line: reader.number,
+                        message: format!("bad meta line: {err}"),
+                    }
+                })?;
+                reader.meta = meta.meta;
+            } else {
+                let text = text.to_string();
+                reader.first = Some(reader.parse(&text)?);
+            }
         }
-        let event = serde_json::from_str(&line).map_err(|err| TraceError::Malformed {
-            line: index + 1,
-            message: err.to_string(),
-        })?;
-        events.push(event);
+        Ok(reader)
     }
-    Ok(events)
+
+    /// What the trace says of itself.
+    pub fn meta(&self) -> &TraceMeta {
+        &self.meta
+    }
+
+    fn next_line(&mut self) -> Result<Option<String>, TraceError> {
+        loop {
+            self.line.clear();
+            if self.input.read_line(&mut self.line)? == 0 {
+                return Ok(None);
+            }
+            self.number += 1;
+            if !self.line.trim().is_empty() {
+                return Ok(Some(self.line.trim_end().to_string()));
+            }
+        }
+    }
+
+    fn parse(&self, text: &str) -> Result<TraceEvent, TraceError> {
+        serde_json::from_str(text).map_err(|err| TraceError::Malformed {
+            line: self.number,
+            message: err.to_string(),
+        })
+    }
+
+    fn next_event(&mut self) -> Result<Option<TraceEvent>, TraceError> {
+        if let Some(first) = self.first.take() {
+            return Ok(Some(first));
+        }
+        match self.next_line()? {
+            Some(line) => self.parse(&line).map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+impl<R: BufRead> Iterator for JsonlReader<R> {
+    type Item = Result<TraceEvent, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let next = self.next_event().transpose();
+        self.done = !matches!(next, Some(Ok(_)));
+        next
+    }
+}
+
+/// Read JSON Lines events whole; blank lines are skipped.
+pub fn read_jsonl(input: impl BufRead) -> Result<Vec<TraceEvent>, TraceError> {
+    JsonlReader::new(input)?.collect()
 }
 
 /// Write events as JSON Lines.
-pub fn write_jsonl(events: &[TraceEvent], mut out: impl Write) -> Result<(), TraceError> {
+pub fn write_jsonl(events: &[TraceEvent], out: impl Write) -> Result<(), TraceError> {
+    write_trace_jsonl(&TraceMeta::default(), events, out)
+}
+
+/// Write a trace as JSON Lines: its meta line first (unless it says
+/// nothing), then its events.
+pub fn write_trace_jsonl(
+    meta: &TraceMeta,
+    events: &[TraceEvent],
+    mut out: impl Write,
+) -> Result<(), TraceError> {
+    let io = |e: serde_json::Error| TraceError::Io(e.to_string());
+    if *meta != TraceMeta::default() {
+        serde_json::to_writer(&mut out, &MetaLine { meta: meta.clone() }).map_err(io)?;
+        out.write_all(b"\n")?;
+    }
     for event in events {
-        serde_json::to_writer(&mut out, event).map_err(|e| TraceError::Io(e.to_string()))?;
+        serde_json::to_writer(&mut out, event).map_err(io)?;
         out.write_all(b"\n")?;
     }
     out.flush()?;
     Ok(())
+}
+
+impl Trace {
+    /// Write this trace as JSON Lines (what `streamalloc convert` writes).
+    pub fn write_jsonl(&self, out: impl Write) -> Result<(), TraceError> {
+        write_trace_jsonl(&self.meta, &self.events, out)
+    }
 }

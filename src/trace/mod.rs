@@ -4,28 +4,40 @@
 //! running service ([`TraceRecorder`]).
 
 mod jsonl;
+mod pickle;
 mod recorder;
 mod rmm;
 mod torch;
 
-pub use jsonl::{read_jsonl, write_jsonl};
+pub use jsonl::{JsonlReader, read_jsonl, write_jsonl, write_trace_jsonl};
 pub use recorder::TraceRecorder;
-pub use rmm::{read_rmm_csv, write_rmm_csv};
-pub use torch::read_torch_snapshot;
+pub use rmm::{RmmReader, read_rmm_csv, write_rmm_csv};
+pub use torch::{read_torch_snapshot, read_torch_trace};
 
 use serde::{Deserialize, Serialize};
+use std::cell::Cell;
+use std::io::{BufReader, Read, Seek};
 use std::path::Path;
+use std::rc::Rc;
 
 /// What happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum TraceAction {
     /// `size` bytes were allocated as `id`.
     Alloc,
     /// `id` was freed.
     Free,
-    /// An allocation of `size` bytes failed.
+    /// An allocation of `size` bytes failed (the recording allocator ran
+    /// out of memory).
     AllocFailure,
+    /// The recording allocator took `size` more bytes from the device (a
+    /// PyTorch segment allocated or mapped). Replay does not act on it: it
+    /// is how much memory the recorded allocator held, to set beside ours.
+    SegmentAlloc,
+    /// The recording allocator gave `size` bytes back to the device.
+    SegmentFree,
 }
 
 /// One event of a trace.
@@ -33,15 +45,86 @@ pub enum TraceAction {
 pub struct TraceEvent {
     /// Nanoseconds since the trace began.
     pub time_ns: u64,
+    /// The device (0 unless the trace names several).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub device: u32,
     /// The stream, as the trace names it.
     pub stream: u64,
     /// What happened.
     pub action: TraceAction,
     /// The allocation (a pointer in RMM and PyTorch traces); an id may be
-    /// reused after its free.
+    /// reused after its free. For segment events, the segment.
     pub id: u64,
     /// Bytes.
     pub size: u64,
+}
+
+fn is_zero(device: &u32) -> bool {
+    *device == 0
+}
+
+impl TraceEvent {
+    /// An event on device 0.
+    pub fn new(time_ns: u64, stream: u64, action: TraceAction, id: u64, size: u64) -> Self {
+        Self {
+            time_ns,
+            device: 0,
+            stream,
+            action,
+            id,
+            size,
+        }
+    }
+}
+
+/// What a trace says about itself beyond its events (a PyTorch snapshot's
+/// devices and allocator settings). Kept by `convert` as the first line
+/// of a JSON Lines trace (`{"meta": {...}}`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TraceMeta {
+    /// Where the trace came from (`"pytorch snapshot"`, say).
+    #[serde(default)]
+    pub source: String,
+    /// The recording allocator's settings, as it printed them.
+    #[serde(default)]
+    pub allocator_settings: std::collections::BTreeMap<String, String>,
+    /// Per device, what the recording showed.
+    #[serde(default)]
+    pub devices: Vec<DeviceMeta>,
+}
+
+/// One device of a recording.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceMeta {
+    /// The device.
+    pub device: u32,
+    /// Segments the recording allocator held when the snapshot was taken.
+    pub segments: u64,
+    /// Bytes of those segments.
+    pub reserved_bytes: u64,
+    /// Blocks live (allocated or pending free) when the snapshot was taken.
+    pub active_blocks: u64,
+    /// Bytes of those blocks.
+    pub active_bytes: u64,
+    /// Allocations live before the recording began (freed in it, or still
+    /// active at its end, but never allocated in it): replayed as live
+    /// from the start.
+    pub preexisting_allocations: u64,
+    /// Bytes of those.
+    pub preexisting_bytes: u64,
+    /// Bytes the recording allocator held when the recording began
+    /// (walked back from the snapshot's segments through the segment
+    /// events): replayed as one `segment_alloc` at the start.
+    pub initial_reserved_bytes: u64,
+}
+
+/// A whole trace: what it says of itself, and its events in order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Trace {
+    /// Devices and settings, where the format has them.
+    pub meta: TraceMeta,
+    /// The events.
+    pub events: Vec<TraceEvent>,
 }
 
 /// A format this crate reads.
@@ -64,7 +147,8 @@ impl std::str::FromStr for TraceFormat {
             "rmm" | "csv" | "rmm-csv" => Ok(Self::RmmCsv),
             "torch" | "pytorch" | "pickle" => Ok(Self::TorchSnapshot),
             other => Err(format!(
-                "unknown trace format {other:?} (jsonl, rmm, torch)"
+                "unknown trace format {other:?} ({})",
+                Self::NAMES
             )),
         }
     }
@@ -98,6 +182,7 @@ impl From<std::io::Error> for TraceError {
 impl TraceFormat {
     /// Guess a file's format from its first bytes (and name).
     pub fn detect(path: &Path, head: &[u8]) -> Option<Self> {
+        let head = head.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(head);
         if head.first() == Some(&0x80) {
             return Some(Self::TorchSnapshot);
         }
@@ -116,24 +201,142 @@ impl TraceFormat {
             _ => None,
         }
     }
+
+    /// The names `--format` takes, for help and error messages.
+    pub const NAMES: &'static str = "jsonl, rmm, torch";
 }
 
-/// Read a trace file, detecting its format unless `format` names it.
-pub fn read_trace(path: &Path, format: Option<TraceFormat>) -> Result<Vec<TraceEvent>, TraceError> {
-    let bytes =
-        std::fs::read(path).map_err(|e| TraceError::Io(format!("{}: {e}", path.display())))?;
-    let format = match format {
-        Some(format) => format,
-        None => TraceFormat::detect(path, &bytes[..bytes.len().min(512)]).ok_or_else(|| {
-            TraceError::Invalid(format!(
-                "{}: cannot tell the trace format; name it with --format",
-                path.display()
-            ))
-        })?,
-    };
-    match format {
-        TraceFormat::Jsonl => read_jsonl(&bytes[..]),
-        TraceFormat::RmmCsv => read_rmm_csv(&bytes[..]),
-        TraceFormat::TorchSnapshot => read_torch_snapshot(&bytes),
+/// Counts the bytes read through it (for progress).
+struct Counting<R> {
+    inner: R,
+    read: Rc<Cell<u64>>,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read.set(self.read.get() + n as u64);
+        Ok(n)
     }
+}
+
+/// A trace file being read: what it says of itself, then its events one
+/// at a time (JSON Lines and RMM logs are read as they are replayed, in
+/// constant memory; a PyTorch pickle is decoded whole first).
+pub struct TraceReader {
+    format: TraceFormat,
+    meta: TraceMeta,
+    events: Box<dyn Iterator<Item = Result<TraceEvent, TraceError>>>,
+    read: Rc<Cell<u64>>,
+    len: u64,
+}
+
+impl std::fmt::Debug for TraceReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TraceReader")
+            .field("format", &self.format)
+            .field("read", &self.read.get())
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TraceReader {
+    /// Open `path`, detecting its format unless `format` names it.
+    ///
+    /// # Errors
+    /// A file that cannot be opened, is empty, or whose format cannot be
+    /// told; a pickle that is not a snapshot. (Messages do not repeat the
+    /// path: a caller names it once.)
+    pub fn open(path: &Path, format: Option<TraceFormat>) -> Result<Self, TraceError> {
+        let mut file = std::fs::File::open(path)?;
+        let len = file.metadata()?.len();
+        if len == 0 {
+            return Err(TraceError::Invalid("the file is empty: no events to read".into()));
+        }
+        let mut head = vec![0u8; 512.min(len as usize)];
+        file.read_exact(&mut head)?;
+        let format = match format {
+            Some(format) => format,
+            None => TraceFormat::detect(path, &head).ok_or_else(|| {
+                TraceError::Invalid(format!(
+                    "cannot tell the trace format; name it with --format ({})",
+                    TraceFormat::NAMES
+                ))
+            })?,
+        };
+        file.seek(std::io::SeekFrom::Start(0))?;
+        let read = Rc::new(Cell::new(0));
+        let input = BufReader::with_capacity(
+            1 << 16,
+            Counting {
+                inner: file,
+                read: Rc::clone(&read),
+            },
+        );
+        let (meta, events): (TraceMeta, Box<dyn Iterator<Item = _>>) = match format {
+            TraceFormat::Jsonl => {
+                let reader = JsonlReader::new(input)?;
+                (reader.meta().clone(), Box::new(reader))
+            }
+            TraceFormat::RmmCsv => (TraceMeta::default(), Box::new(RmmReader::new(input))),
+            TraceFormat::TorchSnapshot => {
+                let mut bytes = Vec::with_capacity(len as usize);
+                let mut input = input;
+                input.read_to_end(&mut bytes)?;
+                let trace = read_torch_trace(&bytes)?;
+                (trace.meta, Box::new(trace.events.into_iter().map(Ok)))
+            }
+        };
+        Ok(Self {
+            format,
+            meta,
+            events,
+            read,
+            len,
+        })
+    }
+
+    /// The format being read.
+    pub fn format(&self) -> TraceFormat {
+        self.format
+    }
+
+    /// What the trace says of itself.
+    pub fn meta(&self) -> &TraceMeta {
+        &self.meta
+    }
+
+    /// Bytes of the file read so far.
+    pub fn bytes_read(&self) -> u64 {
+        self.read.get()
+    }
+
+    /// The file's length in bytes.
+    pub fn bytes_total(&self) -> u64 {
+        self.len
+    }
+}
+
+impl Iterator for TraceReader {
+    type Item = Result<TraceEvent, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.events.next()
+    }
+}
+
+/// Read a trace file whole, detecting its format unless `format` names it.
+pub fn read_trace(path: &Path, format: Option<TraceFormat>) -> Result<Vec<TraceEvent>, TraceError> {
+    read_trace_file(path, format).map(|trace| trace.events)
+}
+
+/// Read a trace file whole, with what it says of itself.
+pub fn read_trace_file(path: &Path, format: Option<TraceFormat>) -> Result<Trace, TraceError> {
+    let mut reader = TraceReader::open(path, format)?;
+    let events = reader.by_ref().collect::<Result<Vec<_>, _>>()?;
+    Ok(Trace {
+        meta: reader.meta,
+        events,
+    })
 }

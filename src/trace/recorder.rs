@@ -70,13 +70,13 @@ impl TraceRecorder {
 
     /// Record one event now.
     pub fn record(&self, stream: u64, action: TraceAction, id: u64, size: u64) {
-        let event = TraceEvent {
-            time_ns: self.start.elapsed().as_nanos() as u64,
+        let event = TraceEvent::new(
+            self.start.elapsed().as_nanos() as u64,
             stream,
             action,
             id,
             size,
-        };
+        );
         match &mut *self.sink.lock() {
             Sink::Memory(events) => events.push(event),
             Sink::Writer(out) => {

@@ -1,10 +1,15 @@
-//! RMM's logging CSV (`rmm::mr::logging_resource_adaptor`):
-//! `Thread,Time,Action,Pointer,Size,Stream`, actions `allocate`,
-//! `allocate failure` and `free`, pointers and streams in hex. Times are
-//! `HH:MM:SS.ffffff` (or plain numbers of nanoseconds).
+//! RMM's logging CSV (`rmm::mr::logging_resource_adaptor`): a header
+//! `Thread,Time,Action,Pointer,Size,Stream` (columns found by name, in any
+//! order), then actions `allocate`, `allocate failure` and `free`, pointers
+//! and streams in hex. Times are `HH:MM:SS.ffffff` (or plain numbers of
+//! nanoseconds). Read a line at a time, so a log of any length replays in
+//! constant memory.
 
 use super::{TraceAction, TraceError, TraceEvent};
 use std::io::{BufRead, Write};
+
+/// The columns an RMM log holds, in the order RMM writes them.
+const COLUMNS: [&str; 6] = ["thread", "time", "action", "pointer", "size", "stream"];
 
 fn hex(field: &str) -> Option<u64> {
     let field = field.trim();
@@ -39,58 +44,143 @@ fn time_ns(field: &str) -> Option<u64> {
         .checked_add((seconds * 1e9).round() as u64)
 }
 
-/// Read RMM's logging CSV. Times become relative to the first event.
-pub fn read_rmm_csv(input: impl BufRead) -> Result<Vec<TraceEvent>, TraceError> {
-    let mut events = Vec::new();
-    let mut start = None;
-    for (index, line) in input.lines().enumerate() {
-        let line = line?;
-        let number = index + 1;
-        if line.trim().is_empty() {
-            continue;
+/// Where each column is: the index of thread, time, action, pointer, size
+/// and stream in a line.
+#[derive(Debug, Clone, Copy)]
+struct Layout([usize; 6]);
+
+impl Layout {
+    /// RMM's own order (a log without a header).
+    const RMM: Layout = Layout([0, 1, 2, 3, 4, 5]);
+
+    /// The layout a header names, or why it is not an RMM header.
+    fn from_header(fields: &[&str]) -> Result<Self, String> {
+        let mut at = [usize::MAX; 6];
+        for (index, field) in fields.iter().enumerate() {
+            if let Some(column) = COLUMNS.iter().position(|c| field.eq_ignore_ascii_case(c)) {
+                at[column] = index;
+            }
         }
-        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
-        if number == 1
-            && fields
-                .first()
-                .is_some_and(|f| f.eq_ignore_ascii_case("thread"))
-        {
-            continue;
+        if at.contains(&usize::MAX) {
+            return Err(format!(
+                "not an RMM log header: expected the columns Thread,Time,Action,Pointer,Size,Stream, found {:?}",
+                fields.join(",")
+            ));
         }
-        let malformed = |message: String| TraceError::Malformed {
-            line: number,
-            message,
-        };
-        if fields.len() < 6 {
-            return Err(malformed(format!(
-                "expected 6 fields (Thread,Time,Action,Pointer,Size,Stream), found {}",
-                fields.len()
+        Ok(Layout(at))
+    }
+
+    fn width(&self) -> usize {
+        self.0.iter().max().map_or(0, |m| m + 1)
+    }
+}
+
+/// RMM log events, read a line at a time.
+#[derive(Debug)]
+pub struct RmmReader<R> {
+    input: R,
+    line: String,
+    number: usize,
+    layout: Option<Layout>,
+    start: Option<u64>,
+    done: bool,
+}
+
+impl<R: BufRead> RmmReader<R> {
+    /// Events of the log `input`.
+    pub fn new(input: R) -> Self {
+        Self {
+            input,
+            line: String::new(),
+            number: 0,
+            layout: None,
+            start: None,
+            done: false,
+        }
+    }
+
+    fn next_event(&mut self) -> Result<Option<TraceEvent>, TraceError> {
+        loop {
+            self.line.clear();
+            if self.input.read_line(&mut self.line)? == 0 {
+                return Ok(None);
+            }
+            self.number += 1;
+            let text = self.line.trim_start_matches('\u{feff}').trim();
+            if text.is_empty() {
+                continue;
+            }
+            let number = self.number;
+            let malformed = |message: String| TraceError::Malformed {
+                line: number,
+                message,
+            };
+            let fields: Vec<&str> = text.split(',').map(str::trim).collect();
+            let layout = match self.layout {
+                Some(layout) => layout,
+                None => {
+                    // The first line: a header (any first field that is
+                    // not a thread number), or RMM's order without one.
+                    let is_header = fields.first().is_some_and(|f| f.parse::<u64>().is_err());
+                    if is_header {
+                        self.layout = Some(Layout::from_header(&fields).map_err(malformed)?);
+                        continue;
+                    }
+                    *self.layout.insert(Layout::RMM)
+                }
+            };
+            if fields.len() < layout.width() {
+                return Err(malformed(format!(
+                    "expected {} fields (Thread,Time,Action,Pointer,Size,Stream), found {}",
+                    layout.width(),
+                    fields.len()
+                )));
+            }
+            let [_, time, action, pointer, size, stream] = layout.0.map(|i| fields[i]);
+            let action = match action.to_ascii_lowercase().as_str() {
+                "allocate" => TraceAction::Alloc,
+                "allocate failure" => TraceAction::AllocFailure,
+                "free" => TraceAction::Free,
+                other => {
+                    return Err(malformed(format!(
+                        "unknown action {other:?} (allocate, allocate failure, free)"
+                    )));
+                }
+            };
+            let time = time_ns(time).ok_or_else(|| malformed(format!("bad time {time:?}")))?;
+            let id = hex(pointer).ok_or_else(|| malformed(format!("bad pointer {pointer:?}")))?;
+            let size = size
+                .parse::<u64>()
+                .map_err(|_| malformed(format!("bad size {size:?}")))?;
+            let stream = hex(stream).ok_or_else(|| malformed(format!("bad stream {stream:?}")))?;
+            let start = *self.start.get_or_insert(time);
+            return Ok(Some(TraceEvent::new(
+                time.saturating_sub(start),
+                stream,
+                action,
+                id,
+                size,
             )));
         }
-        let action = match fields[2].to_ascii_lowercase().as_str() {
-            "allocate" => TraceAction::Alloc,
-            "allocate failure" => TraceAction::AllocFailure,
-            "free" => TraceAction::Free,
-            other => return Err(malformed(format!("unknown action {other:?}"))),
-        };
-        let time =
-            time_ns(fields[1]).ok_or_else(|| malformed(format!("bad time {:?}", fields[1])))?;
-        let id = hex(fields[3]).ok_or_else(|| malformed(format!("bad pointer {:?}", fields[3])))?;
-        let size = fields[4]
-            .parse::<u64>()
-            .map_err(|_| malformed(format!("bad size {:?}", fields[4])))?;
-        let stream =
-            hex(fields[5]).ok_or_else(|| malformed(format!("bad stream {:?}", fields[5])))?;
-        let start = *start.get_or_insert(time);
-        events.push(TraceEvent {
-            time_ns: time.saturating_sub(start),
-            stream,
-            action,
-            id,
-            size,
-        });
     }
-    Ok(events)
+}
+
+impl<R: BufRead> Iterator for RmmReader<R> {
+    type Item = Result<TraceEvent, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let next = self.next_event().transpose();
+        self.done = !matches!(next, Some(Ok(_)));
+        next
+    }
+}
+
+/// Read RMM's logging CSV whole. Times become relative to the first event.
+pub fn read_rmm_csv(input: impl BufRead) -> Result<Vec<TraceEvent>, TraceError> {
+    RmmReader::new(input).collect()
 }
 
 /// Write events as RMM's logging CSV (times as nanoseconds).
@@ -101,6 +191,8 @@ pub fn write_rmm_csv(events: &[TraceEvent], mut out: impl Write) -> Result<(), T
             TraceAction::Alloc => "allocate",
             TraceAction::AllocFailure => "allocate failure",
             TraceAction::Free => "free",
+            // RMM's log has no device-level events.
+            TraceAction::SegmentAlloc | TraceAction::SegmentFree => continue,
         };
         writeln!(
             out,

@@ -1,107 +1,266 @@
 //! PyTorch's memory snapshot (`torch.cuda.memory._dump_snapshot`): a pickle
-//! of a dict whose `device_traces` holds, per device, the allocator's
-//! events: `action` (`alloc`, `free_requested`, `free_completed`,
-//! `segment_alloc`, `segment_free`, `oom`, ...), `addr`, `size`, `stream`,
-//! `time_us`. Allocations are `alloc` ... `free_completed` (a
-//! `free_requested` alone, from older snapshots, counts as the free);
-//! segment events are PyTorch's own device allocations and are skipped:
-//! replay puts our allocator in PyTorch's place.
+//! of a dict with
+//!
+//! - `device_traces`: per device, the caching allocator's events, each a
+//!   dict with `action`, `addr`, `size`, `stream`, `time_us` (and `frames`,
+//!   usually shared through the pickle's memo);
+//! - `segments`: the device memory the allocator held when the snapshot was
+//!   taken, each with its `blocks` and their `state`;
+//! - `allocator_settings`: how the allocator was configured.
+//!
+//! The trace this makes: a block is live from `alloc` to `free_completed`
+//! (`free_requested` where a snapshot has none, as older ones do), at its
+//! `size` (what the allocator handed out); an `oom` is a recorded failure.
+//! A snapshot is usually taken mid-run, so blocks freed in it but never
+//! allocated there, and blocks its segments show active that it never
+//! allocated, were live before it began: they are allocated at the start.
+//! Segment events (`segment_alloc` / `segment_map` and `segment_free` /
+//! `segment_unmap`) become [`TraceAction::SegmentAlloc`] /
+//! [`TraceAction::SegmentFree`], with what PyTorch held at the start walked
+//! back from its segments, so a replay can set PyTorch's reserved bytes
+//! beside its own. Reading goes through [`super::pickle`], which imports no
+//! class.
 
-use super::{TraceAction, TraceError, TraceEvent};
-use serde_pickle::{DeOptions, HashableValue, Value};
-use std::collections::BTreeMap;
+use super::pickle::{self, Value};
+use super::{DeviceMeta, Trace, TraceAction, TraceError, TraceEvent, TraceMeta};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
-fn field<'a>(entry: &'a BTreeMap<HashableValue, Value>, name: &str) -> Option<&'a Value> {
-    entry.get(&HashableValue::String(name.into()))
-}
-
-fn int(value: Option<&Value>) -> Option<u64> {
-    match value? {
-        Value::I64(v) => u64::try_from(*v).ok(),
-        Value::Int(v) => u64::try_from(v.clone()).ok(),
-        Value::F64(v) if *v >= 0.0 => Some(*v as u64),
-        _ => None,
-    }
-}
-
-fn text(value: Option<&Value>) -> Option<&str> {
-    match value? {
-        Value::String(s) => Some(s),
-        _ => None,
-    }
-}
-
-/// Read a snapshot pickle's `device_traces` (every device, in order).
+/// Read a snapshot's events (every device, in order).
 pub fn read_torch_snapshot(bytes: &[u8]) -> Result<Vec<TraceEvent>, TraceError> {
-    let options = DeOptions::new()
-        .replace_unresolved_globals()
-        .decode_strings();
-    // serde-pickle can panic on some malformed input (sorting a set whose
-    // members hold NaN, found by fuzzing); a reader answers malformed input
-    // with an error, never a panic.
-    let parsed = std::panic::catch_unwind(|| serde_pickle::value_from_slice(bytes, options));
-    let value = match parsed {
-        Ok(Ok(value)) => value,
-        Ok(Err(err)) => {
-            return Err(TraceError::Invalid(format!(
-                "not a PyTorch snapshot pickle: {err}"
-            )));
+    read_torch_trace(bytes).map(|trace| trace.events)
+}
+
+/// Read a snapshot whole: its events, devices and allocator settings.
+pub fn read_torch_trace(bytes: &[u8]) -> Result<Trace, TraceError> {
+    let pickle = pickle::parse(bytes)
+        .map_err(|err| TraceError::Invalid(format!("not a PyTorch snapshot pickle: {err}")))?;
+    let root = pickle.root();
+    if !root.is_dict() {
+        return Err(TraceError::Invalid(
+            "not a PyTorch snapshot: the pickle holds no dict".into(),
+        ));
+    }
+    let traces = root.get("device_traces");
+    let segments = root.get("segments");
+    if traces.is_none() && segments.is_none() {
+        return Err(TraceError::Invalid(
+            "not a PyTorch snapshot: no device_traces and no segments".into(),
+        ));
+    }
+    let traces: Vec<Value<'_>> = match traces {
+        Some(traces) => traces
+            .items()
+            .ok_or_else(|| TraceError::Invalid("device_traces is not a list".into()))?
+            .collect(),
+        None => Vec::new(),
+    };
+    let segments = read_segments(segments)?;
+    let start = traces
+        .iter()
+        .copied()
+        .filter_map(Value::items)
+        .flatten()
+        .filter_map(|entry| entry.get("time_us").and_then(|t| t.as_u64()))
+        .min()
+        .unwrap_or(0);
+    let devices = (traces.len() as u32).max(segments.keys().next_back().map_or(0, |d| d + 1));
+    let mut trace = Trace {
+        meta: TraceMeta {
+            source: "pytorch snapshot".into(),
+            allocator_settings: settings(root.get("allocator_settings")),
+            devices: Vec::new(),
+        },
+        events: Vec::new(),
+    };
+    for device in 0..devices {
+        let entries = traces.get(device as usize).copied();
+        let held = segments.get(&device).map_or(&[][..], Vec::as_slice);
+        let (meta, events) = read_device(device, entries, held, start)?;
+        trace.meta.devices.push(meta);
+        trace.events.extend(events);
+    }
+    Ok(trace)
+}
+
+/// One segment as the snapshot shows it.
+struct Segment {
+    total_size: u64,
+    stream: u64,
+    /// Active blocks: (address, size).
+    active: Vec<(u64, u64)>,
+}
+
+fn read_segments(segments: Option<Value<'_>>) -> Result<BTreeMap<u32, Vec<Segment>>, TraceError> {
+    let mut by_device: BTreeMap<u32, Vec<Segment>> = BTreeMap::new();
+    let Some(segments) = segments else {
+        return Ok(by_device);
+    };
+    let items = segments
+        .items()
+        .ok_or_else(|| TraceError::Invalid("segments is not a list".into()))?;
+    for (index, segment) in items.enumerate() {
+        let bad = |what: &str| TraceError::Invalid(format!("segments[{index}]: {what}"));
+        if !segment.is_dict() {
+            return Err(bad("not a dict"));
         }
-        Err(_) => {
-            return Err(TraceError::Invalid(
-                "not a PyTorch snapshot pickle: the decoder rejected its structure".into(),
-            ));
+        let device = segment.get("device").and_then(|d| d.as_u64()).unwrap_or(0);
+        let device = u32::try_from(device).map_err(|_| bad("device out of range"))?;
+        let total_size = segment
+            .get("total_size")
+            .and_then(|s| s.as_u64())
+            .ok_or_else(|| bad("no total_size"))?;
+        let mut active = Vec::new();
+        if let Some(blocks) = segment.get("blocks").and_then(|b| b.items()) {
+            for block in blocks {
+                let state = block.get("state").and_then(|s| s.as_str()).unwrap_or("");
+                if !state.starts_with("active") {
+                    continue;
+                }
+                let (Some(addr), Some(size)) = (
+                    block.get("address").and_then(|a| a.as_u64()),
+                    block.get("size").and_then(|s| s.as_u64()),
+                ) else {
+                    return Err(bad("an active block without address or size"));
+                };
+                active.push((addr, size));
+            }
         }
+        by_device.entry(device).or_default().push(Segment {
+            total_size,
+            stream: segment.get("stream").and_then(|s| s.as_u64()).unwrap_or(0),
+            active,
+        });
+    }
+    Ok(by_device)
+}
+
+fn settings(value: Option<Value<'_>>) -> BTreeMap<String, String> {
+    value
+        .and_then(|v| v.entries())
+        .map(|entries| {
+            entries
+                .map(|(k, v)| (k.display(), v.display()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// One device's events, and what the snapshot says of it.
+fn read_device<'a>(
+    device: u32,
+    entries: Option<Value<'a>>,
+    segments: &[Segment],
+    start: u64,
+) -> Result<(DeviceMeta, Vec<TraceEvent>), TraceError> {
+    let entries: Vec<Value<'a>> = match entries {
+        Some(entries) => entries
+            .items()
+            .ok_or_else(|| {
+                TraceError::Invalid(format!("device_traces[{device}] is not a list"))
+            })?
+            .collect(),
+        None => Vec::new(),
     };
-    let Value::Dict(root) = value else {
-        return Err(TraceError::Invalid("snapshot is not a dict".into()));
-    };
-    let Some(Value::List(devices)) = field(&root, "device_traces") else {
-        return Err(TraceError::Invalid("snapshot has no device_traces".into()));
-    };
-    let mut events = Vec::new();
-    let mut start = None;
-    for (device, trace) in devices.iter().enumerate() {
-        let Value::List(entries) = trace else {
-            return Err(TraceError::Invalid(format!(
-                "device_traces[{device}] is not a list"
-            )));
+    let action_of = |entry: &Value<'a>| entry.get("action").and_then(|a| a.as_str());
+    // Old snapshots have no free_completed: their free_requested frees.
+    let completes = entries
+        .iter()
+        .any(|e| action_of(e) == Some("free_completed"));
+    let mut events = Vec::with_capacity(entries.len());
+    let mut live: HashMap<u64, u64> = HashMap::new();
+    let mut seen: HashSet<u64> = HashSet::new();
+    let mut preexisting: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    // Segment bytes taken (+) and given back (-) during the recording.
+    let mut segment_change: i128 = 0;
+    for (index, entry) in entries.iter().enumerate() {
+        let malformed = |message: &str| TraceError::Malformed {
+            line: index + 1,
+            message: format!("device_traces[{device}][{index}]: {message}"),
         };
-        // Old snapshots have no free_completed: their free_requested frees.
-        let completes = entries.iter().any(
-            |e| matches!(e, Value::Dict(d) if text(field(d, "action")) == Some("free_completed")),
-        );
-        for (index, entry) in entries.iter().enumerate() {
-            let malformed = |message: &str| TraceError::Malformed {
-                line: index + 1,
-                message: format!("device_traces[{device}][{index}]: {message}"),
-            };
-            let Value::Dict(entry) = entry else {
-                return Err(malformed("not a dict"));
-            };
-            let action = text(field(entry, "action")).ok_or_else(|| malformed("no action"))?;
-            let action = match action {
-                "alloc" => TraceAction::Alloc,
-                "free_completed" => TraceAction::Free,
-                "free_requested" | "free" if !completes => TraceAction::Free,
-                "oom" => TraceAction::AllocFailure,
-                _ => continue,
-            };
-            let addr = int(field(entry, "addr")).unwrap_or(0);
-            let size = int(field(entry, "size")).ok_or_else(|| malformed("no size"))?;
-            let stream = int(field(entry, "stream")).unwrap_or(0);
-            let time_us = int(field(entry, "time_us")).unwrap_or(index as u64);
-            let start = *start.get_or_insert(time_us);
-            // Keep ids distinct across devices.
-            let id = addr ^ ((device as u64) << 56);
-            events.push(TraceEvent {
-                time_ns: time_us.saturating_sub(start) * 1000,
-                stream: stream ^ ((device as u64) << 48),
-                action,
-                id,
-                size,
-            });
+        if !entry.is_dict() {
+            return Err(malformed("not a dict"));
+        }
+        let action = action_of(entry).ok_or_else(|| malformed("no action"))?;
+        let field = |name: &str| entry.get(name).and_then(|v| v.as_u64());
+        let addr = field("addr").unwrap_or(0);
+        let stream = field("stream").unwrap_or(0);
+        let time_us = field("time_us").unwrap_or(start);
+        let size = || field("size").ok_or_else(|| malformed("no size"));
+        let action = match action {
+            "alloc" => {
+                let size = size()?;
+                live.insert(addr, size);
+                seen.insert(addr);
+                TraceAction::Alloc
+            }
+            "free_completed" => TraceAction::Free,
+            "free_requested" | "free" if !completes => TraceAction::Free,
+            "segment_alloc" | "segment_map" => {
+                segment_change += i128::from(size()?);
+                TraceAction::SegmentAlloc
+            }
+            "segment_free" | "segment_unmap" => {
+                segment_change -= i128::from(size()?);
+                TraceAction::SegmentFree
+            }
+            "oom" => TraceAction::AllocFailure,
+            // `free_requested` where `free_completed` follows, `snapshot`
+            // markers, and actions a later PyTorch may add.
+            _ => continue,
+        };
+        let size = size()?;
+        if action == TraceAction::Free && live.remove(&addr).is_none() && seen.insert(addr) {
+            // Freed but never allocated here: live since before the start.
+            preexisting.insert(addr, (stream, size));
+        }
+        events.push(TraceEvent {
+            time_ns: time_us.saturating_sub(start).saturating_mul(1000),
+            device,
+            stream,
+            action,
+            id: addr,
+            size,
+        });
+    }
+    let mut meta = DeviceMeta {
+        device,
+        segments: segments.len() as u64,
+        reserved_bytes: segments.iter().map(|s| s.total_size).sum(),
+        ..DeviceMeta::default()
+    };
+    for segment in segments {
+        for &(addr, size) in &segment.active {
+            meta.active_blocks += 1;
+            meta.active_bytes += size;
+            // Active at the end but never allocated here: live all along.
+            if !live.contains_key(&addr) && !seen.contains(&addr) {
+                preexisting.insert(addr, (segment.stream, size));
+            }
         }
     }
-    Ok(events)
+    let initial = i128::from(meta.reserved_bytes) - segment_change;
+    meta.initial_reserved_bytes = u64::try_from(initial.max(0)).unwrap_or(u64::MAX);
+    meta.preexisting_allocations = preexisting.len() as u64;
+    meta.preexisting_bytes = preexisting.values().map(|(_, size)| size).sum();
+    let mut head = Vec::with_capacity(preexisting.len() + 1);
+    if meta.initial_reserved_bytes > 0 {
+        head.push(TraceEvent {
+            time_ns: 0,
+            device,
+            stream: 0,
+            action: TraceAction::SegmentAlloc,
+            id: 0,
+            size: meta.initial_reserved_bytes,
+        });
+    }
+    head.extend(preexisting.into_iter().map(|(addr, (stream, size))| TraceEvent {
+        time_ns: 0,
+        device,
+        stream,
+        action: TraceAction::Alloc,
+        id: addr,
+        size,
+    }));
+    head.extend(events);
+    Ok((meta, head))
 }

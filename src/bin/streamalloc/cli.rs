@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use streamalloc::memory::{Bytes, DeviceProperties, MemoryConfig, MemoryConfiguration};
-use streamalloc::plot::{Timeline, write_svg};
+use streamalloc::plot::{Timeline, check_output, write_svg};
 use streamalloc::service::{Headroom, ServiceConfig, Settle, StorageFactory, Supervisor};
 use streamalloc::storage::{DeviceStorage, HostStorage, VirtualStorage};
-use streamalloc::trace::{TraceFormat, TraceRecorder, read_trace, write_jsonl};
+use streamalloc::trace::{TraceFormat, TraceRecorder};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -35,7 +35,7 @@ enum Command {
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
-enum StorageKind {
+pub(crate) enum StorageKind {
     /// Real host memory.
     Host,
     /// Counts bytes, holds none (replays a GPU larger than this machine).
@@ -45,7 +45,7 @@ enum StorageKind {
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
-enum Preset {
+pub(crate) enum Preset {
     /// Metadata pages plus the adaptive arena.
     Adaptive,
     /// One allocation per page, size-binned.
@@ -62,32 +62,35 @@ enum Model {
 }
 
 #[derive(clap::Args, Debug)]
-struct Common {
+pub(crate) struct Common {
     /// Where pages come from.
     #[arg(long, value_enum)]
-    storage: Option<StorageKind>,
+    pub(crate) storage: Option<StorageKind>,
     /// The pool layout.
     #[arg(long = "config", value_enum, default_value = "adaptive")]
-    preset: Preset,
+    pub(crate) preset: Preset,
     /// Simulate a device of this many bytes (suffixes K, M, G accepted).
     #[arg(long, value_parser = parse_bytes)]
-    budget: Option<u64>,
+    pub(crate) budget: Option<u64>,
     /// How far the device's reserved bytes may run ahead of its peak live
     /// bytes before a growing stream first gets cached pages back, as a
     /// fraction (0.05 is 5 %), or `off` to let every stream keep its cache.
     #[arg(long, default_value = "0.05", value_parser = parse_headroom)]
-    headroom: HeadroomArg,
+    pub(crate) headroom: HeadroomArg,
     /// The ratio of reserved to recently used bytes past which a stream
     /// gives the excess back when its load falls (1.10), or `off` to keep
     /// pages cached until each pool's periodic cleanup.
     #[arg(long, default_value = "1.10", value_parser = parse_settle)]
-    settle: SettleArg,
+    pub(crate) settle: SettleArg,
     /// Draw live and reserved bytes over time to this SVG file.
     #[arg(long)]
-    plot: Option<PathBuf>,
+    pub(crate) plot: Option<PathBuf>,
     /// Print one JSON object instead of the human report.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
+    /// No progress on stderr.
+    #[arg(long)]
+    pub(crate) quiet: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -101,13 +104,13 @@ struct SimulateArgs {
     #[arg(long, default_value_t = 1.0)]
     scale: f64,
     /// Device streams (one allocator actor each).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     streams: u32,
     /// Client threads submitting requests.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     clients: u32,
     /// Requests in all.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     requests: u32,
     /// Longest prompt, tokens.
     #[arg(long, default_value_t = 512)]
@@ -125,29 +128,35 @@ struct SimulateArgs {
 }
 
 #[derive(clap::Args, Debug)]
-struct ReplayArgs {
+pub(crate) struct ReplayArgs {
     /// The trace file.
-    file: PathBuf,
+    pub(crate) file: PathBuf,
     /// Its format (detected when not given).
-    #[arg(long, value_parser = parse_format)]
-    format: Option<TraceFormat>,
+    #[arg(long, value_parser = format_parser())]
+    pub(crate) format: Option<TraceFormat>,
     #[command(flatten)]
-    common: Common,
+    pub(crate) common: Common,
 }
 
 #[derive(clap::Args, Debug)]
-struct ConvertArgs {
+pub(crate) struct ConvertArgs {
     /// The trace to read.
-    input: PathBuf,
+    pub(crate) input: PathBuf,
     /// Where to write JSON Lines.
-    output: PathBuf,
+    pub(crate) output: PathBuf,
     /// The input's format (detected when not given).
-    #[arg(long, value_parser = parse_format)]
-    format: Option<TraceFormat>,
+    #[arg(long, value_parser = format_parser())]
+    pub(crate) format: Option<TraceFormat>,
+    /// No progress on stderr.
+    #[arg(long)]
+    pub(crate) quiet: bool,
 }
 
-fn parse_format(s: &str) -> Result<TraceFormat, String> {
-    s.parse()
+/// `--format`'s values, listed in `--help`.
+fn format_parser() -> impl clap::builder::TypedValueParser<Value = TraceFormat> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(["jsonl", "rmm", "torch"])
+        .map(|name| name.parse().expect("every listed name parses"))
 }
 
 fn parse_bytes(s: &str) -> Result<u64, String> {
@@ -173,7 +182,7 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
     Ok((value * scale) as u64)
 }
 
-fn factory(kind: StorageKind) -> Result<StorageFactory, String> {
+pub(crate) fn factory(kind: StorageKind) -> Result<StorageFactory, String> {
     match kind {
         StorageKind::Host => Ok(Box::new(|_| {
             Ok(Box::new(HostStorage::new()) as Box<dyn DeviceStorage>)
@@ -197,7 +206,7 @@ fn factory(kind: StorageKind) -> Result<StorageFactory, String> {
     }
 }
 
-fn service_config(common: &Common, device: DeviceProperties) -> ServiceConfig {
+pub(crate) fn service_config(common: &Common, device: DeviceProperties) -> ServiceConfig {
     let pools = match common.preset {
         Preset::Adaptive => MemoryConfiguration::Adaptive,
         Preset::Exclusive => MemoryConfiguration::ExclusivePages,
@@ -217,7 +226,7 @@ fn service_config(common: &Common, device: DeviceProperties) -> ServiceConfig {
 
 /// `--settle`: a ratio, or `off`.
 #[derive(Clone, Copy, Debug)]
-struct SettleArg(Option<Settle>);
+pub(crate) struct SettleArg(Option<Settle>);
 
 fn parse_settle(text: &str) -> Result<SettleArg, String> {
     let ratio = number_or_off(text, 1.0, "a ratio")?;
@@ -229,7 +238,7 @@ fn parse_settle(text: &str) -> Result<SettleArg, String> {
 
 /// `--headroom`: a fraction, or `off`.
 #[derive(Clone, Copy, Debug)]
-struct HeadroomArg(Option<Headroom>);
+pub(crate) struct HeadroomArg(Option<Headroom>);
 
 fn parse_headroom(text: &str) -> Result<HeadroomArg, String> {
     let fraction = number_or_off(text, 0.0, "a fraction")?;
@@ -252,7 +261,7 @@ fn number_or_off(text: &str, least: f64, what: &str) -> Result<Option<f64>, Stri
     }
 }
 
-fn progress_bar(total: u64, what: &str, hidden: bool) -> ProgressBar {
+pub(crate) fn progress_bar(total: u64, what: &str, hidden: bool) -> ProgressBar {
     if hidden {
         return ProgressBar::hidden();
     }
@@ -266,7 +275,7 @@ fn progress_bar(total: u64, what: &str, hidden: bool) -> ProgressBar {
     bar
 }
 
-fn plot(path: &Option<PathBuf>, timeline: &Timeline, title: &str) -> Result<(), String> {
+pub(crate) fn plot(path: &Option<PathBuf>, timeline: &Timeline, title: &str) -> Result<(), String> {
     if let Some(path) = path {
         write_svg(timeline, path, title)?;
         eprintln!("plot written to {}", path.display());
@@ -275,6 +284,9 @@ fn plot(path: &Option<PathBuf>, timeline: &Timeline, title: &str) -> Result<(), 
 }
 
 fn simulate(args: SimulateArgs) -> Result<(), String> {
+    if let Some(path) = &args.common.plot {
+        check_output(path)?;
+    }
     let model = match args.model {
         Model::Small => streamalloc::simulate::ModelShape::SMALL,
         Model::Llama7b => streamalloc::simulate::ModelShape::LLAMA_7B,
@@ -300,7 +312,11 @@ fn simulate(args: SimulateArgs) -> Result<(), String> {
         seed: args.seed,
         sample_every: Some(Duration::from_millis(20)),
     };
-    let bar = progress_bar(u64::from(args.requests), "requests", args.common.json);
+    let bar = progress_bar(
+        u64::from(args.requests),
+        "requests",
+        args.common.json || args.common.quiet,
+    );
     let mut timeline = Timeline::default();
     let report = streamalloc::simulate::simulate(
         &supervisor,
@@ -373,99 +389,27 @@ fn simulate(args: SimulateArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn replay(args: ReplayArgs) -> Result<(), String> {
-    let events =
-        read_trace(&args.file, args.format).map_err(|e| format!("{}: {e}", args.file.display()))?;
-    let kind = args.common.storage.unwrap_or(StorageKind::Virtual);
-    // A replayed trace may hold allocations as large as its device.
-    let config = service_config(&args.common, DeviceProperties::new(1 << 40, 256));
-    let config = ServiceConfig {
-        idle_tick: None,
-        ..config
-    };
-    let supervisor = Supervisor::new(config, factory(kind)?);
-    let bar = progress_bar(events.len() as u64, "events", args.common.json);
-    let mut timeline = Timeline::default();
-    let sample_every = (events.len() / 2000).max(1);
-    let report = streamalloc::replay::replay(
-        &events,
-        &supervisor,
-        args.common.plot.as_ref().map(|_| &mut timeline),
-        sample_every,
-        |done| bar.set_position(done),
-    )
-    .map_err(|e| e.to_string())?;
-    bar.finish_and_clear();
-    plot(
-        &args.common.plot,
-        &timeline,
-        &format!("replay: {}", args.file.display()),
-    )?;
-    if args.common.json {
-        println!(
-            "{}",
-            serde_json::to_string(&report).map_err(|e| e.to_string())?
-        );
-        return Ok(());
-    }
-    println!(
-        "replayed {} events on {} streams ({:.0} ns/event)",
-        report.events, report.streams, report.ns_per_op
-    );
-    println!(
-        "allocations {}, frees {}, failures {} (trace recorded {}), unknown frees {}",
-        report.allocations,
-        report.frees,
-        report.failures,
-        report.trace_failures,
-        report.unknown_frees
-    );
-    println!(
-        "peak live {}, peak reserved {}, reserved / live {:.3}, relocated {}",
-        Bytes(report.peak_live_bytes),
-        Bytes(report.peak_reserved_bytes),
-        report.reserved_over_live,
-        report.relocated
-    );
-    println!(
-        "after the load fell: live {}, reserved {}, reserved / live {:.3} (no explicit cleanup)",
-        Bytes(report.settled_live_bytes),
-        Bytes(report.settled_reserved_bytes),
-        report.settled_reserved_over_live,
-    );
-    if let (Some(budget), Some(fits)) = (report.budget, report.fits) {
-        println!(
-            "budget {}: {}",
-            Bytes(budget),
-            if fits {
-                "the trace fits"
-            } else {
-                "the trace does NOT fit"
-            }
-        );
-    }
-    Ok(())
+/// What a command came to: done, or a replay that did not fit its budget.
+pub(crate) enum Outcome {
+    /// It ran and its answer is the good one.
+    Done,
+    /// A replay whose trace did not fit the budget (exit code 3).
+    DoesNotFit,
 }
 
-fn convert(args: ConvertArgs) -> Result<(), String> {
-    let events = read_trace(&args.input, args.format)
-        .map_err(|e| format!("{}: {e}", args.input.display()))?;
-    let out = std::fs::File::create(&args.output)
-        .map_err(|e| format!("{}: {e}", args.output.display()))?;
-    write_jsonl(&events, std::io::BufWriter::new(out)).map_err(|e| e.to_string())?;
-    eprintln!("wrote {} events to {}", events.len(), args.output.display());
-    Ok(())
-}
+/// The exit code of a replay whose trace does not fit its budget.
+pub(crate) const EXIT_DOES_NOT_FIT: u8 = 3;
 
 pub(crate) fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Simulate(args) => simulate(args),
-        Command::Replay(args) => replay(args),
-        Command::Convert(args) => convert(args),
+        Command::Simulate(args) => simulate(args).map(|()| Outcome::Done),
+        Command::Replay(args) => crate::replay_cmd::replay(args),
+        Command::Convert(args) => crate::replay_cmd::convert(args).map(|()| Outcome::Done),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(Outcome::Done) => ExitCode::SUCCESS,
+        Ok(Outcome::DoesNotFit) => ExitCode::from(EXIT_DOES_NOT_FIT),
         Err(message) => {
             eprintln!("error: {message}");
             ExitCode::FAILURE

@@ -4,6 +4,10 @@
 
 #[cfg(not(streamalloc_loom))]
 mod cli;
+#[cfg(not(streamalloc_loom))]
+mod progress;
+#[cfg(not(streamalloc_loom))]
+mod replay_cmd;
 
 #[cfg(not(streamalloc_loom))]
 fn main() -> std::process::ExitCode {

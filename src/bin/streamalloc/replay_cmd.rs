@@ -1,0 +1,260 @@
+//! `replay` and `convert`: read a trace as a stream, replay it through one
+//! supervisor per device, report beside the recorded allocator's figures.
+
+use crate::cli::{ConvertArgs, Outcome, ReplayArgs, StorageKind, factory, plot, service_config};
+use crate::progress::Progress;
+use serde::Serialize;
+use streamalloc::memory::{Bytes, DeviceProperties};
+use streamalloc::plot::check_output;
+use streamalloc::replay::{ReplayReport, Replayer};
+use streamalloc::service::{ServiceConfig, Supervisor};
+use streamalloc::trace::{TraceMeta, TraceReader, write_trace_jsonl};
+
+/// Events between two progress updates.
+const PROGRESS_EVERY: u64 = 4096;
+
+/// The JSON a replay prints: the report, and what the trace said of itself.
+#[derive(Serialize)]
+struct ReplayJson<'a> {
+    #[serde(flatten)]
+    report: &'a ReplayReport,
+    trace: &'a TraceMeta,
+}
+
+fn open(path: &std::path::Path, args_format: Option<streamalloc::trace::TraceFormat>, progress: &Progress) -> Result<TraceReader, String> {
+    let named = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    if std::fs::metadata(path).is_ok_and(|m| m.len() > 1 << 20)
+        && path.extension().is_some_and(|e| e == "pickle" || e == "pkl")
+    {
+        progress.note(&format!("decoding {}", path.display()));
+    }
+    TraceReader::open(path, args_format).map_err(|e| named(&e))
+}
+
+pub(crate) fn replay(args: ReplayArgs) -> Result<Outcome, String> {
+    // Checked first: a bad output path fails before the work, not after.
+    if let Some(path) = &args.common.plot {
+        check_output(path)?;
+    }
+    let quiet = args.common.quiet || args.common.json;
+    let size = std::fs::metadata(&args.file)
+        .map_err(|e| format!("{}: {e}", args.file.display()))?
+        .len();
+    let mut progress = Progress::bytes(size, &format!("replay {}", args.file.display()), quiet);
+    let mut reader = open(&args.file, args.format, &progress)?;
+    let kind = args.common.storage.unwrap_or(StorageKind::Virtual);
+    // A replayed trace may hold allocations as large as its device.
+    let config = ServiceConfig {
+        idle_tick: None,
+        ..service_config(&args.common, DeviceProperties::new(1 << 40, 256))
+    };
+    let mut factory_error = None;
+    let report = {
+        let mut replayer = Replayer::new(|_device| {
+            let storage = factory(kind).unwrap_or_else(|err| {
+                factory_error = Some(err);
+                factory(StorageKind::Virtual).expect("virtual storage always exists")
+            });
+            Supervisor::new(config.clone(), storage)
+        });
+        if args.common.plot.is_some() {
+            replayer.record_timeline();
+        }
+        while let Some(event) = reader.next() {
+            let event = event.map_err(|e| format!("{}: {e}", args.file.display()))?;
+            replayer.event(&event).map_err(|e| e.to_string())?;
+            if replayer.events() % PROGRESS_EVERY == 0 {
+                progress.set(reader.bytes_read());
+            }
+        }
+        if replayer.events() == 0 {
+            return Err(format!(
+                "{}: the trace holds no events",
+                args.file.display()
+            ));
+        }
+        progress.set(size);
+        let timeline = replayer.take_timeline();
+        let report = replayer.finish().map_err(|e| e.to_string())?;
+        if let Some(mut timeline) = timeline {
+            if report.recorded_peak_reserved_bytes.is_some() {
+                timeline.recorded_name = Some(recorded_name(reader.meta()).into());
+            }
+            plot(
+                &args.common.plot,
+                &timeline,
+                &format!("replay: {}", args.file.display()),
+            )?;
+        }
+        report
+    };
+    progress.finish();
+    if let Some(err) = factory_error {
+        return Err(err);
+    }
+    if args.common.json {
+        let json = ReplayJson {
+            report: &report,
+            trace: reader.meta(),
+        };
+        println!(
+            "{}",
+            serde_json::to_string(&json).map_err(|e| e.to_string())?
+        );
+    } else {
+        print_report(&report, reader.meta());
+    }
+    if report.fits == Some(false) {
+        eprintln!(
+            "{}: does not fit the budget of {}: {} allocations failed{}",
+            args.file.display(),
+            Bytes(report.budget.unwrap_or(0)),
+            report.failures,
+            report
+                .first_failure
+                .as_ref()
+                .map(|f| format!(" (first, {f})"))
+                .unwrap_or_default()
+        );
+        return Ok(Outcome::DoesNotFit);
+    }
+    Ok(Outcome::Done)
+}
+
+/// What to call the allocator that recorded the trace.
+fn recorded_name(meta: &TraceMeta) -> &'static str {
+    if meta.source.starts_with("pytorch") {
+        "PyTorch"
+    } else {
+        "recorded"
+    }
+}
+
+fn print_report(report: &ReplayReport, meta: &TraceMeta) {
+    println!(
+        "replayed {} events on {} streams{} ({:.0} ns/event)",
+        report.events,
+        report.streams,
+        if report.devices.is_empty() {
+            String::new()
+        } else {
+            format!(" of {} devices", report.devices.len())
+        },
+        report.ns_per_op
+    );
+    for device in &meta.devices {
+        println!(
+            "snapshot, device {}: {} segments holding {}, {} blocks live ({}); {} allocations live before the recording began ({})",
+            device.device,
+            device.segments,
+            Bytes(device.reserved_bytes),
+            device.active_blocks,
+            Bytes(device.active_bytes),
+            device.preexisting_allocations,
+            Bytes(device.preexisting_bytes),
+        );
+    }
+    if !meta.allocator_settings.is_empty() {
+        let settings: Vec<String> = meta
+            .allocator_settings
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        println!("allocator settings: {}", settings.join(", "));
+    }
+    let name = recorded_name(meta);
+    for device in &report.devices {
+        print_figures(&format!("device {}: ", device.device.unwrap_or(0)), device, name);
+    }
+    print_figures(
+        if report.devices.is_empty() { "" } else { "all devices: " },
+        report,
+        name,
+    );
+}
+
+fn print_figures(prefix: &str, report: &ReplayReport, recorded: &str) {
+    println!(
+        "{prefix}allocations {}, frees {}, failures {} (trace recorded {}), unknown frees {}, implicit frees {}",
+        report.allocations,
+        report.frees,
+        report.failures,
+        report.trace_failures,
+        report.unknown_frees,
+        report.implicit_frees,
+    );
+    println!(
+        "{prefix}peak live {}, peak reserved {}, reserved / live {:.3}, relocated {}",
+        Bytes(report.peak_live_bytes),
+        Bytes(report.peak_reserved_bytes),
+        report.reserved_over_live,
+        report.relocated
+    );
+    if let (Some(theirs), Some(saved)) = (report.recorded_peak_reserved_bytes, report.saved_bytes) {
+        let verdict = if saved >= 0 {
+            format!("{} saved", Bytes(saved.unsigned_abs()))
+        } else {
+            format!("{} more", Bytes(saved.unsigned_abs()))
+        };
+        println!(
+            "{prefix}{recorded} reserved {} ({:.3} of live), streamalloc {} ({verdict})",
+            Bytes(theirs),
+            theirs as f64 / report.peak_live_bytes.max(1) as f64,
+            Bytes(report.peak_reserved_bytes),
+        );
+    }
+    println!(
+        "{prefix}after the load fell: live {}, reserved {}, reserved / live {:.3} (no explicit cleanup)",
+        Bytes(report.settled_live_bytes),
+        Bytes(report.settled_reserved_bytes),
+        report.settled_reserved_over_live,
+    );
+    if let (Some(budget), Some(fits)) = (report.budget, report.fits) {
+        println!(
+            "{prefix}budget {}: {}",
+            Bytes(budget),
+            if fits {
+                "the trace fits"
+            } else {
+                "the trace does NOT fit"
+            }
+        );
+    }
+    if let Some(first) = &report.first_failure {
+        println!("{prefix}first failure: {first}");
+    }
+}
+
+pub(crate) fn convert(args: ConvertArgs) -> Result<(), String> {
+    let size = std::fs::metadata(&args.input)
+        .map_err(|e| format!("{}: {e}", args.input.display()))?
+        .len();
+    let mut progress = Progress::bytes(size, &format!("convert {}", args.input.display()), args.quiet);
+    let mut reader = open(&args.input, args.format, &progress)?;
+    let out = std::fs::File::create(&args.output)
+        .map_err(|e| format!("{}: {e}", args.output.display()))?;
+    let mut out = std::io::BufWriter::new(out);
+    let meta = reader.meta().clone();
+    let write_error = |e: &dyn std::fmt::Display| format!("{}: {e}", args.output.display());
+    write_trace_jsonl(&meta, &[], &mut out).map_err(|e| write_error(&e))?;
+    let mut events = 0u64;
+    let mut batch = Vec::with_capacity(PROGRESS_EVERY as usize);
+    while let Some(event) = reader.next() {
+        batch.push(event.map_err(|e| format!("{}: {e}", args.input.display()))?);
+        if batch.len() == batch.capacity() {
+            events += batch.len() as u64;
+            streamalloc::trace::write_jsonl(&batch, &mut out).map_err(|e| write_error(&e))?;
+            batch.clear();
+            progress.set(reader.bytes_read());
+        }
+    }
+    events += batch.len() as u64;
+    streamalloc::trace::write_jsonl(&batch, &mut out).map_err(|e| write_error(&e))?;
+    progress.finish();
+    if events == 0 {
+        let _ = std::fs::remove_file(&args.output);
+        return Err(format!("{}: the trace holds no events", args.input.display()));
+    }
+    eprintln!("wrote {events} events to {}", args.output.display());
+    Ok(())
+}
