@@ -58,6 +58,7 @@ pub mod memory;
 pub mod plot;
 #[cfg(not(streamalloc_loom))]
 pub mod replay;
+pub(crate) mod saturating;
 pub mod service;
 #[cfg(not(streamalloc_loom))]
 pub mod simulate;

@@ -48,13 +48,16 @@ fn count_label(value: f64) -> String {
     format!("{text}{suffix}")
 }
 
+/// Reads a series' range from a bucket.
+type Pick<'a> = Box<dyn Fn(&Bucket) -> Option<Range> + 'a>;
+
 /// One series to draw.
 struct Series<'a> {
     name: String,
     color: RGBAColor,
     width: u32,
     band: bool,
-    value: Box<dyn Fn(&Bucket) -> Option<Range> + 'a>,
+    value: Pick<'a>,
 }
 
 const STREAM_COLORS: [RGBColor; 6] = [
@@ -81,7 +84,10 @@ pub fn check_output(path: &Path) -> Result<(), String> {
         ));
     }
     if path.is_dir() {
-        return Err(format!("{}: cannot write the plot: a directory", path.display()));
+        return Err(format!(
+            "{}: cannot write the plot: a directory",
+            path.display()
+        ));
     }
     Ok(())
 }
@@ -162,7 +168,9 @@ pub fn write_svg(timeline: &Timeline, path: &Path, title: &str) -> Result<(), St
                 width: 1,
                 band: false,
                 value: Box::new(move |b: &Bucket| {
-                    b.stream_reserved.get(index).map(|v| Range { min: *v, max: *v })
+                    b.stream_reserved
+                        .get(index)
+                        .map(|v| Range { min: *v, max: *v })
                 }),
             });
         }
@@ -263,18 +271,31 @@ fn draw_legend(
         let color = s.color;
         let width = s.width;
         row(
-            &|y| area.draw(&PathElement::new(vec![(5, y), (32, y)], color.stroke_width(width))),
+            &|y| {
+                area.draw(&PathElement::new(
+                    vec![(5, y), (32, y)],
+                    color.stroke_width(width),
+                ))
+            },
             &s.name,
         )?;
     }
     if budget {
         row(
-            &|y| area.draw(&PathElement::new(vec![(5, y), (32, y)], RED.stroke_width(2))),
+            &|y| {
+                area.draw(&PathElement::new(
+                    vec![(5, y), (32, y)],
+                    RED.stroke_width(2),
+                ))
+            },
             "budget",
         )?;
     }
     if failures {
-        row(&|y| area.draw(&Cross::new((18, y), 6, RED.stroke_width(2))), "failed request")?;
+        row(
+            &|y| area.draw(&Cross::new((18, y), 6, RED.stroke_width(2))),
+            "failed request",
+        )?;
     }
     if relocations {
         row(

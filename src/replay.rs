@@ -109,9 +109,9 @@ impl ReplayReport {
         self.reserved_over_live = ratio(self.peak_reserved_bytes, self.peak_live_bytes);
         self.settled_reserved_over_live =
             ratio(self.settled_reserved_bytes, self.settled_live_bytes);
-        self.saved_bytes = self
-            .recorded_peak_reserved_bytes
-            .map(|recorded| saturating_i64(i128::from(recorded) - i128::from(self.peak_reserved_bytes)));
+        self.saved_bytes = self.recorded_peak_reserved_bytes.map(|recorded| {
+            saturating_i64(i128::from(recorded) - i128::from(self.peak_reserved_bytes))
+        });
         if self.budget.is_some() {
             self.fits = Some(self.failures == 0);
         }
@@ -129,15 +129,20 @@ impl ReplayReport {
             total.allocations += d.allocations;
             total.frees += d.frees;
             total.failures += d.failures;
-            total.first_failure = total.first_failure.take().or_else(|| d.first_failure.clone());
+            total.first_failure = total
+                .first_failure
+                .take()
+                .or_else(|| d.first_failure.clone());
             total.trace_failures += d.trace_failures;
             total.unknown_frees += d.unknown_frees;
             total.implicit_frees += d.implicit_frees;
             total.streams += d.streams;
             total.peak_live_bytes += d.peak_live_bytes;
             total.peak_reserved_bytes += d.peak_reserved_bytes;
-            total.recorded_peak_reserved_bytes =
-                sum_opt(total.recorded_peak_reserved_bytes, d.recorded_peak_reserved_bytes);
+            total.recorded_peak_reserved_bytes = sum_opt(
+                total.recorded_peak_reserved_bytes,
+                d.recorded_peak_reserved_bytes,
+            );
             total.relocated += d.relocated;
             total.settled_live_bytes += d.settled_live_bytes;
             total.settled_reserved_bytes += d.settled_reserved_bytes;
@@ -299,7 +304,12 @@ impl<'s> Replayer<'s> {
     }
 
     fn device(&mut self, device: u32) -> &mut DeviceRun<'s> {
-        device_run(&mut self.devices, &mut self.make, &mut self.timeline, device)
+        device_run(
+            &mut self.devices,
+            &mut self.make,
+            &mut self.timeline,
+            device,
+        )
     }
 
     /// Replay one event.
@@ -498,7 +508,9 @@ impl<'s> Replayer<'s> {
         // Handles go before their supervisors.
         self.live.clear();
         if self.make.is_none() {
-            let mut report = reports.pop().unwrap_or_else(|| ReplayReport::empty(None, None));
+            let mut report = reports
+                .pop()
+                .unwrap_or_else(|| ReplayReport::empty(None, None));
             report.device = None;
             return Ok(report);
         }

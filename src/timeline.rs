@@ -234,7 +234,11 @@ mod tests {
         let mut peak = (0, 0);
         for i in 0..100_000u64 {
             // A spike every 9973 events, between any two samples.
-            let live = if i % 9973 == 5000 { 1_000_000 + i } else { i % 100 };
+            let live = if i % 9973 == 5000 {
+                1_000_000 + i
+            } else {
+                i % 100
+            };
             peak.1 = peak.1.max(live);
             timeline.observe(i as f64, live, live * 2, None);
             if timeline.bucket_full() {

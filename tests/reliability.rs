@@ -38,14 +38,20 @@ fn item01_overflowing_sizes_fail_one_request_not_the_stream() {
     let stream = device.stream(StreamId(0)).unwrap();
     let other = stream.reserve(4096).unwrap();
     stream.write(&other, 0, &[7; 16]).unwrap();
-    for sizes in [&[1, u64::MAX][..], &[u64::MAX, u64::MAX], &[u64::MAX / 2 + 1, u64::MAX / 2 + 1]]
-    {
+    for sizes in [
+        &[1, u64::MAX][..],
+        &[u64::MAX, u64::MAX],
+        &[u64::MAX / 2 + 1, u64::MAX / 2 + 1],
+    ] {
         let err = stream.reserve_many(sizes).unwrap_err();
         assert!(
             matches!(err, ServiceError::Memory(MemoryError::TooLarge { .. })),
             "{sizes:?}: {err}"
         );
     }
+    // A wait too long for the clock to name is a long wait, not a panic.
+    let waited = stream.reserve_timeout(64, Duration::MAX).unwrap();
+    assert_eq!(waited.size(), 64);
     assert_eq!(stream.read(&other, 0, 16).unwrap(), vec![7; 16]);
     assert!(stream.reserve(64).is_ok(), "the stream still serves");
 }
@@ -84,7 +90,10 @@ fn item02_manager_keeps_a_rebound_pinned_allocation() {
     let pinned = memory.pin(&a).unwrap();
     let unbound = memory.unbound();
     memory.bind(a, &unbound, 0).unwrap();
-    assert!(memory.pinned_count() == 1, "the rebound allocation is pinned");
+    assert!(
+        memory.pinned_count() == 1,
+        "the rebound allocation is pinned"
+    );
     memory.compact().unwrap();
     drop(unbound);
     let b = memory.reserve(4096, PageUpdate::Allow).unwrap();
@@ -160,7 +169,14 @@ fn item04_deeply_nested_pickle_is_an_error() {
     // Lists nested through the memo, with a constant stack.
     let mut memo = vec![0x80, 2, b']', b'q', 0];
     for i in 0..20_000u32 {
-        memo.extend([b'h', (i % 250) as u8, b']', b'q', ((i + 1) % 250) as u8, b'a']);
+        memo.extend([
+            b'h',
+            (i % 250) as u8,
+            b']',
+            b'q',
+            ((i + 1) % 250) as u8,
+            b'a',
+        ]);
     }
     memo.push(b'.');
     let result = std::thread::Builder::new()
@@ -182,7 +198,13 @@ fn item05_a_trace_with_too_many_streams_is_refused() {
     let device = Supervisor::virtual_device(quiet());
     let err = streamalloc::replay::replay(&events, &device, None, 1, |_| {}).unwrap_err();
     assert!(
-        matches!(err, ServiceError::TooManyStreams { requested: 20_000, .. }),
+        matches!(
+            err,
+            ServiceError::TooManyStreams {
+                requested: 20_000,
+                ..
+            }
+        ),
         "{err}"
     );
     assert!(device.stats().is_empty(), "no actor started");
@@ -199,7 +221,10 @@ fn item05_a_trace_with_too_many_streams_is_refused() {
         device.stream(StreamId(4)),
         Err(ServiceError::TooManyStreams { limit: 4, .. })
     ));
-    assert!(device.stream(StreamId(3)).is_ok(), "a known stream still answers");
+    assert!(
+        device.stream(StreamId(3)).is_ok(),
+        "a known stream still answers"
+    );
     assert!(limit >= 64);
 }
 
@@ -283,7 +308,10 @@ fn item08_failure_ids_are_scoped_to_their_stream() {
         Err(MemoryError::UnknownFailure(_))
     ));
     let f1 = m1.record_failure("m1", &[f0]);
-    assert!(m1.failures().causes(f1).is_empty(), "a foreign cause is dropped");
+    assert!(
+        m1.failures().causes(f1).is_empty(),
+        "a foreign cause is dropped"
+    );
 }
 
 /// Item 9: a pin that outlives shutdown keeps its page: the bytes stay
@@ -302,13 +330,23 @@ fn item09_a_pin_keeps_its_page_past_shutdown() {
     assert_eq!(report.pinned_at_exit, 1);
     assert!(report.bytes_left >= MIB, "the pinned page was returned");
     let held = device.device_stats().bytes_reserved;
-    assert!(held >= MIB && held < 8 * MIB, "held {held}: unpinned pages go back");
+    assert!(
+        (MIB..8 * MIB).contains(&held),
+        "held {held}: unpinned pages go back"
+    );
     // SAFETY: the pin keeps the page mapped.
     let bytes = unsafe { std::slice::from_raw_parts(pinned.addr() as *const u8, MIB as usize) };
     assert!(bytes.iter().all(|&byte| byte == 0x5A));
-    assert!(matches!(stream.resolve(&a), Err(ServiceError::StreamStopped(_))));
+    assert!(matches!(
+        stream.resolve(&a),
+        Err(ServiceError::StreamStopped(_))
+    ));
     drop(pinned);
-    assert_eq!(device.device_stats().bytes_reserved, 0, "back once unpinned");
+    assert_eq!(
+        device.device_stats().bytes_reserved,
+        0,
+        "back once unpinned"
+    );
     drop(a);
 }
 
@@ -342,7 +380,11 @@ fn item10_copies_leave_pinned_neighbours_intact() {
             a
         })
         .collect();
-    let pins: Vec<_> = keep.iter().step_by(2).map(|a| stream.resolve(a).unwrap()).collect();
+    let pins: Vec<_> = keep
+        .iter()
+        .step_by(2)
+        .map(|a| stream.resolve(a).unwrap())
+        .collect();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let readers: Vec<_> = pins
         .iter()
@@ -362,7 +404,12 @@ fn item10_copies_leave_pinned_neighbours_intact() {
         .collect();
     for round in 0..20 {
         let scratch: Vec<_> = (0..8).map(|_| stream.reserve(64 * 1024).unwrap()).collect();
-        drop(scratch.into_iter().step_by(2 + round % 2).collect::<Vec<_>>());
+        drop(
+            scratch
+                .into_iter()
+                .step_by(2 + round % 2)
+                .collect::<Vec<_>>(),
+        );
         stream.compact().unwrap();
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -370,7 +417,10 @@ fn item10_copies_leave_pinned_neighbours_intact() {
         reader.join().unwrap();
     }
     for (i, a) in keep.iter().enumerate() {
-        assert_eq!(stream.read(a, 0, 64 * 1024).unwrap(), vec![i as u8; 64 * 1024]);
+        assert_eq!(
+            stream.read(a, 0, 64 * 1024).unwrap(),
+            vec![i as u8; 64 * 1024]
+        );
     }
     drop(pins);
 }
@@ -386,7 +436,11 @@ fn item11_exclusive_pages_stay_within_the_largest_page() {
     };
     let mut memory = MemoryManager::new(VirtualStorage::new(), config);
     let big = memory.reserve(99 * MIB, PageUpdate::Allow).unwrap();
-    assert!(memory.bytes_reserved() <= 100 * MIB, "{}", memory.bytes_reserved());
+    assert!(
+        memory.bytes_reserved() <= 100 * MIB,
+        "{}",
+        memory.bytes_reserved()
+    );
     drop(big);
     let full = memory.reserve(100 * MIB, PageUpdate::Allow).unwrap();
     assert!(memory.bytes_reserved() <= 100 * MIB);

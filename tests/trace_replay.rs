@@ -162,7 +162,10 @@ fn torch_snapshots_read_allocations_and_segments() {
         vec![SegmentAlloc, Alloc, Alloc, Free, Alloc, AllocFailure, Free]
     );
     assert_eq!(events[2].size, 8 * MIB);
-    assert_eq!(events[3].time_ns, 4000, "times count from the first event, a segment_alloc");
+    assert_eq!(
+        events[3].time_ns, 4000,
+        "times count from the first event, a segment_alloc"
+    );
 }
 
 fn supervisor(budget: Option<u64>) -> Supervisor {

@@ -56,8 +56,7 @@ impl Live {
     /// cell, or through a cell it was bound away from. The one "is it
     /// pinned" test (the `MOVING` bit is not a pin).
     pub(crate) fn is_pinned(&self) -> bool {
-        is_pinned(&self.cell)
-            || self.retired.iter().any(|cell| is_pinned(cell))
+        is_pinned(&self.cell) || self.retired.iter().any(|cell| is_pinned(cell))
     }
 
     /// Whether only pins through retired cells hold it (the last of those

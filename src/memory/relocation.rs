@@ -312,7 +312,11 @@ impl<S: DeviceStorage> MemoryManager<S> {
         let cell = live.cell.clone();
         // A pin through a cell it was bound away from holds it too (no
         // client can pin those afresh: their address is unpublished).
-        if live.retired.iter().any(|old| super::manager::is_pinned(old)) {
+        if live
+            .retired
+            .iter()
+            .any(|old| super::manager::is_pinned(old))
+        {
             return Ok(None);
         }
         if cell

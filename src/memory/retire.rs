@@ -22,8 +22,8 @@
 use super::handle::{AllocationCell, ORPHANED, PIN_MASK};
 use super::manager::MemoryManager;
 use crate::storage::DeviceStorage;
-use crate::sync::{Arc, Mutex};
 use crate::sync::atomic::{AtomicUsize, Ordering};
+use crate::sync::{Arc, Mutex};
 use std::fmt;
 
 /// What returns the pages a retired manager kept for its pins.

@@ -114,7 +114,7 @@ impl StreamActor {
                 update,
                 mode,
                 reply,
-                deadline: wait.map(|wait| Instant::now() + wait),
+                deadline: wait.map(deadline_after),
                 parked_at: None,
                 within_headroom: false,
                 tight: false,
@@ -260,13 +260,13 @@ impl StreamActor {
     pub(crate) fn shutdown(&mut self, inbox: &Receiver<Request>) -> ShutdownReport {
         self.shared.set_stopping();
         let stream = self.shared.stream;
-        let mut rejected = 0;
+        let mut rejected: u64 = 0;
         for pending in std::mem::take(&mut self.parked) {
-            rejected += 1;
+            rejected = rejected.saturating_add(1);
             pending.answer(Err(ServiceError::StreamStopped(stream)));
         }
         while let Ok(request) = inbox.try_recv() {
-            rejected += 1;
+            rejected = rejected.saturating_add(1);
             request.reject(ServiceError::StreamStopped(stream));
         }
         self.wait_for_pins();
@@ -287,7 +287,7 @@ impl StreamActor {
 
     #[cfg(not(streamalloc_loom))]
     fn wait_for_pins(&mut self) {
-        let deadline = std::time::Instant::now() + self.timing.pin_wait;
+        let deadline = deadline_after(self.timing.pin_wait);
         while self.memory.pinned_count() > 0 && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -421,4 +421,13 @@ impl StreamActor {
             }
         }
     }
+}
+
+/// `wait` from now; a wait too long for the clock to name (a caller's
+/// `Duration::MAX`) is a century, which no caller outlives.
+pub(crate) fn deadline_after(wait: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(wait)
+        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 24 * 3600)))
+        .unwrap_or(now)
 }

@@ -134,7 +134,7 @@ impl Coordinator {
             } => {
                 if let Some(active) = self.active.as_mut().filter(|e| e.id == episode) {
                     active.waiting.retain(|s| *s != stream);
-                    active.freed += freed;
+                    active.freed = active.freed.saturating_add(freed);
                     if active.waiting.is_empty() {
                         self.finish();
                     }
@@ -156,7 +156,7 @@ impl Coordinator {
                 continue;
             }
             let id = self.next_episode;
-            self.next_episode += 1;
+            self.next_episode = self.next_episode.wrapping_add(1);
             // Only streams that hold pages beyond their use can give back
             // (or have releases waiting that may free some): the others
             // are not woken.

@@ -7,6 +7,7 @@ use super::events::SupervisorEvent;
 use super::headroom::Headroom;
 use super::shared::StreamShared;
 use crate::memory::StreamId;
+use crate::saturating::SaturatingSum;
 use crate::storage::DeviceBudget;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::channel::Sender;
@@ -122,9 +123,15 @@ impl DeviceShared {
     /// move the total and its peak.
     pub(crate) fn account_in_use(&self, before: u64, after: u64) {
         let now = if after >= before {
-            self.in_use.fetch_add(after - before, Ordering::Relaxed) + (after - before)
+            let up = after.wrapping_sub(before);
+            self.in_use
+                .fetch_add(up, Ordering::Relaxed)
+                .saturating_add(up)
         } else {
-            self.in_use.fetch_sub(before - after, Ordering::Relaxed) - (before - after)
+            let down = before.wrapping_sub(after);
+            self.in_use
+                .fetch_sub(down, Ordering::Relaxed)
+                .saturating_sub(down)
         };
         self.peak_in_use.fetch_max(now, Ordering::Relaxed);
     }
@@ -147,7 +154,7 @@ impl DeviceShared {
             .iter()
             .filter(|shared| shared.stream != stream)
             .map(|shared| shared.unused_at_most())
-            .sum()
+            .saturating_sum()
     }
 
     /// Tell the coordinator (never blocks; dropped if it is gone).
@@ -178,8 +185,8 @@ impl DeviceShared {
             stream,
             requested,
             budget: self.budget.as_ref().map(|budget| budget.limit()),
-            reserved: per_stream.iter().map(|s| s.reserved).sum(),
-            in_use: per_stream.iter().map(|s| s.in_use).sum(),
+            reserved: per_stream.iter().map(|s| s.reserved).saturating_sum(),
+            in_use: per_stream.iter().map(|s| s.in_use).saturating_sum(),
             per_stream,
         }
     }

@@ -30,7 +30,9 @@ pub enum ServiceError {
     },
     /// More streams than the device runs at once
     /// ([`ServiceConfig::max_streams`](super::ServiceConfig::max_streams)).
-    #[error("{requested} streams asked for; this device runs at most {limit} (ServiceConfig::max_streams)")]
+    #[error(
+        "{requested} streams asked for; this device runs at most {limit} (ServiceConfig::max_streams)"
+    )]
     TooManyStreams {
         /// Streams that would run.
         requested: usize,

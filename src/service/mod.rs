@@ -21,6 +21,10 @@
 //! The protocols (release, resolve, shutdown) are described in
 //! `docs/service.md` and model-checked in `loom-tests/`.
 
+// Sizes come from callers: every sum on them is checked (a debug build's
+// overflow panic would take the stream down for every client).
+#![warn(clippy::arithmetic_side_effects, clippy::disallowed_methods)]
+
 mod actor;
 mod coordinator;
 mod device;

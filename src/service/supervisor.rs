@@ -201,8 +201,12 @@ impl Supervisor {
             handle.report()?;
         }
         if let Some(settle) = self.config.settle {
-            let deadline =
-                std::time::Instant::now() + settle.window * 2 + self.config.supervise_tick * 4;
+            let deadline = super::actor::deadline_after(
+                settle
+                    .window
+                    .saturating_mul(2)
+                    .saturating_add(self.config.supervise_tick.saturating_mul(4)),
+            );
             let within = |handle: &StreamHandle| {
                 let stats = handle.stats();
                 stats.bytes_reserved <= settle.keep(stats.bytes_in_use)
@@ -259,7 +263,7 @@ impl Supervisor {
         }
         if !streams.contains_key(&id) && streams.len() >= self.config.max_streams {
             return Err(ServiceError::TooManyStreams {
-                requested: streams.len() + 1,
+                requested: streams.len().saturating_add(1),
                 limit: self.config.max_streams,
             });
         }

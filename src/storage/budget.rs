@@ -99,7 +99,11 @@ impl DeviceBudget {
 
     /// The allocation of `bytes` reserved earlier succeeded.
     fn commit(&self, bytes: u64) {
-        let held = self.held.fetch_add(bytes, Ordering::SeqCst) + bytes;
+        // The limit bounds every grant, so held + bytes fits.
+        let held = self
+            .held
+            .fetch_add(bytes, Ordering::SeqCst)
+            .saturating_add(bytes);
         self.peak.fetch_max(held, Ordering::SeqCst);
     }
 

@@ -153,7 +153,7 @@ impl CudaStorage {
         unsafe {
             let _ = result::free_sync(page.ptr);
         }
-        self.bytes -= page.size;
+        self.bytes = self.bytes.saturating_sub(page.size);
     }
 }
 
@@ -183,8 +183,8 @@ impl DeviceStorage for CudaStorage {
             Err(err) => return Err(driver(err)),
         };
         let id = StorageId(self.next_id);
-        self.next_id += 1;
-        self.bytes += size;
+        self.next_id = self.next_id.wrapping_add(1);
+        self.bytes = self.bytes.saturating_add(size);
         self.pages.insert(
             id,
             CudaPage {
@@ -219,7 +219,7 @@ impl DeviceStorage for CudaStorage {
         let page = self.page(handle.id)?;
         check_range(handle, page.size, 0)?;
         Ok(Resource {
-            addr: page.ptr + handle.offset,
+            addr: page.ptr.wrapping_add(handle.offset),
             len: handle.size,
         })
     }
@@ -227,7 +227,7 @@ impl DeviceStorage for CudaStorage {
     fn write(&mut self, handle: &StorageHandle, data: &[u8]) -> Result<(), StorageError> {
         let page = self.page(handle.id)?;
         check_range(handle, page.size, data.len() as u64)?;
-        let dst = page.ptr + handle.offset;
+        let dst = page.ptr.wrapping_add(handle.offset);
         self.bind()?;
         // SAFETY: the range was checked against the page; the copy is
         // waited for before `data` can go away.
@@ -238,7 +238,7 @@ impl DeviceStorage for CudaStorage {
     fn read(&mut self, handle: &StorageHandle, out: &mut [u8]) -> Result<(), StorageError> {
         let page = self.page(handle.id)?;
         check_range(handle, page.size, out.len() as u64)?;
-        let src = page.ptr + handle.offset;
+        let src = page.ptr.wrapping_add(handle.offset);
         self.bind()?;
         // SAFETY: the range was checked; `out` is written by the copy, which
         // is waited for before it is returned.
@@ -255,10 +255,10 @@ impl DeviceStorage for CudaStorage {
         }
         let source = self.page(from.id)?;
         check_range(from, source.size, 0)?;
-        let src = source.ptr + from.offset;
+        let src = source.ptr.wrapping_add(from.offset);
         let target = self.page(to.id)?;
         check_range(to, target.size, 0)?;
-        let dst = target.ptr + to.offset;
+        let dst = target.ptr.wrapping_add(to.offset);
         self.bind()?;
         // SAFETY: both ranges were checked against live pages; the copy is
         // ordered on this stream before any later use or free of either.

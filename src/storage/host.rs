@@ -149,8 +149,8 @@ impl DeviceStorage for HostStorage {
             other => other,
         })?;
         let id = StorageId(self.next_id);
-        self.next_id += 1;
-        self.bytes += size;
+        self.next_id = self.next_id.wrapping_add(1);
+        self.bytes = self.bytes.saturating_add(size);
         self.pages.insert(id, page);
         Ok(StorageHandle::whole(id, size))
     }
@@ -164,7 +164,7 @@ impl DeviceStorage for HostStorage {
     fn flush(&mut self) {
         for id in self.pending.drain(..) {
             if let Some(page) = self.pages.remove(&id) {
-                self.bytes -= page.size();
+                self.bytes = self.bytes.saturating_sub(page.size());
             }
         }
     }
@@ -173,7 +173,8 @@ impl DeviceStorage for HostStorage {
         let page = self.page(handle.id)?;
         check_range(handle, page.size(), 0)?;
         Ok(Resource {
-            addr: page.ptr.as_ptr() as u64 + handle.offset,
+            // `check_range` kept the offset inside the page.
+            addr: (page.ptr.as_ptr() as u64).wrapping_add(handle.offset),
             len: handle.size,
         })
     }

@@ -98,7 +98,7 @@ impl<S: DeviceStorage> DeviceStorage for LimitedStorage<S> {
     }
 
     fn allocate(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
-        self.allocations += 1;
+        self.allocations = self.allocations.saturating_add(1);
         if self.faults.allocations.contains(&self.allocations) {
             return Err(StorageError::InjectedFault(format!(
                 "allocation #{} of {size} bytes",
@@ -137,7 +137,7 @@ impl<S: DeviceStorage> DeviceStorage for LimitedStorage<S> {
     }
 
     fn copy(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
-        self.copies += 1;
+        self.copies = self.copies.saturating_add(1);
         if self.faults.copies.contains(&self.copies) {
             return Err(StorageError::InjectedFault(format!(
                 "copy #{} of {} bytes",

@@ -6,6 +6,10 @@
 //! `flush` returns the queued pages to the driver, because on a device a free
 //! synchronises and must wait until the stream's work on the page is done.
 
+// Sizes and offsets come from callers: every sum is checked (a panic in a
+// debug build would take a stream down for one caller's bad numbers).
+#![warn(clippy::arithmetic_side_effects, clippy::disallowed_methods)]
+
 mod budget;
 #[cfg(feature = "cuda")]
 mod cuda;
@@ -55,18 +59,22 @@ impl StorageHandle {
     }
 
     /// The sub-range `start..end` of this range (offsets relative to it),
-    /// or `None` when it does not lie inside.
+    /// or `None` when it does not lie inside (or past `u64::MAX`).
     pub fn sub_range(&self, start: u64, end: u64) -> Option<Self> {
-        (start <= end && end <= self.size).then(|| Self {
+        if start > end || end > self.size {
+            return None;
+        }
+        Some(Self {
             id: self.id,
-            offset: self.offset + start,
-            size: end - start,
+            offset: self.offset.checked_add(start)?,
+            size: end.checked_sub(start)?,
         })
     }
 
-    /// One past the last byte, from the start of the page.
+    /// One past the last byte, from the start of the page (saturating: a
+    /// range past `u64::MAX` lies outside every page anyway).
     pub fn end(&self) -> u64 {
-        self.offset + self.size
+        self.offset.saturating_add(self.size)
     }
 }
 

@@ -68,9 +68,9 @@ impl DeviceStorage for VirtualStorage {
             return Err(StorageError::InvalidSize(size));
         }
         let id = StorageId(self.next_id);
-        self.next_id += 1;
+        self.next_id = self.next_id.wrapping_add(1);
         self.pages.insert(id, size);
-        self.bytes += size;
+        self.bytes = self.bytes.saturating_add(size);
         Ok(StorageHandle::whole(id, size))
     }
 
@@ -83,7 +83,7 @@ impl DeviceStorage for VirtualStorage {
     fn flush(&mut self) {
         for id in self.pending.drain(..) {
             if let Some(size) = self.pages.remove(&id) {
-                self.bytes -= size;
+                self.bytes = self.bytes.saturating_sub(size);
             }
         }
     }
@@ -91,7 +91,8 @@ impl DeviceStorage for VirtualStorage {
     fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError> {
         check_range(handle, self.page_size(handle.id)?, 0)?;
         Ok(Resource {
-            addr: (handle.id.0 << ADDRESS_WINDOW_BITS) + handle.offset,
+            // `check_range` kept the offset below the window's size.
+            addr: (handle.id.0 << ADDRESS_WINDOW_BITS).wrapping_add(handle.offset),
             len: handle.size,
         })
     }
@@ -113,7 +114,7 @@ impl DeviceStorage for VirtualStorage {
         }
         check_range(from, self.page_size(from.id)?, 0)?;
         check_range(to, self.page_size(to.id)?, 0)?;
-        self.bytes_copied += from.size;
+        self.bytes_copied = self.bytes_copied.saturating_add(from.size);
         Ok(())
     }
 

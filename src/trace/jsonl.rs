@@ -42,12 +42,11 @@ impl<R: BufRead> JsonlReader<R> {
         if let Some(line) = reader.next_line()? {
             let text = line.trim_start_matches('\u{feff}');
             if text.trim_start().starts_with("{\"meta\"") {
-                let meta: MetaLine = serde_json::from_str(text).map_err(|err| {
-                    TraceError::Malformed {
+                let meta: MetaLine =
+                    serde_json::from_str(text).map_err(|err| TraceError::Malformed {
                         line: reader.number,
                         message: format!("bad meta line: {err}"),
-                    }
-                })?;
+                    })?;
                 reader.meta = meta.meta;
             } else {
                 let text = text.to_string();
@@ -68,7 +67,7 @@ impl<R: BufRead> JsonlReader<R> {
             if self.input.read_line(&mut self.line)? == 0 {
                 return Ok(None);
             }
-            self.number += 1;
+            self.number = self.number.saturating_add(1);
             if !self.line.trim().is_empty() {
                 return Ok(Some(self.line.trim_end().to_string()));
             }

@@ -3,6 +3,9 @@
 //! from and to this project's own JSON Lines format, and recorded from a
 //! running service ([`TraceRecorder`]).
 
+// Traces are untrusted input: every sum on their numbers is checked.
+#![warn(clippy::arithmetic_side_effects, clippy::disallowed_methods)]
+
 mod jsonl;
 mod pickle;
 mod recorder;
@@ -146,10 +149,7 @@ impl std::str::FromStr for TraceFormat {
             "jsonl" | "json" => Ok(Self::Jsonl),
             "rmm" | "csv" | "rmm-csv" => Ok(Self::RmmCsv),
             "torch" | "pytorch" | "pickle" => Ok(Self::TorchSnapshot),
-            other => Err(format!(
-                "unknown trace format {other:?} ({})",
-                Self::NAMES
-            )),
+            other => Err(format!("unknown trace format {other:?} ({})", Self::NAMES)),
         }
     }
 }
@@ -215,7 +215,7 @@ struct Counting<R> {
 impl<R: Read> Read for Counting<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.read.set(self.read.get() + n as u64);
+        self.read.set(self.read.get().saturating_add(n as u64));
         Ok(n)
     }
 }
@@ -252,7 +252,9 @@ impl TraceReader {
         let mut file = std::fs::File::open(path)?;
         let len = file.metadata()?.len();
         if len == 0 {
-            return Err(TraceError::Invalid("the file is empty: no events to read".into()));
+            return Err(TraceError::Invalid(
+                "the file is empty: no events to read".into(),
+            ));
         }
         let mut head = vec![0u8; 512.min(len as usize)];
         file.read_exact(&mut head)?;

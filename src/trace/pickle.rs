@@ -229,12 +229,15 @@ impl<'b> Machine<'b> {
     }
 
     fn take(&mut self, n: u64) -> Result<&'b [u8], PickleError> {
-        let left = (self.input.len() - self.pos) as u64;
+        let left = self.input.len().saturating_sub(self.pos) as u64;
         if n > left {
-            return self.fail(format!("needs {n} bytes, {left} left: the pickle is cut short"));
+            return self.fail(format!(
+                "needs {n} bytes, {left} left: the pickle is cut short"
+            ));
         }
         let start = self.pos;
-        self.pos += n as usize;
+        // `n` is at most what is left, so the end lies inside the input.
+        self.pos = start.saturating_add(n as usize);
         Ok(&self.input[start..self.pos])
     }
 
@@ -255,13 +258,13 @@ impl<'b> Machine<'b> {
         let Some(end) = rest.iter().position(|b| *b == b'\n') else {
             return self.fail("a text argument has no end of line");
         };
-        self.pos += end + 1;
+        self.pos = self.pos.saturating_add(end).saturating_add(1);
         std::str::from_utf8(&rest[..end]).or_else(|_| self.fail("a text argument is not UTF-8"))
     }
 
     fn push(&mut self, node: Node) {
         self.nodes.push(node);
-        self.stack.push((self.nodes.len() - 1) as Id);
+        self.stack.push(self.nodes.len().saturating_sub(1) as Id);
     }
 
     fn pop(&mut self) -> Result<Id, PickleError> {
@@ -368,7 +371,7 @@ impl<'b> Machine<'b> {
         if bytes.is_empty() {
             return Ok(Node::Int(0));
         }
-        let negative = bytes[bytes.len() - 1] & 0x80 != 0;
+        let negative = bytes.last().is_some_and(|b| b & 0x80 != 0);
         let mut raw = [if negative { 0xFF } else { 0 }; 16];
         raw[..bytes.len()].copy_from_slice(bytes);
         Ok(Node::Int(i128::from_le_bytes(raw)))
@@ -564,11 +567,12 @@ impl<'b> Machine<'b> {
                     self.push(Node::Set(items));
                 }
                 0x85..=0x87 => {
-                    let n = usize::from(op - 0x84);
-                    if self.stack.len() < n + self.marks.last().copied().unwrap_or(0) {
+                    let n = usize::from(op.saturating_sub(0x84));
+                    let floor = self.marks.last().copied().unwrap_or(0);
+                    let Some(from) = self.stack.len().checked_sub(n).filter(|f| *f >= floor) else {
                         return self.fail("a TUPLE opcode with too few values");
-                    }
-                    let items = self.stack.split_off(self.stack.len() - n);
+                    };
+                    let items = self.stack.split_off(from);
                     self.push(Node::Tuple(items));
                 }
                 b'd' => {
@@ -687,7 +691,10 @@ mod tests {
         let pickle = parse(bytes).unwrap();
         let values: Vec<_> = pickle.root().items().unwrap().map(|v| v.as_i64()).collect();
         assert_eq!(values[..3], [Some(5), Some(256), Some(-1)]);
-        assert_eq!(pickle.root().items().unwrap().nth(3).unwrap().as_u64(), Some(1 << 63));
+        assert_eq!(
+            pickle.root().items().unwrap().nth(3).unwrap().as_u64(),
+            Some(1 << 63)
+        );
     }
 
     #[test]

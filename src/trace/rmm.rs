@@ -71,7 +71,7 @@ impl Layout {
     }
 
     fn width(&self) -> usize {
-        self.0.iter().max().map_or(0, |m| m + 1)
+        self.0.iter().max().map_or(0, |m| m.saturating_add(1))
     }
 }
 
@@ -105,7 +105,7 @@ impl<R: BufRead> RmmReader<R> {
             if self.input.read_line(&mut self.line)? == 0 {
                 return Ok(None);
             }
-            self.number += 1;
+            self.number = self.number.saturating_add(1);
             let text = self.line.trim_start_matches('\u{feff}').trim();
             if text.is_empty() {
                 continue;

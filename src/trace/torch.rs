@@ -63,7 +63,12 @@ pub fn read_torch_trace(bytes: &[u8]) -> Result<Trace, TraceError> {
         .filter_map(|entry| entry.get("time_us").and_then(|t| t.as_u64()))
         .min()
         .unwrap_or(0);
-    let devices = (traces.len() as u32).max(segments.keys().next_back().map_or(0, |d| d + 1));
+    let devices = (traces.len() as u32).max(
+        segments
+            .keys()
+            .next_back()
+            .map_or(0, |d| d.saturating_add(1)),
+    );
     let mut trace = Trace {
         meta: TraceMeta {
             source: "pytorch snapshot".into(),
@@ -137,11 +142,7 @@ fn read_segments(segments: Option<Value<'_>>) -> Result<BTreeMap<u32, Vec<Segmen
 fn settings(value: Option<Value<'_>>) -> BTreeMap<String, String> {
     value
         .and_then(|v| v.entries())
-        .map(|entries| {
-            entries
-                .map(|(k, v)| (k.display(), v.display()))
-                .collect()
-        })
+        .map(|entries| entries.map(|(k, v)| (k.display(), v.display())).collect())
         .unwrap_or_default()
 }
 
@@ -155,9 +156,7 @@ fn read_device<'a>(
     let entries: Vec<Value<'a>> = match entries {
         Some(entries) => entries
             .items()
-            .ok_or_else(|| {
-                TraceError::Invalid(format!("device_traces[{device}] is not a list"))
-            })?
+            .ok_or_else(|| TraceError::Invalid(format!("device_traces[{device}] is not a list")))?
             .collect(),
         None => Vec::new(),
     };
@@ -174,7 +173,7 @@ fn read_device<'a>(
     let mut segment_change: i128 = 0;
     for (index, entry) in entries.iter().enumerate() {
         let malformed = |message: &str| TraceError::Malformed {
-            line: index + 1,
+            line: index.saturating_add(1),
             message: format!("device_traces[{device}][{index}]: {message}"),
         };
         if !entry.is_dict() {
@@ -196,11 +195,11 @@ fn read_device<'a>(
             "free_completed" => TraceAction::Free,
             "free_requested" | "free" if !completes => TraceAction::Free,
             "segment_alloc" | "segment_map" => {
-                segment_change += i128::from(size()?);
+                segment_change = segment_change.saturating_add(i128::from(size()?));
                 TraceAction::SegmentAlloc
             }
             "segment_free" | "segment_unmap" => {
-                segment_change -= i128::from(size()?);
+                segment_change = segment_change.saturating_sub(i128::from(size()?));
                 TraceAction::SegmentFree
             }
             "oom" => TraceAction::AllocFailure,
@@ -225,24 +224,28 @@ fn read_device<'a>(
     let mut meta = DeviceMeta {
         device,
         segments: segments.len() as u64,
-        reserved_bytes: segments.iter().map(|s| s.total_size).sum(),
+        reserved_bytes: segments
+            .iter()
+            .fold(0u64, |sum, s| sum.saturating_add(s.total_size)),
         ..DeviceMeta::default()
     };
     for segment in segments {
         for &(addr, size) in &segment.active {
-            meta.active_blocks += 1;
-            meta.active_bytes += size;
+            meta.active_blocks = meta.active_blocks.saturating_add(1);
+            meta.active_bytes = meta.active_bytes.saturating_add(size);
             // Active at the end but never allocated here: live all along.
             if !live.contains_key(&addr) && !seen.contains(&addr) {
                 preexisting.insert(addr, (segment.stream, size));
             }
         }
     }
-    let initial = i128::from(meta.reserved_bytes) - segment_change;
+    let initial = i128::from(meta.reserved_bytes).saturating_sub(segment_change);
     meta.initial_reserved_bytes = u64::try_from(initial.max(0)).unwrap_or(u64::MAX);
     meta.preexisting_allocations = preexisting.len() as u64;
-    meta.preexisting_bytes = preexisting.values().map(|(_, size)| size).sum();
-    let mut head = Vec::with_capacity(preexisting.len() + 1);
+    meta.preexisting_bytes = preexisting
+        .values()
+        .fold(0u64, |sum, (_, size)| sum.saturating_add(*size));
+    let mut head = Vec::with_capacity(preexisting.len().saturating_add(1));
     if meta.initial_reserved_bytes > 0 {
         head.push(TraceEvent {
             time_ns: 0,
@@ -253,14 +256,18 @@ fn read_device<'a>(
             size: meta.initial_reserved_bytes,
         });
     }
-    head.extend(preexisting.into_iter().map(|(addr, (stream, size))| TraceEvent {
-        time_ns: 0,
-        device,
-        stream,
-        action: TraceAction::Alloc,
-        id: addr,
-        size,
-    }));
+    head.extend(
+        preexisting
+            .into_iter()
+            .map(|(addr, (stream, size))| TraceEvent {
+                time_ns: 0,
+                device,
+                stream,
+                action: TraceAction::Alloc,
+                id: addr,
+                size,
+            }),
+    );
     head.extend(events);
     Ok((meta, head))
 }

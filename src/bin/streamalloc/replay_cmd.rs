@@ -21,10 +21,16 @@ struct ReplayJson<'a> {
     trace: &'a TraceMeta,
 }
 
-fn open(path: &std::path::Path, args_format: Option<streamalloc::trace::TraceFormat>, progress: &Progress) -> Result<TraceReader, String> {
+fn open(
+    path: &std::path::Path,
+    args_format: Option<streamalloc::trace::TraceFormat>,
+    progress: &Progress,
+) -> Result<TraceReader, String> {
     let named = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
     if std::fs::metadata(path).is_ok_and(|m| m.len() > 1 << 20)
-        && path.extension().is_some_and(|e| e == "pickle" || e == "pkl")
+        && path
+            .extension()
+            .is_some_and(|e| e == "pickle" || e == "pkl")
     {
         progress.note(&format!("decoding {}", path.display()));
     }
@@ -164,10 +170,18 @@ fn print_report(report: &ReplayReport, meta: &TraceMeta) {
     }
     let name = recorded_name(meta);
     for device in &report.devices {
-        print_figures(&format!("device {}: ", device.device.unwrap_or(0)), device, name);
+        print_figures(
+            &format!("device {}: ", device.device.unwrap_or(0)),
+            device,
+            name,
+        );
     }
     print_figures(
-        if report.devices.is_empty() { "" } else { "all devices: " },
+        if report.devices.is_empty() {
+            ""
+        } else {
+            "all devices: "
+        },
         report,
         name,
     );
@@ -229,7 +243,11 @@ pub(crate) fn convert(args: ConvertArgs) -> Result<(), String> {
     let size = std::fs::metadata(&args.input)
         .map_err(|e| format!("{}: {e}", args.input.display()))?
         .len();
-    let mut progress = Progress::bytes(size, &format!("convert {}", args.input.display()), args.quiet);
+    let mut progress = Progress::bytes(
+        size,
+        &format!("convert {}", args.input.display()),
+        args.quiet,
+    );
     let mut reader = open(&args.input, args.format, &progress)?;
     let out = std::fs::File::create(&args.output)
         .map_err(|e| format!("{}: {e}", args.output.display()))?;
@@ -253,7 +271,10 @@ pub(crate) fn convert(args: ConvertArgs) -> Result<(), String> {
     progress.finish();
     if events == 0 {
         let _ = std::fs::remove_file(&args.output);
-        return Err(format!("{}: the trace holds no events", args.input.display()));
+        return Err(format!(
+            "{}: the trace holds no events",
+            args.input.display()
+        ));
     }
     eprintln!("wrote {events} events to {}", args.output.display());
     Ok(())
