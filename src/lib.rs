@@ -54,7 +54,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod memory;
-#[cfg(not(streamalloc_loom))]
+#[cfg(all(feature = "cli", not(streamalloc_loom)))]
 pub mod plot;
 #[cfg(not(streamalloc_loom))]
 pub mod replay;

@@ -5,8 +5,8 @@
 //! come from a real model configuration, scaled by an option.
 
 use crate::memory::{AllocationMode, StreamId};
-use crate::plot::Timeline;
 use crate::service::{DeviceStats, ServiceError, StreamHandle, Supervisor, SupervisorEvent};
+use crate::timeline::Timeline;
 use serde::Serialize;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

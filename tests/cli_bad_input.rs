@@ -1,0 +1,276 @@
+//! The command line's bad-input table: each row a file and the arguments a
+//! user gave, with the exit code and the words they should see. A new
+//! defect is one new row.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const HEADER: &str = "Thread,Time,Action,Pointer,Size,Stream\n";
+
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("streamalloc-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+
+    fn file(&self, name: &str, content: &[u8]) -> String {
+        let path = self.0.join(name);
+        std::fs::write(&path, content).unwrap();
+        path.to_str().unwrap().to_string()
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.0.join(name).to_str().unwrap().to_string()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn cli(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_streamalloc"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// A small RMM log: `rounds` rounds of three 4 MiB allocations and their frees.
+fn rmm_log(rounds: u32) -> String {
+    let mut log = String::from(HEADER);
+    for round in 0..rounds {
+        for i in 0..3u32 {
+            let ptr = 0x1000 + u64::from(round * 3 + i) * 0x100000;
+            log.push_str(&format!(
+                "1,{},allocate,{ptr:#x},4194304,0x0\n",
+                round * 10 + i
+            ));
+        }
+        for i in 0..3u32 {
+            let ptr = 0x1000 + u64::from(round * 3 + i) * 0x100000;
+            log.push_str(&format!(
+                "1,{},free,{ptr:#x},4194304,0x0\n",
+                round * 10 + 5 + i
+            ));
+        }
+    }
+    log
+}
+
+struct Row {
+    name: &'static str,
+    args: Vec<String>,
+    /// Expected exit code.
+    code: i32,
+    /// Words stderr must hold.
+    stderr: &'static str,
+    /// Words stdout must hold.
+    stdout: &'static str,
+}
+
+fn row(
+    name: &'static str,
+    args: &[&str],
+    code: i32,
+    stderr: &'static str,
+    stdout: &'static str,
+) -> Row {
+    Row {
+        name,
+        args: args.iter().map(|s| s.to_string()).collect(),
+        code,
+        stderr,
+        stdout,
+    }
+}
+
+#[test]
+fn every_bad_input_is_a_clear_error_with_a_non_zero_exit() {
+    let dir = Scratch::new("bad-input");
+    let empty = dir.file("empty.csv", b"");
+    let blank = dir.file("blank.jsonl", b"\n\n  \n");
+    let header_only = dir.file("header.csv", HEADER.as_bytes());
+    let wrong_header = dir.file("wrong.csv", b"A,B,C,D,E,F\n1,2,3,4,5,6\n");
+    let mut bom = b"\xEF\xBB\xBF".to_vec();
+    bom.extend(rmm_log(2).as_bytes());
+    let bom = dir.file("bom.csv", &bom);
+    let good = dir.file("good.csv", rmm_log(4).as_bytes());
+    let missing = dir.path("missing.csv");
+    let converted = dir.path("out.jsonl");
+    let rows = vec![
+        row("empty file", &["replay", &empty], 1, "empty", ""),
+        row("blank lines only", &["replay", &blank], 1, "no events", ""),
+        row(
+            "a header and no events",
+            &["replay", &header_only],
+            1,
+            "no events",
+            "",
+        ),
+        row(
+            "wrong header",
+            &["replay", &wrong_header],
+            1,
+            "not an RMM log header",
+            "",
+        ),
+        row(
+            "UTF-8 BOM before the header",
+            &["replay", &bom],
+            0,
+            "",
+            "replayed 12 events",
+        ),
+        row(
+            "plot into a missing directory fails before the replay",
+            &["replay", &good, "--plot", "/nonexistent/dir/x.svg"],
+            1,
+            "/nonexistent/dir",
+            "",
+        ),
+        row(
+            "a trace that does not fit: exit 3, the report, and why",
+            &["replay", &good, "--budget", "6M"],
+            3,
+            "does not fit the budget",
+            "first failure: event",
+        ),
+        row(
+            "a missing file",
+            &["replay", &missing],
+            1,
+            "missing.csv",
+            "",
+        ),
+        row(
+            "an unknown format lists the known ones",
+            &["replay", &good, "--format", "xml"],
+            2,
+            "jsonl, rmm, torch",
+            "",
+        ),
+        row(
+            "simulate with no streams",
+            &["simulate", "--streams", "0"],
+            2,
+            "--streams",
+            "",
+        ),
+        row(
+            "simulate with no clients",
+            &["simulate", "--clients", "0"],
+            2,
+            "--clients",
+            "",
+        ),
+        row(
+            "simulate with no requests",
+            &["simulate", "--requests", "0"],
+            2,
+            "--requests",
+            "",
+        ),
+        row(
+            "convert an empty trace",
+            &["convert", &empty, &converted],
+            1,
+            "empty",
+            "",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for row in &rows {
+        let out = cli(&row.args.iter().map(String::as_str).collect::<Vec<_>>());
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        if out.status.code() != Some(row.code)
+            || !stderr.contains(row.stderr)
+            || !stdout.contains(row.stdout)
+        {
+            failures.push(format!(
+                "{}: exit {:?} (want {}), stderr {stderr:?} (want {:?}), stdout {stdout:?} (want {:?})",
+                row.name,
+                out.status.code(),
+                row.code,
+                row.stderr,
+                row.stdout
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+    assert!(
+        !Path::new(&converted).exists(),
+        "an empty conversion leaves no file"
+    );
+}
+
+#[test]
+fn errors_name_the_path_once() {
+    let dir = Scratch::new("path-once");
+    let bad = dir.file(
+        "bad.csv",
+        format!("{HEADER}1,0,allocate,0x1,lots,0x0\n").as_bytes(),
+    );
+    let out = cli(&["replay", &bad]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("bad.csv").count(), 1, "{stderr}");
+    assert!(stderr.contains("line 2: bad size"), "{stderr}");
+}
+
+#[test]
+fn quiet_runs_print_only_the_report() {
+    let dir = Scratch::new("quiet");
+    let good = dir.file("good.csv", rmm_log(3).as_bytes());
+    let out = cli(&["replay", &good, "--quiet"]);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("peak live"));
+    // Not on a terminal, progress is plain lines on stderr, with what is left.
+    let out = cli(&["replay", &good]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("100%") && stderr.contains("left"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn simulate_json_has_structured_pools_holding_the_weights() {
+    let out = cli(&[
+        "simulate",
+        "--requests",
+        "4",
+        "--max-prompt",
+        "32",
+        "--max-new-tokens",
+        "2",
+        "--json",
+        "--quiet",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pools = report["streams"][0]["pools"].as_array().unwrap();
+    let persistent = pools
+        .iter()
+        .find(|p| p["kind"] == "persistent")
+        .expect("a persistent pool");
+    assert!(
+        persistent["allocations"].as_u64().unwrap() > 0,
+        "{persistent}"
+    );
+    assert_eq!(
+        report["settled_live_bytes"], report["weight_bytes"],
+        "live once the load fell: the weights"
+    );
+}
