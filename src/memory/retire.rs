@@ -9,15 +9,15 @@
 //! word, so they are totally ordered):
 //!
 //! - the owner adds one to [`PinKeeper::holds`] *before* it tries to mark a
-//!   cell (so the count never reaches zero early), and takes it back when
-//!   the mark fails because the pins went meanwhile;
+//!   cell (so the count never goes below zero), and takes it back when the
+//!   mark fails because the pins went meanwhile;
 //! - an unpin that takes the count of an `ORPHANED` cell from one to zero
 //!   takes that cell's hold back;
 //! - `ORPHANED` refuses new pins (like `MOVING`), so a cell's pin count
 //!   goes to zero once after its mark;
 //! - the owner keeps one hold of its own while it hands over, and stores
 //!   what frees the pages before it lets go of it: whoever takes the count
-//!   to zero finds it there and runs it.
+//!   to zero finds it there and runs it (`loom-tests/retire.rs`).
 
 use super::handle::{AllocationCell, ORPHANED, PIN_MASK};
 use super::manager::MemoryManager;

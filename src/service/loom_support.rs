@@ -88,6 +88,14 @@ impl ActorUnderTest {
             .reserve(size, crate::memory::PageUpdate::Allow)
     }
 
+    /// End the stream as its thread does after a shutdown: return what no
+    /// pin holds, then hand the manager to the pins.
+    pub fn retire(mut self) {
+        self.actor.memory.release_unpinned();
+        let StreamActor { memory, .. } = self.actor;
+        memory.retire();
+    }
+
     /// Relocate as the actor's idle tick or a request would.
     pub fn relocate(
         &mut self,
