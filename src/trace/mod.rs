@@ -206,6 +206,20 @@ impl TraceFormat {
     pub const NAMES: &'static str = "jsonl, rmm, torch";
 }
 
+/// One step of a line reader's iterator: the next event, an error (after
+/// which the reader is `done`), or the end.
+pub(crate) fn step<T>(
+    done: &mut bool,
+    next: impl FnOnce() -> Result<Option<T>, TraceError>,
+) -> Option<Result<T, TraceError>> {
+    if *done {
+        return None;
+    }
+    let item = next().transpose();
+    *done = !matches!(item, Some(Ok(_)));
+    item
+}
+
 /// Counts the bytes read through it (for progress).
 struct Counting<R> {
     inner: R,

@@ -169,12 +169,10 @@ impl<R: BufRead> Iterator for RmmReader<R> {
     type Item = Result<TraceEvent, TraceError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.done {
-            return None;
-        }
-        let next = self.next_event().transpose();
-        self.done = !matches!(next, Some(Ok(_)));
-        next
+        let mut done = self.done;
+        let item = super::step(&mut done, || self.next_event());
+        self.done = done;
+        item
     }
 }
 

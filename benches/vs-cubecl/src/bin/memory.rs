@@ -47,13 +47,13 @@ fn cubecl(events: &[TraceEvent], config: CubeConfig) -> Figures {
     for event in events {
         match event.action {
             TraceAction::Alloc => {
-                if let Some((size, _)) = live.remove(&event.id) {
+                if let Some((size, _)) = live.remove(&(event.device, event.id)) {
                     live_bytes -= size;
                 }
                 if event.size == 0 {
                     continue;
                 }
-                let memory = managers.entry(event.stream).or_insert_with(|| {
+                let memory = managers.entry((event.device, event.stream)).or_insert_with(|| {
                     cubecl_with(CountingStorage::default(), config.clone(), MAX_PAGE)
                 });
                 if let Some(reason) = memory.relocation_need().reason(|| memory.bytes_allocated()) {
@@ -61,7 +61,7 @@ fn cubecl(events: &[TraceEvent], config: CubeConfig) -> Figures {
                 }
                 match memory.reserve(event.size, CubeUpdate::Allow, &mut failures) {
                     Ok(handle) => {
-                        live.insert(event.id, (event.size, handle));
+                        live.insert((event.device, event.id), (event.size, handle));
                         live_bytes += event.size;
                         peak_live = peak_live.max(live_bytes);
                     }
@@ -69,11 +69,13 @@ fn cubecl(events: &[TraceEvent], config: CubeConfig) -> Figures {
                 }
             }
             TraceAction::Free => {
-                if let Some((size, _)) = live.remove(&event.id) {
+                if let Some((size, _)) = live.remove(&(event.device, event.id)) {
                     live_bytes -= size;
                 }
             }
-            TraceAction::AllocFailure => {}
+            // Recorded failures and the recording allocator's own segments
+            // drive nothing here.
+            _ => {}
         }
         let reserved: u64 = managers.values().map(|m| m.bytes_allocated()).sum();
         peak_reserved = peak_reserved.max(reserved);
