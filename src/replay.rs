@@ -33,6 +33,8 @@ pub struct ReplayReport {
     pub failures: u64,
     /// Why the first of those failed.
     pub first_failure: Option<String>,
+    /// How many failed for each reason (`out of memory`, `too large`, ...).
+    pub failure_reasons: BTreeMap<String, u64>,
     /// Failures the trace itself recorded.
     pub trace_failures: u64,
     /// Frees of pointers the trace never allocated (counted, not fatal).
@@ -84,6 +86,7 @@ impl ReplayReport {
             frees: 0,
             failures: 0,
             first_failure: None,
+            failure_reasons: BTreeMap::new(),
             trace_failures: 0,
             unknown_frees: 0,
             implicit_frees: 0,
@@ -351,6 +354,10 @@ impl<'s> Replayer<'s> {
                         }
                         Err(err @ (ServiceError::Memory(_) | ServiceError::OutOfMemory(_))) => {
                             run.report.failures += 1;
+                            *run.report
+                                .failure_reasons
+                                .entry(failure_reason(&err).into())
+                                .or_default() += 1;
                             if run.report.first_failure.is_none() {
                                 run.report.first_failure = Some(format!(
                                     "event {}: {} bytes: {err}",
@@ -584,6 +591,21 @@ pub fn replay(
         *out = kept;
     }
     Ok(report)
+}
+
+/// What a failed reservation is counted as.
+fn failure_reason(err: &ServiceError) -> &'static str {
+    use crate::memory::MemoryError;
+    use crate::storage::StorageError;
+    match err {
+        ServiceError::OutOfMemory(_)
+        | ServiceError::Memory(MemoryError::Storage(StorageError::OutOfMemory { .. })) => {
+            "out of memory"
+        }
+        ServiceError::Memory(MemoryError::TooLarge { .. }) => "larger than the largest page",
+        ServiceError::Memory(MemoryError::Storage(_)) => "refused by the storage",
+        _ => "refused by the manager",
+    }
 }
 
 /// `reserved / live`, 0 when nothing is live.

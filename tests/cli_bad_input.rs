@@ -138,7 +138,7 @@ fn every_bad_input_is_a_clear_error_with_a_non_zero_exit() {
             &["replay", &good, "--budget", "6M"],
             3,
             "does not fit the budget",
-            "first failure: event",
+            ": out of memory",
         ),
         row(
             "a missing file",

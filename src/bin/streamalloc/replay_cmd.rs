@@ -188,8 +188,18 @@ fn print_report(report: &ReplayReport, meta: &TraceMeta) {
 }
 
 fn print_figures(prefix: &str, report: &ReplayReport, recorded: &str) {
+    let reasons = if report.failure_reasons.is_empty() {
+        String::new()
+    } else {
+        let each: Vec<String> = report
+            .failure_reasons
+            .iter()
+            .map(|(reason, count)| format!("{reason} {count}"))
+            .collect();
+        format!(": {}", each.join(", "))
+    };
     println!(
-        "{prefix}allocations {}, frees {}, failures {} (trace recorded {}), unknown frees {}, implicit frees {}",
+        "{prefix}allocations {}, frees {}, failures {}{reasons} (trace recorded {}), unknown frees {}, implicit frees {}",
         report.allocations,
         report.frees,
         report.failures,
