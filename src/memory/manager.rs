@@ -26,9 +26,6 @@ pub(crate) const DEDICATED: usize = 1;
 /// Index of the first dynamic pool.
 pub(crate) const FIRST_DYNAMIC: usize = 2;
 
-/// Hands out a distinct id to each manager ever made in the process.
-static NEXT_OWNER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-
 /// A live allocation as its slot records it.
 #[derive(Debug)]
 pub(crate) struct Live {
@@ -188,7 +185,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
             PersistentMemory::Enforced => AllocationMode::Persistent,
             _ => AllocationMode::Auto,
         });
-        let owner = NEXT_OWNER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let owner = crate::sync::unique_id();
         Self {
             name: config.name,
             owner,

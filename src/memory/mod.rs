@@ -26,6 +26,7 @@ pub use config::{
 };
 pub use error::MemoryError;
 pub use guard::{PageGuard, Pinned, PinnedRef};
+pub(crate) use handle::AllocationCell;
 pub use handle::{Allocation, AllocationId, Binding, StreamId};
 pub use manager::{ManagedResource, MemoryManager};
 pub use observer::MemoryObserver;

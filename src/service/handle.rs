@@ -10,34 +10,41 @@
 //! ([`StreamHandle::window`]) apply to the reserves made through that clone
 //! only, and each reserve carries its caller's mode to the actor.
 
+use super::actor::StreamActor;
 use super::error::ServiceError;
-use super::message::{Allocations, Answer, Reply, Request, Returned, ShutdownReport, Sizes};
+use super::message::{Allocations, Answer, Reply, Request, Returned, ShutdownReport, Sizes, job};
 use super::shared::{StreamShared, StreamState, StreamStats};
 use crate::memory::{
-    Allocation, AllocationMode, Cleanup, FailureId, MemoryReport, PageGuard, PageUpdate, Pinned,
-    PinnedRef, RelocationReason, RelocationReport, StreamId,
+    Allocation, AllocationCell, AllocationMode, PageUpdate, Pinned, PinnedRef, StreamId,
 };
 use crate::storage::Resource;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::channel::{self, Receiver, RecvError, Sender};
 use crate::sync::{Arc, Mutex};
-use std::ops::Range;
 use std::time::Duration;
 
 /// How often a caller waiting for an answer looks whether the actor left.
 const EXIT_POLL: Duration = Duration::from_millis(10);
 
-/// A `record_failure` request.
-fn record_failure_request(
-    message: &str,
-    causes: &[FailureId],
-) -> impl FnOnce(Answer<FailureId>) -> Request {
-    let (message, causes) = (message.to_string(), causes.to_vec());
-    move |reply| Request::RecordFailure {
-        message,
-        causes,
-        reply,
-    }
+/// Where a just-pinned allocation's bytes are, as its cell publishes them;
+/// address 0 when the actor must be asked. Under the pin no move can start,
+/// and a move that ended before the pin published its new address first
+/// (the handshake of `docs/service.md`, "Resolve").
+fn published(cell: &AllocationCell) -> Resource {
+    let addr = cell.addr.load(Ordering::SeqCst);
+    let len = if addr == 0 {
+        0
+    } else {
+        cell.len.load(Ordering::Acquire)
+    };
+    Resource { addr, len }
+}
+
+/// The actor's half of `resolve`: pin under its exclusive access.
+fn pin_on_actor(
+    allocation: Allocation,
+) -> impl FnOnce(&mut StreamActor) -> Result<Pinned, ServiceError> + Send + 'static {
+    move |actor: &mut StreamActor| Ok(actor.memory.pin(&allocation)?)
 }
 
 /// The one allocation of a single-size reservation.
@@ -228,7 +235,7 @@ impl StreamHandle {
     }
 
     /// Check that `allocation` belongs to this stream before sending it.
-    fn own(&self, allocation: &Allocation) -> Result<(), ServiceError> {
+    pub(crate) fn own(&self, allocation: &Allocation) -> Result<(), ServiceError> {
         if allocation.cell.owner == self.connection.owner {
             return Ok(());
         }
@@ -254,78 +261,19 @@ impl StreamHandle {
         }
     }
 
-    fn bind_request(
-        &self,
-        reserved: Allocation,
-        assigned: &Allocation,
-        cursor: u64,
-    ) -> Result<impl FnOnce(Answer<()>) -> Request, ServiceError> {
-        self.own(&reserved)?;
-        self.own(assigned)?;
-        let assigned = assigned.clone();
-        Ok(move |reply| Request::Bind {
-            reserved,
-            assigned,
-            cursor,
-            reply,
-        })
-    }
-
-    fn read_request(
-        &self,
-        allocation: &Allocation,
-        offset: u64,
-        len: u64,
-    ) -> Result<impl FnOnce(Answer<Vec<u8>>) -> Request, ServiceError> {
+    /// A clone of `allocation` to send, once it is checked to belong here.
+    pub(crate) fn owned(&self, allocation: &Allocation) -> Result<Allocation, ServiceError> {
         self.own(allocation)?;
-        let allocation = allocation.clone();
-        Ok(move |reply| Request::Read {
-            allocation,
-            offset,
-            len,
-            reply,
-        })
+        Ok(allocation.clone())
     }
 
-    fn write_request(
+    /// The one generic call: run `op` on the actor's thread, against its
+    /// manager, and wait for its answer (see `operations.rs`).
+    pub(crate) fn run<T: Send + 'static>(
         &self,
-        allocation: &Allocation,
-        offset: u64,
-        data: &[u8],
-    ) -> Result<impl FnOnce(Answer<()>) -> Request, ServiceError> {
-        self.own(allocation)?;
-        let (allocation, data) = (allocation.clone(), data.to_vec());
-        Ok(move |reply| Request::Write {
-            allocation,
-            offset,
-            data,
-            reply,
-        })
-    }
-
-    fn copy_request(
-        &self,
-        from: &Allocation,
-        to: &Allocation,
-    ) -> Result<impl FnOnce(Answer<()>) -> Request, ServiceError> {
-        self.own(from)?;
-        self.own(to)?;
-        let (from, to) = (from.clone(), to.clone());
-        Ok(move |reply| Request::Copy { from, to, reply })
-    }
-
-    fn guard_request(
-        &self,
-        allocation: &Allocation,
-    ) -> Result<impl FnOnce(Answer<PageGuard>) -> Request, ServiceError> {
-        self.own(allocation)?;
-        let allocation = allocation.clone();
-        Ok(move |reply| Request::Guard { allocation, reply })
-    }
-
-    fn resolve_request(&self, allocation: &Allocation) -> impl FnOnce(Answer<Pinned>) -> Request {
-        let allocation = allocation.clone();
-        move |reply| Request::Resolve { allocation, reply }
+        op: impl FnOnce(&mut StreamActor) -> Result<T, ServiceError> + Send + 'static,
+    ) -> Result<T, ServiceError> {
+        self.call(|reply| job(op, reply))
     }
 
     /// Reserve `size` bytes in this client's mode.
@@ -372,28 +320,13 @@ impl StreamHandle {
             .map(Allocations::into_vec)
     }
 
-    /// A handle bound to nothing, for [`bind`](Self::bind).
-    pub fn unbound(&self) -> Result<Allocation, ServiceError> {
-        self.call(|reply| Request::Unbound { reply })
-    }
-
-    /// Hand `reserved`'s memory to `assigned` with `cursor` (same stream only).
-    pub fn bind(
-        &self,
-        reserved: Allocation,
-        assigned: &Allocation,
-        cursor: u64,
-    ) -> Result<(), ServiceError> {
-        self.call(self.bind_request(reserved, assigned, cursor)?)
-    }
-
     /// Pin `allocation` and return its address, valid while the [`Pinned`]
     /// lives. Without a round trip when the allocation's address is
     /// published and no move is under way; otherwise the actor answers.
     pub fn resolve(&self, allocation: &Allocation) -> Result<Pinned, ServiceError> {
         match self.try_resolve(allocation)? {
             Some(pinned) => Ok(pinned),
-            None => self.call(self.resolve_request(allocation)),
+            None => self.run(pin_on_actor(allocation.clone())),
         }
     }
 
@@ -405,20 +338,11 @@ impl StreamHandle {
         if !Pinned::try_pin(cell) {
             return Ok(None);
         }
-        let pinned_without_address = |cell| {
-            // Dropping the pin releases it (and re-queues a release if every
-            // handle went meanwhile).
-            drop(Pinned::new(cell, Resource { addr: 0, len: 0 }));
-        };
-        // Under the pin no move can start, and a move that ended before
-        // the pin published its address first.
-        let addr = cell.addr.load(Ordering::SeqCst);
-        if addr == 0 {
-            pinned_without_address(Arc::clone(cell));
-            return Ok(None);
-        }
-        let len = cell.len.load(Ordering::Acquire);
-        Ok(Some(Pinned::new(Arc::clone(cell), Resource { addr, len })))
+        let resource = published(cell);
+        // Dropped unpublished, the pin is released (and a release that every
+        // handle's going skipped meanwhile is queued again).
+        let pinned = Pinned::new(Arc::clone(cell), resource);
+        Ok((resource.addr != 0).then_some(pinned))
     }
 
     /// [`try_resolve`](Self::try_resolve) with a pin borrowed from
@@ -434,143 +358,9 @@ impl StreamHandle {
         if !Pinned::try_pin(cell) {
             return Ok(None);
         }
-        // As in `try_resolve`: under the pin no move can start.
-        let addr = cell.addr.load(Ordering::SeqCst);
-        let pinned = PinnedRef::new(
-            cell,
-            Resource {
-                addr,
-                len: cell.len.load(Ordering::Acquire),
-            },
-        );
-        Ok((addr != 0).then_some(pinned))
-    }
-
-    /// Read `len` bytes from `offset`.
-    pub fn read(
-        &self,
-        allocation: &Allocation,
-        offset: u64,
-        len: u64,
-    ) -> Result<Vec<u8>, ServiceError> {
-        self.call(self.read_request(allocation, offset, len)?)
-    }
-
-    /// Write `data` at `offset`.
-    pub fn write(
-        &self,
-        allocation: &Allocation,
-        offset: u64,
-        data: &[u8],
-    ) -> Result<(), ServiceError> {
-        self.call(self.write_request(allocation, offset, data)?)
-    }
-
-    /// Copy every byte of `from` to the start of `to` (same stream).
-    pub fn copy(&self, from: &Allocation, to: &Allocation) -> Result<(), ServiceError> {
-        self.call(self.copy_request(from, to)?)
-    }
-
-    /// Run a cleanup on the stream.
-    pub fn cleanup(&self, cleanup: Cleanup) -> Result<(), ServiceError> {
-        self.call(|reply| Request::Cleanup { cleanup, reply })
-    }
-
-    /// Relocate as `reason` allows.
-    pub fn relocate(&self, reason: RelocationReason) -> Result<RelocationReport, ServiceError> {
-        self.call(|reply| Request::Relocate { reason, reply })
-    }
-
-    /// Compact the stream's pages.
-    pub fn compact(&self) -> Result<RelocationReport, ServiceError> {
-        self.relocate(RelocationReason::Compaction)
-    }
-
-    /// Guard the page that holds `allocation`.
-    pub fn guard(&self, allocation: &Allocation) -> Result<PageGuard, ServiceError> {
-        self.call(self.guard_request(allocation)?)
-    }
-
-    /// Record a failure (caused by `causes`) for taint to point at.
-    pub fn record_failure(
-        &self,
-        message: &str,
-        causes: &[FailureId],
-    ) -> Result<FailureId, ServiceError> {
-        self.call(record_failure_request(message, causes))
-    }
-
-    /// Point bytes `range` of `allocation` at `failure`.
-    pub fn taint(
-        &self,
-        allocation: &Allocation,
-        range: Range<u64>,
-        failure: FailureId,
-    ) -> Result<(), ServiceError> {
-        self.call(self.taint_request(allocation, range, failure)?)
-    }
-
-    /// Bytes `range` were written: no failure claims them.
-    pub fn written(&self, allocation: &Allocation, range: Range<u64>) -> Result<(), ServiceError> {
-        self.call(self.written_request(allocation, range)?)
-    }
-
-    /// The failure claiming the lowest tainted byte of `range`.
-    pub fn failure(
-        &self,
-        allocation: &Allocation,
-        range: Range<u64>,
-    ) -> Result<Option<FailureId>, ServiceError> {
-        self.call(self.failure_request(allocation, range)?)
-    }
-
-    fn taint_request(
-        &self,
-        allocation: &Allocation,
-        range: Range<u64>,
-        failure: FailureId,
-    ) -> Result<impl FnOnce(Answer<()>) -> Request, ServiceError> {
-        self.own(allocation)?;
-        let allocation = allocation.clone();
-        Ok(move |reply| Request::Taint {
-            allocation,
-            range,
-            failure,
-            reply,
-        })
-    }
-
-    fn written_request(
-        &self,
-        allocation: &Allocation,
-        range: Range<u64>,
-    ) -> Result<impl FnOnce(Answer<()>) -> Request, ServiceError> {
-        self.own(allocation)?;
-        let allocation = allocation.clone();
-        Ok(move |reply| Request::Written {
-            allocation,
-            range,
-            reply,
-        })
-    }
-
-    fn failure_request(
-        &self,
-        allocation: &Allocation,
-        range: Range<u64>,
-    ) -> Result<impl FnOnce(Answer<Option<FailureId>>) -> Request, ServiceError> {
-        self.own(allocation)?;
-        let allocation = allocation.clone();
-        Ok(move |reply| Request::Failure {
-            allocation,
-            range,
-            reply,
-        })
-    }
-
-    /// The stream's pools, usage and peaks.
-    pub fn report(&self) -> Result<MemoryReport, ServiceError> {
-        self.call(|reply| Request::Report { reply })
+        let resource = published(cell);
+        let pinned = PinnedRef::new(cell, resource);
+        Ok((resource.addr != 0).then_some(pinned))
     }
 
     /// Shut the stream down: queued requests are refused, pins get a
@@ -613,7 +403,7 @@ mod nonblocking {
             &self,
             make: impl FnOnce(Answer<T>) -> Request,
         ) -> Result<T, ServiceError> {
-            let (tx, rx) = flume::bounded(1);
+            let (tx, rx) = crate::sync::async_channel::bounded(1);
             let mut request = make(Reply::Async(tx));
             loop {
                 match self.connection.inbox.try_send(request) {
@@ -629,6 +419,14 @@ mod nonblocking {
                 Ok(answer) => answer,
                 Err(_) => Err(self.terminal_error()),
             }
+        }
+
+        /// [`run`](Self::run), awaited.
+        pub(crate) async fn run_async<T: Send + 'static>(
+            &self,
+            op: impl FnOnce(&mut StreamActor) -> Result<T, ServiceError> + Send + 'static,
+        ) -> Result<T, ServiceError> {
+            self.call_async(|reply| job(op, reply)).await
         }
 
         /// [`reserve`](Self::reserve), awaited.
@@ -667,78 +465,8 @@ mod nonblocking {
         pub async fn resolve_async(&self, allocation: &Allocation) -> Result<Pinned, ServiceError> {
             match self.try_resolve(allocation)? {
                 Some(pinned) => Ok(pinned),
-                None => self.call_async(self.resolve_request(allocation)).await,
+                None => self.run_async(pin_on_actor(allocation.clone())).await,
             }
-        }
-
-        /// [`read`](Self::read), awaited.
-        pub async fn read_async(
-            &self,
-            allocation: &Allocation,
-            offset: u64,
-            len: u64,
-        ) -> Result<Vec<u8>, ServiceError> {
-            self.call_async(self.read_request(allocation, offset, len)?)
-                .await
-        }
-
-        /// [`write`](Self::write), awaited.
-        pub async fn write_async(
-            &self,
-            allocation: &Allocation,
-            offset: u64,
-            data: &[u8],
-        ) -> Result<(), ServiceError> {
-            self.call_async(self.write_request(allocation, offset, data)?)
-                .await
-        }
-
-        /// [`bind`](Self::bind), awaited.
-        pub async fn bind_async(
-            &self,
-            reserved: Allocation,
-            assigned: &Allocation,
-            cursor: u64,
-        ) -> Result<(), ServiceError> {
-            self.call_async(self.bind_request(reserved, assigned, cursor)?)
-                .await
-        }
-
-        /// [`copy`](Self::copy), awaited.
-        pub async fn copy_async(
-            &self,
-            from: &Allocation,
-            to: &Allocation,
-        ) -> Result<(), ServiceError> {
-            self.call_async(self.copy_request(from, to)?).await
-        }
-
-        /// [`cleanup`](Self::cleanup), awaited.
-        pub async fn cleanup_async(&self, cleanup: Cleanup) -> Result<(), ServiceError> {
-            self.call_async(|reply| Request::Cleanup { cleanup, reply })
-                .await
-        }
-
-        /// [`relocate`](Self::relocate), awaited.
-        pub async fn relocate_async(
-            &self,
-            reason: RelocationReason,
-        ) -> Result<RelocationReport, ServiceError> {
-            self.call_async(|reply| Request::Relocate { reason, reply })
-                .await
-        }
-
-        /// [`guard`](Self::guard), awaited.
-        pub async fn guard_async(
-            &self,
-            allocation: &Allocation,
-        ) -> Result<PageGuard, ServiceError> {
-            self.call_async(self.guard_request(allocation)?).await
-        }
-
-        /// [`report`](Self::report), awaited.
-        pub async fn report_async(&self) -> Result<MemoryReport, ServiceError> {
-            self.call_async(|reply| Request::Report { reply }).await
         }
 
         /// [`reserve_with`](Self::reserve_with), awaited.
@@ -750,57 +478,6 @@ mod nonblocking {
             one(self
                 .call_async(self.reserve_request(smallvec::smallvec![size], update, None))
                 .await)
-        }
-
-        /// [`unbound`](Self::unbound), awaited.
-        pub async fn unbound_async(&self) -> Result<Allocation, ServiceError> {
-            self.call_async(|reply| Request::Unbound { reply }).await
-        }
-
-        /// [`compact`](Self::compact), awaited.
-        pub async fn compact_async(&self) -> Result<RelocationReport, ServiceError> {
-            self.relocate_async(RelocationReason::Compaction).await
-        }
-
-        /// [`record_failure`](Self::record_failure), awaited.
-        pub async fn record_failure_async(
-            &self,
-            message: &str,
-            causes: &[FailureId],
-        ) -> Result<FailureId, ServiceError> {
-            self.call_async(record_failure_request(message, causes))
-                .await
-        }
-
-        /// [`taint`](Self::taint), awaited.
-        pub async fn taint_async(
-            &self,
-            allocation: &Allocation,
-            range: Range<u64>,
-            failure: FailureId,
-        ) -> Result<(), ServiceError> {
-            self.call_async(self.taint_request(allocation, range, failure)?)
-                .await
-        }
-
-        /// [`written`](Self::written), awaited.
-        pub async fn written_async(
-            &self,
-            allocation: &Allocation,
-            range: Range<u64>,
-        ) -> Result<(), ServiceError> {
-            self.call_async(self.written_request(allocation, range)?)
-                .await
-        }
-
-        /// [`failure`](Self::failure), awaited.
-        pub async fn failure_async(
-            &self,
-            allocation: &Allocation,
-            range: Range<u64>,
-        ) -> Result<Option<FailureId>, ServiceError> {
-            self.call_async(self.failure_request(allocation, range)?)
-                .await
         }
 
         /// [`shutdown`](Self::shutdown), awaited.

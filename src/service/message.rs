@@ -2,13 +2,10 @@
 //! its actor: one request enum whose variants carry their reply sender (the
 //! split of Alice Ryhl's "Actors with Tokio").
 
+use super::actor::StreamActor;
 use super::error::ServiceError;
-use crate::memory::{
-    Allocation, AllocationMode, Cleanup, FailureId, MemoryReport, PageGuard, PageUpdate, Pinned,
-    RelocationReason, RelocationReport,
-};
+use crate::memory::{Allocation, AllocationMode, PageUpdate};
 use crate::sync::channel;
-use std::ops::Range;
 use std::time::Duration;
 
 /// Where an answer goes: a blocking caller's channel, or an async caller's.
@@ -23,7 +20,7 @@ pub(crate) enum Reply<T> {
     Returning(channel::Sender<Returned<T>>),
     /// An async caller awaits this.
     #[cfg(not(streamalloc_loom))]
-    Async(flume::Sender<T>),
+    Async(crate::sync::async_channel::Sender<T>),
 }
 
 impl<T> Reply<T> {
@@ -79,8 +76,11 @@ pub struct ShutdownReport {
     pub bytes_left: u64,
 }
 
-/// A request to a stream actor.
-#[derive(Debug)]
+/// A request to a stream actor. Only what the actor treats specially has
+/// a variant of its own: reservations (served, parked, retried), shutdown
+/// (it ends the loop) and wake-ups. Every other operation is a [`Job`]: the
+/// handle's one generic call ([`StreamHandle::run`](super::StreamHandle))
+/// builds it, so adding an operation touches one place (`handle.rs`).
 pub(crate) enum Request {
     /// `reserve` (one size) and `reserve_many`: all of the sizes or none.
     ReserveMany {
@@ -91,77 +91,41 @@ pub(crate) enum Request {
         wait: Option<Duration>,
         reply: Answer<Allocations>,
     },
-    Unbound {
-        reply: Answer<Allocation>,
-    },
-    Bind {
-        reserved: Allocation,
-        assigned: Allocation,
-        cursor: u64,
-        reply: Answer<()>,
-    },
-    Resolve {
-        allocation: Allocation,
-        reply: Answer<Pinned>,
-    },
-    Read {
-        allocation: Allocation,
-        offset: u64,
-        len: u64,
-        reply: Answer<Vec<u8>>,
-    },
-    Write {
-        allocation: Allocation,
-        offset: u64,
-        data: Vec<u8>,
-        reply: Answer<()>,
-    },
-    Copy {
-        from: Allocation,
-        to: Allocation,
-        reply: Answer<()>,
-    },
-    Cleanup {
-        cleanup: Cleanup,
-        reply: Answer<()>,
-    },
-    Relocate {
-        reason: RelocationReason,
-        reply: Answer<RelocationReport>,
-    },
-    Guard {
-        allocation: Allocation,
-        reply: Answer<PageGuard>,
-    },
-    RecordFailure {
-        message: String,
-        causes: Vec<FailureId>,
-        reply: Answer<FailureId>,
-    },
-    Taint {
-        allocation: Allocation,
-        range: Range<u64>,
-        failure: FailureId,
-        reply: Answer<()>,
-    },
-    Written {
-        allocation: Allocation,
-        range: Range<u64>,
-        reply: Answer<()>,
-    },
-    Failure {
-        allocation: Allocation,
-        range: Range<u64>,
-        reply: Answer<Option<FailureId>>,
-    },
-    Report {
-        reply: Answer<MemoryReport>,
-    },
+    /// Any other operation, run on the actor's thread.
+    Run(Job),
     Shutdown {
         reply: Answer<ShutdownReport>,
     },
     /// Wakes an idle actor to look at its control channel; carries nothing.
     Wake,
+}
+
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Request::ReserveMany { sizes, mode, .. } => f
+                .debug_struct("ReserveMany")
+                .field("sizes", sizes)
+                .field("mode", mode)
+                .finish_non_exhaustive(),
+            Request::Run(_) => f.write_str("Run"),
+            Request::Shutdown { .. } => f.write_str("Shutdown"),
+            Request::Wake => f.write_str("Wake"),
+        }
+    }
+}
+
+/// An operation for a stream's actor. It is given the actor to run on, or
+/// the error that refuses it (the stream stopped or failed), and answers its
+/// caller itself either way, so a refused job still answers.
+pub(crate) type Job = Box<dyn FnOnce(Result<&mut StreamActor, ServiceError>) + Send>;
+
+/// The job that runs `op` and sends its result to `reply`.
+pub(crate) fn job<T: Send + 'static>(
+    op: impl FnOnce(&mut StreamActor) -> Result<T, ServiceError> + Send + 'static,
+    reply: Answer<T>,
+) -> Request {
+    Request::Run(Box::new(move |actor| reply.send(actor.and_then(op))))
 }
 
 /// Control traffic from the supervisor's coordinator to a stream actor, on
@@ -190,21 +154,8 @@ impl Request {
     /// Answer the request with `error` without doing it.
     pub(crate) fn reject(self, error: ServiceError) {
         match self {
-            Request::Unbound { reply } => reply.send(Err(error)),
             Request::ReserveMany { reply, .. } => reply.send(Err(error)),
-            Request::Bind { reply, .. }
-            | Request::Write { reply, .. }
-            | Request::Copy { reply, .. }
-            | Request::Cleanup { reply, .. }
-            | Request::Taint { reply, .. }
-            | Request::Written { reply, .. } => reply.send(Err(error)),
-            Request::Resolve { reply, .. } => reply.send(Err(error)),
-            Request::Read { reply, .. } => reply.send(Err(error)),
-            Request::Relocate { reply, .. } => reply.send(Err(error)),
-            Request::Guard { reply, .. } => reply.send(Err(error)),
-            Request::RecordFailure { reply, .. } => reply.send(Err(error)),
-            Request::Failure { reply, .. } => reply.send(Err(error)),
-            Request::Report { reply } => reply.send(Err(error)),
+            Request::Run(job) => job(Err(error)),
             Request::Shutdown { reply } => reply.send(Err(error)),
             Request::Wake => {}
         }

@@ -33,6 +33,7 @@ mod events;
 mod handle;
 mod headroom;
 mod message;
+mod operations;
 mod settle;
 mod shared;
 mod short;

@@ -10,10 +10,10 @@
 //! device-to-device on the stream and do not wait.
 
 use super::{DeviceStorage, Resource, StorageError, StorageHandle, StorageId, check_range};
+use crate::sync::foreign::Arc;
 use cudarc::driver::sys::{self, CUdeviceptr, CUevent};
 use cudarc::driver::{CudaContext, CudaStream, DriverError, result};
 use std::collections::HashMap;
-use std::sync::Arc;
 
 /// Page starts are at least this aligned (the driver guarantees 256 bytes).
 const CUDA_ALIGNMENT: u64 = 256;

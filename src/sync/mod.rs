@@ -2,8 +2,9 @@
 //!
 //! Every other module imports `crate::sync::...`. Under the crate-specific
 //! cfg `streamalloc_loom` the same names resolve to loom's model-checked
-//! types (see `loom.rs`), so the loom models in `loom-tests/` exercise the
-//! real code rather than a copy of it. The pattern is tokio's `src/loom/`.
+//! types (`loom_impl.rs`; the production ones are in `std_impl.rs`), so the
+//! loom models in `loom-tests/` exercise the real code rather than a copy
+//! of it. The pattern is tokio's `src/loom/`.
 //!
 //! Both sides expose the same surface: `Mutex::lock` returns the guard
 //! without poisoning, atomics are `std`'s API.
@@ -17,3 +18,18 @@ pub(crate) use std_impl::*;
 mod loom_impl;
 #[cfg(streamalloc_loom)]
 pub(crate) use loom_impl::*;
+
+/// Types other crates' APIs require as they are, on both sides (cudarc
+/// hands out `std` `Arc`s of its contexts and streams).
+#[cfg(feature = "cuda")]
+pub(crate) mod foreign {
+    pub(crate) use std::sync::Arc;
+}
+
+/// A number no other call in this process got (the identities managers
+/// stamp on their handles). A process-wide counter that no model needs to
+/// explore, so `std`'s atomic on both sides.
+pub(crate) fn unique_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}

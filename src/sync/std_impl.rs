@@ -2,6 +2,13 @@
 //! `parking_lot` locks, `crossbeam-channel` channels.
 
 pub(crate) use std::sync::Arc;
+
+/// The reply channel an async caller awaits (flume's, whose receiver is a
+/// future). Not under loom: the async forms are compiled out there.
+pub(crate) mod async_channel {
+    pub(crate) use flume::{Sender, bounded};
+}
+
 pub(crate) mod atomic {
     pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 }

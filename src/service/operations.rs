@@ -1,0 +1,152 @@
+//! The cold operations of a [`StreamHandle`]: everything but reservations,
+//! resolve and shutdown. Each is written once, below: what it checks and
+//! captures on the caller's thread (a `?` refuses before anything is sent)
+//! and the closure the actor runs on its manager. The macro makes the
+//! blocking method and its awaitable `_async` twin from that one place, and
+//! both go through the handle's one generic call (`run` / `run_async`).
+//!
+//! Adding an operation: one entry here. The actor needs no new arm, the
+//! request enum no new variant, and refusal (a stopped or failed stream)
+//! comes for free: a refused job answers its caller with the error.
+
+use super::actor::StreamActor;
+use super::error::ServiceError;
+use super::handle::StreamHandle;
+use crate::memory::{
+    Allocation, Cleanup, FailureId, MemoryReport, PageGuard, RelocationReason, RelocationReport,
+};
+use crate::sync::atomic::Ordering;
+use std::ops::Range;
+
+/// Each entry: doc, `fn blocking / awaitable (&self, args) -> Output`, and a
+/// block that evaluates to the actor's closure.
+macro_rules! operations {
+    ($(
+        $(#[$doc:meta])*
+        fn $name:ident / $awaited:ident (&$this:ident $(, $arg:ident : $ty:ty)*) -> $out:ty $body:block
+    )*) => {
+        impl StreamHandle {
+            $(
+                $(#[$doc])*
+                pub fn $name(&$this $(, $arg: $ty)*) -> Result<$out, ServiceError> {
+                    $this.run($body)
+                }
+            )*
+        }
+
+        #[cfg(not(streamalloc_loom))]
+        impl StreamHandle {
+            $(
+                #[doc = concat!("[`", stringify!($name), "`](Self::", stringify!($name), "), awaited.")]
+                pub async fn $awaited(&$this $(, $arg: $ty)*) -> Result<$out, ServiceError> {
+                    $this.run_async($body).await
+                }
+            )*
+        }
+    };
+}
+
+/// The closure of `relocate` (and `compact`): moves counted in the stream's
+/// stats.
+fn relocating(
+    reason: RelocationReason,
+) -> impl FnOnce(&mut StreamActor) -> Result<RelocationReport, ServiceError> + Send + 'static {
+    move |actor: &mut StreamActor| {
+        let report = actor.memory.relocate(reason)?;
+        actor
+            .shared
+            .relocated
+            .fetch_add(report.moved, Ordering::Relaxed);
+        Ok(report)
+    }
+}
+
+operations! {
+    /// A handle bound to nothing, for [`bind`](Self::bind).
+    fn unbound / unbound_async(&self) -> Allocation {
+        |actor: &mut StreamActor| Ok(actor.memory.unbound())
+    }
+
+    /// Hand `reserved`'s memory to `assigned` with `cursor` (same stream only).
+    fn bind / bind_async(&self, reserved: Allocation, assigned: &Allocation, cursor: u64) -> () {
+        self.own(&reserved)?;
+        let assigned = self.owned(assigned)?;
+        move |actor: &mut StreamActor| Ok(actor.memory.bind(reserved, &assigned, cursor)?)
+    }
+
+    /// Read `len` bytes from `offset`.
+    fn read / read_async(&self, allocation: &Allocation, offset: u64, len: u64) -> Vec<u8> {
+        let allocation = self.owned(allocation)?;
+        move |actor: &mut StreamActor| Ok(actor.memory.read(&allocation, offset, len)?)
+    }
+
+    /// Write `data` at `offset`.
+    fn write / write_async(&self, allocation: &Allocation, offset: u64, data: &[u8]) -> () {
+        let (allocation, data) = (self.owned(allocation)?, data.to_vec());
+        move |actor: &mut StreamActor| Ok(actor.memory.write(&allocation, offset, &data)?)
+    }
+
+    /// Copy every byte of `from` to the start of `to` (same stream).
+    fn copy / copy_async(&self, from: &Allocation, to: &Allocation) -> () {
+        let (from, to) = (self.owned(from)?, self.owned(to)?);
+        move |actor: &mut StreamActor| Ok(actor.memory.copy(&from, &to)?)
+    }
+
+    /// Run a cleanup on the stream.
+    fn cleanup / cleanup_async(&self, cleanup: Cleanup) -> () {
+        move |actor: &mut StreamActor| {
+            actor.memory.cleanup(cleanup);
+            Ok(())
+        }
+    }
+
+    /// Relocate as `reason` allows.
+    fn relocate / relocate_async(&self, reason: RelocationReason) -> RelocationReport {
+        relocating(reason)
+    }
+
+    /// Compact the stream's pages.
+    fn compact / compact_async(&self) -> RelocationReport {
+        relocating(RelocationReason::Compaction)
+    }
+
+    /// Guard the page that holds `allocation`.
+    fn guard / guard_async(&self, allocation: &Allocation) -> PageGuard {
+        let allocation = self.owned(allocation)?;
+        move |actor: &mut StreamActor| Ok(actor.memory.guard(&allocation)?)
+    }
+
+    /// Record a failure (caused by `causes`) for taint to point at.
+    fn record_failure / record_failure_async(&self, message: &str, causes: &[FailureId]) -> FailureId {
+        let (message, causes) = (message.to_string(), causes.to_vec());
+        move |actor: &mut StreamActor| Ok(actor.memory.record_failure(message, &causes))
+    }
+
+    /// Point bytes `range` of `allocation` at `failure`.
+    fn taint / taint_async(&self, allocation: &Allocation, range: Range<u64>, failure: FailureId) -> () {
+        let allocation = self.owned(allocation)?;
+        move |actor: &mut StreamActor| Ok(actor.memory.taint(&allocation, range, failure)?)
+    }
+
+    /// Bytes `range` were written: no failure claims them.
+    fn written / written_async(&self, allocation: &Allocation, range: Range<u64>) -> () {
+        let allocation = self.owned(allocation)?;
+        move |actor: &mut StreamActor| Ok(actor.memory.written(&allocation, range)?)
+    }
+
+    /// The failure claiming the lowest tainted byte of `range`.
+    fn failure / failure_async(&self, allocation: &Allocation, range: Range<u64>) -> Option<FailureId> {
+        let allocation = self.owned(allocation)?;
+        move |actor: &mut StreamActor| Ok(actor.memory.failure(&allocation, range)?)
+    }
+
+    /// The stream's pools, usage and peaks. Its counters are published
+    /// first: once the report is back, [`stats`](Self::stats) agree.
+    fn report / report_async(&self) -> MemoryReport {
+        |actor: &mut StreamActor| {
+            actor.memory.process_releases();
+            actor.publish();
+            Ok(actor.memory.memory_report())
+        }
+    }
+}
