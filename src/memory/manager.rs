@@ -1,6 +1,7 @@
 //! `MemoryManager`: one stream's pools behind one single-threaded,
 //! deterministic interface. Routing, modes, cleanup and handles live here;
-//! relocation, guards and taint in their own files (`impl` blocks of the
+//! the slot table in `slots.rs`; byte access, relocation, guards and taint
+//! in their own files (`impl` blocks of the
 //! same type).
 
 use super::config::{AllocationMode, MemoryConfig, MemoryLogLevel, PersistentMemory, PoolKind};
@@ -13,8 +14,9 @@ use super::policy::{Cleanup, PageUpdate};
 use super::pool::{Growth, Placement, Pool, WholePagePool, align_up};
 use super::release::{Release, ReleaseInbox};
 use super::report::MemoryReport;
+use super::slots::{Live, SlotTable};
 use super::taint::{ErrorGraph, TaintRanges};
-use crate::storage::{DeviceStorage, Resource, StorageHandle};
+use crate::storage::DeviceStorage;
 use crate::sync::Arc;
 use crate::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::fmt;
@@ -25,67 +27,6 @@ pub(crate) const PERSISTENT: usize = 0;
 pub(crate) const DEDICATED: usize = 1;
 /// Index of the first dynamic pool.
 pub(crate) const FIRST_DYNAMIC: usize = 2;
-
-/// A live allocation as its slot records it.
-#[derive(Debug)]
-pub(crate) struct Live {
-    /// Index of its pool.
-    pub(crate) pool: u8,
-    /// Where the pool put it.
-    pub(crate) placement: Placement,
-    /// Bytes asked for.
-    pub(crate) size: u64,
-    /// Bytes taken (aligned).
-    pub(crate) aligned: u64,
-    /// The cursor `bind` recorded.
-    pub(crate) cursor: u64,
-    /// The cell its handles share (kept so relocation can publish moves).
-    pub(crate) cell: Arc<AllocationCell>,
-    /// Byte ranges that point at a failure.
-    pub(crate) taint: TaintRanges,
-    /// Cells this allocation was bound away from (`bind`) while pinned
-    /// through them: those pins keep the bytes in place too. Usually empty.
-    pub(crate) retired: Vec<Arc<AllocationCell>>,
-}
-
-impl Live {
-    /// Whether a pin holds the allocation in place: one taken through its
-    /// cell, or through a cell it was bound away from. The one "is it
-    /// pinned" test (the `MOVING` bit is not a pin).
-    pub(crate) fn is_pinned(&self) -> bool {
-        is_pinned(&self.cell) || self.retired.iter().any(|cell| is_pinned(cell))
-    }
-
-    /// Whether only pins through retired cells hold it (the last of those
-    /// pins to drop queues no release that names this allocation).
-    fn pinned_only_through_retired(&self) -> bool {
-        !is_pinned(&self.cell) && self.retired.iter().any(|cell| is_pinned(cell))
-    }
-}
-
-/// Whether a pin is held through `cell`.
-pub(crate) fn is_pinned(cell: &AllocationCell) -> bool {
-    cell.pins.load(Ordering::SeqCst) & super::handle::PIN_MASK != 0
-}
-
-/// One entry of the slot table.
-#[derive(Debug)]
-pub(crate) struct Slot {
-    /// Moves on each time the slot is freed or rebound (never 0).
-    pub(crate) generation: u32,
-    /// The allocation, while live.
-    pub(crate) live: Option<Live>,
-}
-
-/// The resource behind an allocation, with a binding that keeps the
-/// allocation alive (and so in place) for as long as this value lives.
-#[derive(Debug)]
-pub struct ManagedResource {
-    /// The binding that holds the allocation.
-    pub binding: super::Binding,
-    /// The address and length.
-    pub resource: Resource,
-}
 
 /// Reserves pages from a [`DeviceStorage`] and carves them into allocations.
 ///
@@ -109,9 +50,7 @@ pub struct MemoryManager<S> {
     /// Persistent, dedicated, then the dynamic pools in routing order.
     pub(crate) pools: Vec<Pool>,
     /// The slot table.
-    pub(crate) slots: Vec<Slot>,
-    /// Free slot indices.
-    free_slots: Vec<u32>,
+    pub(crate) slots: SlotTable,
     /// Where handles' drops land.
     releases: ReleaseInbox,
     /// Reused buffer for draining `releases`.
@@ -194,8 +133,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
             max_page_size: device.max_page_size,
             alignment,
             pools,
-            slots: Vec::new(),
-            free_slots: Vec::new(),
+            slots: SlotTable::default(),
             releases: ReleaseInbox::new(),
             release_buf: Vec::new(),
             tick: 0,
@@ -371,11 +309,11 @@ impl<S: DeviceStorage> MemoryManager<S> {
         let aligned = self.validate(size)?;
         self.tick += 1;
         let pool = self.route(size, aligned, mode)?;
-        let slot = self.claim_slot();
+        let slot = self.slots.claim();
         let placement = match self.pools[pool].try_reserve(size, aligned, slot) {
             Some(placement) => placement,
             None if update == PageUpdate::Forbidden => {
-                self.free_slots.push(slot);
+                self.slots.unclaim(slot);
                 return Err(MemoryError::PageUpdateForbidden { size });
             }
             None => {
@@ -396,7 +334,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
                         placement
                     }
                     Err(err) => {
-                        self.free_slots.push(slot);
+                        self.slots.unclaim(slot);
                         return Err(err.into());
                     }
                 }
@@ -460,16 +398,6 @@ impl<S: DeviceStorage> MemoryManager<S> {
             })
     }
 
-    fn claim_slot(&mut self) -> u32 {
-        self.free_slots.pop().unwrap_or_else(|| {
-            self.slots.push(Slot {
-                generation: 1,
-                live: None,
-            });
-            (self.slots.len() - 1) as u32
-        })
-    }
-
     fn fill_slot(
         &mut self,
         slot: u32,
@@ -478,8 +406,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
         size: u64,
         aligned: u64,
     ) -> Allocation {
-        let generation = self.slots[slot as usize].generation;
-        let key = pack(slot, generation);
+        let key = self.slots.key(slot);
         let (allocation, kept) = match self.spare_cells.pop() {
             Some((kept, handle)) => {
                 kept.key.store(key, Ordering::Release);
@@ -497,16 +424,19 @@ impl<S: DeviceStorage> MemoryManager<S> {
             .map_or(0, |base| base + placement.offset);
         allocation.cell.addr.store(addr, Ordering::Release);
         allocation.cell.len.store(size, Ordering::Release);
-        self.slots[slot as usize].live = Some(Live {
-            pool: pool as u8,
-            placement,
-            size,
-            aligned,
-            cursor: 0,
-            cell: kept,
-            taint: TaintRanges::default(),
-            retired: Vec::new(),
-        });
+        self.slots.fill(
+            slot,
+            Live {
+                pool: pool as u8,
+                placement,
+                size,
+                aligned,
+                cursor: 0,
+                cell: kept,
+                taint: TaintRanges::default(),
+                retired: Vec::new(),
+            },
+        );
         self.in_use += size;
         self.peak_in_use = self.peak_in_use.max(self.in_use);
         allocation
@@ -540,6 +470,12 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// Bytes the live allocations asked for.
     pub fn bytes_in_use(&self) -> u64 {
         self.in_use
+    }
+
+    /// Allocations of `bytes` in all were freed outside a release (the end
+    /// of a stream).
+    pub(crate) fn freed_in_use(&mut self, bytes: u64) {
+        self.in_use = self.in_use.saturating_sub(bytes);
     }
 
     /// A handle bound to nothing yet, for [`bind`](Self::bind) to give an
@@ -593,14 +529,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// queues the release again). `returned`: the last handle's reference to
     /// the cell, when the release brought it.
     pub(crate) fn free_slot(&mut self, key: SlotKey, returned: Option<Arc<AllocationCell>>) {
-        let (slot, generation) = unpack(key);
-        let Some(entry) = self.slots.get_mut(slot as usize) else {
-            return;
-        };
-        if entry.generation != generation {
-            return;
-        }
-        let Some(live) = entry.live.as_mut() else {
+        let Some(live) = self.slots.locate(key) else {
             return;
         };
         if live.is_pinned() {
@@ -611,9 +540,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
             }
             return;
         }
-        let live = entry.live.take().expect("checked above");
-        entry.generation = next_generation(entry.generation);
-        self.free_slots.push(slot);
+        let live = self.slots.free(unpack(key).0).expect("located above");
         self.in_use -= live.size;
 
         if self.observer.is_some() {
@@ -638,19 +565,16 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// The live allocation behind a handle.
     pub(crate) fn live(&self, allocation: &Allocation) -> Result<(u32, &Live), MemoryError> {
         let (slot, generation) = self.locate(allocation)?;
-        match self.slots.get(slot as usize) {
-            Some(Slot {
-                generation: current,
-                live: Some(live),
-            }) if *current == generation => Ok((slot, live)),
-            _ => Err(MemoryError::Stale(allocation.id().expect("bound"))),
+        match self.slots.locate(pack(slot, generation)) {
+            Some(live) => Ok((slot, live)),
+            None => Err(MemoryError::Stale(allocation.id().expect("bound"))),
         }
     }
 
     /// The live allocation behind a handle, mutably.
     pub(crate) fn live_mut(&mut self, allocation: &Allocation) -> Result<&mut Live, MemoryError> {
         let (slot, _) = self.live(allocation)?;
-        Ok(self.slots[slot as usize].live.as_mut().expect("checked"))
+        Ok(self.slots.get_mut(slot).expect("checked"))
     }
 
     /// `(slot, generation)` of a handle of this manager.
@@ -688,151 +612,18 @@ impl<S: DeviceStorage> MemoryManager<S> {
             return Err(MemoryError::Foreign(reserved.id().expect("bound")));
         }
         let from = reserved.id().expect("bound");
-        let entry = &mut self.slots[slot as usize];
-        entry.generation = next_generation(entry.generation);
-        let to = pack(slot, entry.generation);
-        let live = entry.live.as_mut().expect("checked");
+        let to = self.slots.renew(slot);
+        let live = self.slots.get_mut(slot).expect("checked");
         live.cursor = cursor;
         let addr = live.cell.addr.swap(0, Ordering::AcqRel);
         assigned.cell.len.store(live.size, Ordering::Release);
         assigned.cell.addr.store(addr, Ordering::Release);
-        let old = std::mem::replace(&mut live.cell, Arc::clone(&assigned.cell));
-        // Pins taken through the old cell still hold the bytes: keep the
-        // cell where every pinned test looks (no new pin can take hold of
-        // it: its published address is gone).
-        live.retired.retain(|cell| is_pinned(cell));
-        if is_pinned(&old) {
-            live.retired.push(old);
-        }
+        live.rebind(Arc::clone(&assigned.cell));
         assigned.cell.key.store(to, Ordering::Release);
         let to = self.id_of(to);
         if let Some(observer) = self.observer.as_mut() {
             observer.rebound(from, to);
         }
-        Ok(())
-    }
-
-    /// The cursor recorded by [`bind`](Self::bind).
-    pub fn get_cursor(&self, allocation: &Allocation) -> Result<u64, MemoryError> {
-        Ok(self.live(allocation)?.1.cursor)
-    }
-
-    /// The storage range behind an allocation, giving a lazily carved page
-    /// its backing first: this is the funnel every dereference passes.
-    pub fn get_storage(&mut self, allocation: &Allocation) -> Result<StorageHandle, MemoryError> {
-        let (_, live) = self.live(allocation)?;
-        let (pool, placement, size) = (live.pool as usize, live.placement, live.size);
-        let page = match self.pools[pool].page_storage(placement.page) {
-            Some(page) => page,
-            None => self.pools[pool].materialize(&mut self.storage, placement.page)?,
-        };
-        Ok(StorageHandle {
-            id: page.id,
-            offset: page.offset + placement.offset,
-            size,
-        })
-    }
-
-    /// The storage range of bytes `start..end` of an allocation (`None`:
-    /// from its start, to its end).
-    pub fn get_storage_range(
-        &mut self,
-        allocation: &Allocation,
-        start: Option<u64>,
-        end: Option<u64>,
-    ) -> Result<StorageHandle, MemoryError> {
-        let whole = self.get_storage(allocation)?;
-        let (start, end) = (start.unwrap_or(0), end.unwrap_or(whole.size));
-        whole.sub_range(start, end).ok_or(MemoryError::OutOfBounds {
-            start,
-            end,
-            size: whole.size,
-        })
-    }
-
-    /// The address of bytes `start..end` of an allocation (`None`: from its
-    /// start, to its end). Valid until the allocation is freed or moved;
-    /// [`managed_resource`](Self::managed_resource) keeps it alive.
-    pub fn get_resource(
-        &mut self,
-        allocation: &Allocation,
-        start: Option<u64>,
-        end: Option<u64>,
-    ) -> Result<Resource, MemoryError> {
-        let range = self.get_storage_range(allocation, start, end)?;
-        Ok(self.storage.resource(&range)?)
-    }
-
-    /// [`get_resource`](Self::get_resource) with a binding that keeps the
-    /// allocation alive while the resource is used.
-    pub fn managed_resource(
-        &mut self,
-        allocation: &Allocation,
-        start: Option<u64>,
-        end: Option<u64>,
-    ) -> Result<ManagedResource, MemoryError> {
-        let resource = self.get_resource(allocation, start, end)?;
-        Ok(ManagedResource {
-            binding: allocation.binding(),
-            resource,
-        })
-    }
-
-    /// Write `data` at `offset` of the allocation. The written bytes are no
-    /// longer tainted.
-    pub fn write(
-        &mut self,
-        allocation: &Allocation,
-        offset: u64,
-        data: &[u8],
-    ) -> Result<(), MemoryError> {
-        let end = offset.saturating_add(data.len() as u64);
-        let range = self.get_storage_range(allocation, Some(offset), Some(end))?;
-        self.storage.write(&range, data)?;
-        self.live_mut(allocation)?.taint.written(offset..end);
-        Ok(())
-    }
-
-    /// Read `out.len()` bytes from `offset` of the allocation.
-    pub fn read_into(
-        &mut self,
-        allocation: &Allocation,
-        offset: u64,
-        out: &mut [u8],
-    ) -> Result<(), MemoryError> {
-        let end = offset.saturating_add(out.len() as u64);
-        let range = self.get_storage_range(allocation, Some(offset), Some(end))?;
-        Ok(self.storage.read(&range, out)?)
-    }
-
-    /// Read `len` bytes from `offset` of the allocation.
-    pub fn read(
-        &mut self,
-        allocation: &Allocation,
-        offset: u64,
-        len: u64,
-    ) -> Result<Vec<u8>, MemoryError> {
-        let size = self.live(allocation)?.1.size;
-        let end = offset.saturating_add(len);
-        if end > size {
-            return Err(MemoryError::OutOfBounds {
-                start: offset,
-                end,
-                size,
-            });
-        }
-        let mut out = vec![0; len as usize];
-        self.read_into(allocation, offset, &mut out)?;
-        Ok(out)
-    }
-
-    /// Copy every byte of `from` to the start of `to` (same manager).
-    pub fn copy(&mut self, from: &Allocation, to: &Allocation) -> Result<(), MemoryError> {
-        let source = self.get_storage(from)?;
-        let target = self.get_storage_range(to, Some(0), Some(source.size))?;
-        self.storage.copy(&source, &target)?;
-        let taint = self.live(from)?.1.taint.clone();
-        self.live_mut(to)?.taint.replace_prefix(source.size, &taint);
         Ok(())
     }
 
@@ -904,76 +695,9 @@ impl<S: DeviceStorage> MemoryManager<S> {
         }
     }
 
-    /// Live allocations that are pinned now.
-    pub fn pinned_count(&self) -> usize {
-        self.slots
-            .iter()
-            .filter_map(|slot| slot.live.as_ref())
-            .filter(|live| live.is_pinned())
-            .count()
-    }
-
-    /// Every cell through which a pin holds a live allocation now.
-    pub(crate) fn pinned_cells(&self) -> Vec<Arc<AllocationCell>> {
-        self.slots
-            .iter()
-            .filter_map(|slot| slot.live.as_ref())
-            .flat_map(|live| std::iter::once(&live.cell).chain(&live.retired))
-            .filter(|cell| is_pinned(cell))
-            .cloned()
-            .collect()
-    }
-
-    /// Free every live allocation no pin holds, whatever handles still
-    /// name it (they are stale afterwards), as [`release_everything`]
-    /// does, but leaving pinned ones and their pages in place.
-    ///
-    /// [`release_everything`]: Self::release_everything
-    pub(crate) fn free_unpinned(&mut self) {
-        for index in 0..self.slots.len() {
-            let slot = &mut self.slots[index];
-            if slot.live.as_ref().is_none_or(Live::is_pinned) {
-                continue;
-            }
-            let live = slot.live.take().expect("checked");
-            live.cell.addr.store(0, Ordering::Release);
-            slot.generation = next_generation(slot.generation);
-            self.free_slots.push(index as u32);
-            self.in_use -= live.size;
-            self.pools[live.pool as usize].free(live.placement, live.size, live.aligned, self.tick);
-        }
-    }
-
-    /// Return every page to the device now, whatever still names it: the
-    /// end of a stream. Every handle is stale afterwards (its reads answer
-    /// an error), and the storage holds nothing once flushed.
-    pub fn release_everything(&mut self) {
-        self.process_releases();
-        for (index, slot) in self.slots.iter_mut().enumerate() {
-            if let Some(live) = slot.live.take() {
-                live.cell.addr.store(0, Ordering::Release);
-                slot.generation = next_generation(slot.generation);
-                self.free_slots.push(index as u32);
-            }
-        }
-        self.in_use = 0;
-        for pool in &mut self.pools {
-            pool.release_all(&mut self.storage);
-        }
-        self.storage.flush();
-    }
-
     /// Log the report at `info`.
     pub fn print_memory_usage(&self) {
         tracing::info!(manager = %self.name, "\n{}", self.memory_report());
-    }
-}
-
-/// The generation after `generation`, skipping 0 (the unbound marker).
-fn next_generation(generation: u32) -> u32 {
-    match generation.wrapping_add(1) {
-        0 => 1,
-        next => next,
     }
 }
 

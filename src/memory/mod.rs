@@ -2,6 +2,7 @@
 //! relocation, guards, pins, taint and reports. Nothing here starts a
 //! thread; the `service` layer wraps one manager per stream actor.
 
+mod access;
 mod arena;
 mod bins;
 mod config;
@@ -16,8 +17,10 @@ mod release;
 mod relocation;
 mod report;
 mod retire;
+mod slots;
 mod taint;
 
+pub use access::ManagedResource;
 pub use config::{
     ADAPTIVE_MIN_PAGE_SIZE, AllocationMode, ConfigError, DEFAULT_COMPACTION_THRESHOLD,
     DEFAULT_DEALLOC_PERIOD, DeviceProperties, ENV_MEMORY_LOG, ENV_PERSISTENT_MEMORY,
@@ -28,7 +31,7 @@ pub use error::MemoryError;
 pub use guard::{PageGuard, Pinned, PinnedRef};
 pub(crate) use handle::AllocationCell;
 pub use handle::{Allocation, AllocationId, Binding, StreamId};
-pub use manager::{ManagedResource, MemoryManager};
+pub use manager::MemoryManager;
 pub use observer::MemoryObserver;
 pub use policy::{Cleanup, PageUpdate};
 pub(crate) use release::ReleaseProbe;

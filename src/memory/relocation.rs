@@ -216,10 +216,9 @@ impl<S: DeviceStorage> MemoryManager<S> {
                 unreachable!("checked above");
             };
             let pinned = sliced.slots_on(page.page).iter().any(|&slot| {
-                self.slots[slot as usize]
-                    .live
-                    .as_ref()
-                    .is_some_and(super::manager::Live::is_pinned)
+                self.slots
+                    .get(slot)
+                    .is_some_and(super::slots::Live::is_pinned)
             });
             if pinned {
                 continue;
@@ -260,7 +259,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
         if !may_add_page {
             let needed: u64 = slots
                 .iter()
-                .filter_map(|slot| self.slots[*slot as usize].live.as_ref())
+                .filter_map(|slot| self.slots.get(*slot))
                 .map(|live| live.aligned)
                 .sum();
             if needed > sliced.carvable_free_bytes_excluding(page) {
@@ -304,19 +303,15 @@ impl<S: DeviceStorage> MemoryManager<S> {
         slot: u32,
         may_add_page: bool,
     ) -> Result<Option<u64>, MemoryError> {
-        let live = self.slots[slot as usize]
-            .live
-            .as_ref()
+        let live = self
+            .slots
+            .get(slot)
             .expect("a carved block has a live slot");
         let (size, aligned, from) = (live.size, live.aligned, live.placement);
         let cell = live.cell.clone();
         // A pin through a cell it was bound away from holds it too (no
         // client can pin those afresh: their address is unpublished).
-        if live
-            .retired
-            .iter()
-            .any(|old| super::manager::is_pinned(old))
-        {
+        if live.pinned_through_retired() {
             return Ok(None);
         }
         if cell
@@ -364,7 +359,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
         let addr = self.pools[pool]
             .page_base(to.page)
             .map_or(0, |base| base + to.offset);
-        let live = self.slots[slot as usize].live.as_mut().expect("live");
+        let live = self.slots.get_mut(slot).expect("live");
         live.placement = to;
         // Published before the move's claim is dropped (`move_slot`), so a
         // client that pins next reads the new address.

@@ -21,6 +21,7 @@
 
 use super::handle::{AllocationCell, ORPHANED, PIN_MASK};
 use super::manager::MemoryManager;
+use super::slots::Live;
 use crate::storage::DeviceStorage;
 use crate::sync::atomic::{AtomicUsize, Ordering};
 use crate::sync::{Arc, Mutex};
@@ -83,6 +84,48 @@ fn orphan(cell: &AllocationCell) -> bool {
             Ok(_) => return true,
             Err(now) => state = now,
         }
+    }
+}
+
+impl<S: DeviceStorage> MemoryManager<S> {
+    /// Live allocations that are pinned now.
+    pub fn pinned_count(&self) -> usize {
+        self.slots.pinned_count()
+    }
+
+    /// Every cell through which a pin holds a live allocation now.
+    pub(crate) fn pinned_cells(&self) -> Vec<Arc<AllocationCell>> {
+        self.slots.pinned_cells()
+    }
+
+    /// Free every live allocation no pin holds, whatever handles still
+    /// name it (they are stale afterwards), as [`release_everything`]
+    /// does, but leaving pinned ones and their pages in place.
+    ///
+    /// [`release_everything`]: Self::release_everything
+    pub(crate) fn free_unpinned(&mut self) {
+        let (pools, tick) = (&mut self.pools, self.tick);
+        let mut freed = 0;
+        self.slots.free_all_but(Live::is_pinned, |live| {
+            live.cell.addr.store(0, Ordering::Release);
+            freed += live.size;
+            pools[live.pool as usize].free(live.placement, live.size, live.aligned, tick);
+        });
+        self.freed_in_use(freed);
+    }
+
+    /// Return every page to the device now, whatever still names it: the
+    /// end of a stream. Every handle is stale afterwards (its reads answer
+    /// an error), and the storage holds nothing once flushed.
+    pub fn release_everything(&mut self) {
+        self.process_releases();
+        self.slots
+            .free_all_but(|_| false, |live| live.cell.addr.store(0, Ordering::Release));
+        self.freed_in_use(self.bytes_in_use());
+        for pool in &mut self.pools {
+            pool.release_all(&mut self.storage);
+        }
+        self.storage.flush();
     }
 }
 
