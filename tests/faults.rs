@@ -8,8 +8,8 @@ use streamalloc::memory::{
 };
 use streamalloc::storage::{FaultPlan, HostStorage, LimitedStorage, StorageError};
 
-const KIB: u64 = 1024;
-const MIB: u64 = 1024 * KIB;
+mod common;
+use common::{KIB, MIB};
 
 type Memory = MemoryManager<LimitedStorage<HostStorage>>;
 

@@ -8,15 +8,13 @@ use streamalloc::service::{
     Events, Headroom, ServiceConfig, StreamHandle, Supervisor, SupervisorEvent,
 };
 
-const MIB: u64 = 1 << 20;
+mod common;
+use common::MIB;
 
 fn device(headroom: Option<Headroom>) -> Supervisor {
     Supervisor::virtual_device(ServiceConfig {
-        idle_tick: None,
-        compaction_threshold: None,
-        settle: None,
         headroom,
-        ..ServiceConfig::default()
+        ..common::quiet()
     })
 }
 

@@ -11,7 +11,8 @@ use streamalloc::storage::{
     DeviceStorage, FaultPlan, HostStorage, LimitedStorage, StorageError, VirtualStorage,
 };
 
-const MIB: u64 = 1024 * 1024;
+mod common;
+use common::MIB;
 
 fn host(config: MemoryConfig) -> MemoryManager<HostStorage> {
     MemoryManager::new(HostStorage::new(), config)

@@ -15,17 +15,15 @@ use streamalloc::storage::{
 };
 use streamalloc::trace::{TraceAction, TraceEvent, read_torch_snapshot};
 
-const MIB: u64 = 1 << 20;
+mod common;
+use common::MIB;
 
-/// A device whose policies never act on their own while a test runs.
+/// A device whose policies never act on their own while a test runs, and
+/// whose shutdown waits for pins only briefly.
 fn quiet() -> ServiceConfig {
     ServiceConfig {
-        idle_tick: None,
-        settle: None,
-        headroom: None,
-        compaction_threshold: None,
         pin_wait: Duration::from_millis(20),
-        ..ServiceConfig::default()
+        ..common::quiet()
     }
 }
 

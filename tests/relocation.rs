@@ -7,7 +7,9 @@ use streamalloc::memory::{
 };
 use streamalloc::storage::{DeviceStorage, FaultPlan, HostStorage, LimitedStorage};
 
-const MIB: u64 = 1024 * 1024;
+mod common;
+use common::MIB;
+
 const KIB: u64 = 1024;
 
 fn pattern(seed: u64, len: u64) -> Vec<u8> {

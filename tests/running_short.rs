@@ -8,17 +8,16 @@ use std::time::{Duration, Instant};
 use streamalloc::memory::StreamId;
 use streamalloc::service::{ServiceConfig, ServiceError, Supervisor, SupervisorEvent};
 
-const MIB: u64 = 1 << 20;
+mod common;
+use common::MIB;
 
 /// A device of `budget` bytes with no idle tick and no headroom, so cached
 /// pages stay cached unless a short stream asks for them.
 fn device(budget: u64) -> Supervisor {
     Supervisor::virtual_device(ServiceConfig {
         budget: Some(budget),
-        idle_tick: None,
-        compaction_threshold: None,
-        headroom: None,
-        ..ServiceConfig::default()
+        settle: ServiceConfig::default().settle,
+        ..common::quiet()
     })
 }
 

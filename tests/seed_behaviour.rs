@@ -9,7 +9,9 @@ use streamalloc::memory::{
 };
 use streamalloc::storage::HostStorage;
 
-const MIB: u64 = 1024 * 1024;
+mod common;
+use common::MIB;
+
 const DEVICE: DeviceProperties = DeviceProperties::new(128 * MIB, 32);
 
 fn manager(pools: MemoryConfiguration, device: DeviceProperties) -> MemoryManager<HostStorage> {

@@ -5,18 +5,17 @@ use std::time::{Duration, Instant};
 use streamalloc::memory::{Allocation, StreamId};
 use streamalloc::service::{ServiceConfig, Settle, StreamHandle, Supervisor, SupervisorEvent};
 
-const MIB: u64 = 1 << 20;
+mod common;
+use common::MIB;
+
 const WINDOW: Duration = Duration::from_millis(200);
 
 fn device(settle: Option<Settle>) -> Supervisor {
+    // Nothing else gives pages back: no idle tick, no compaction.
     Supervisor::virtual_device(ServiceConfig {
-        // Nothing else gives pages back: no idle tick, no compaction.
-        idle_tick: None,
-        compaction_threshold: None,
         supervise_tick: Duration::from_millis(10),
-        headroom: None,
         settle,
-        ..ServiceConfig::default()
+        ..common::quiet()
     })
 }
 

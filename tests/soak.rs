@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use streamalloc::memory::{Cleanup, StreamId};
 use streamalloc::service::{ServiceConfig, ServiceError, Supervisor};
 
-const MIB: u64 = 1 << 20;
+mod common;
+use common::MIB;
 
 #[test]
 fn soak() {

@@ -11,7 +11,8 @@ use streamalloc::trace::{
     read_torch_snapshot, read_trace, write_jsonl, write_rmm_csv,
 };
 
-const MIB: u64 = 1 << 20;
+mod common;
+use common::MIB;
 
 /// A generated RMM log: two streams, pointers reused after their free, one
 /// free of a pointer never allocated, one recorded failure.

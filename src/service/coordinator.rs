@@ -4,9 +4,11 @@
 //! control channels plus a non-blocking wake.
 //!
 //! - Running short (or growing past the headroom): a `Short` notice queues
-//!   a recovery *episode*; one runs at a time. The coordinator sends `GiveBack` to every other running
-//!   stream, counts their `GaveBack` answers (or gives up after a timeout),
-//!   then sends `Retry` to the short stream.
+//!   a recovery *episode*; one runs at a time. The coordinator sends
+//!   `GiveBack` to every other running stream that may give back (it held
+//!   pages beyond its use when it last published, or releases wait that it
+//!   has not seen), counts their `GaveBack` answers (or gives up after a
+//!   timeout), then sends `Retry` to the short stream.
 //! - Compaction: on each tick, a stream whose reserved / in-use passed the
 //!   threshold is sent `Compact` (at most once a second per stream).
 //! - Events: passed on to every subscriber.

@@ -4,7 +4,8 @@
 //!    more.
 //! 2. Still short: the request is *parked* (the actor keeps serving its
 //!    inbox) and the coordinator is told (`Notice::Short`, which never
-//!    blocks). The coordinator asks every other stream to give back cached
+//!    blocks). The coordinator asks the other streams that may give back
+//!    (`StreamHandle::may_give_back`) to return cached
 //!    pages and compact (`Control::GiveBack`), collects their answers, then
 //!    tells this stream to retry (`Control::Retry`).
 //! 3. On `Retry` every parked request is tried again: served, or answered

@@ -1,0 +1,24 @@
+//! What the integration tests share: sizes, and a device whose policies
+//! act only when a test turns them on.
+
+#![allow(dead_code)]
+
+use streamalloc::service::ServiceConfig;
+
+/// A kibibyte.
+pub const KIB: u64 = 1 << 10;
+/// A mebibyte.
+pub const MIB: u64 = 1 << 20;
+
+/// A device whose policies never act on their own while a test runs: no
+/// idle tick, no scheduled compaction, no settle, no headroom. A test turns
+/// on what it examines (`ServiceConfig { settle, ..quiet() }`).
+pub fn quiet() -> ServiceConfig {
+    ServiceConfig {
+        idle_tick: None,
+        compaction_threshold: None,
+        settle: None,
+        headroom: None,
+        ..ServiceConfig::default()
+    }
+}
