@@ -4,7 +4,7 @@
 //! deadlock), the client gets an allocation or `StreamStopped`, and every
 //! page goes back.
 //!
-//! Fails when `StreamActor::shutdown` does not call `release_everything`
+//! Fails when `StreamActor::shutdown` does not call `release_unpinned`
 //! (bytes are left), or when queued requests are neither answered nor
 //! dropped with the inbox (the client waits forever).
 
