@@ -1,0 +1,250 @@
+//! Reserving: validate a size, route it to a pool, take room from a page
+//! the pool holds or a new one, and fill a slot (recycling a spare cell
+//! where one is free). Every reserve form goes through `observe_reserve`.
+
+use super::*;
+
+impl<S: DeviceStorage> MemoryManager<S> {
+    /// Reserve `size` bytes in the effective mode, changing the pages held
+    /// only as far as `update` allows.
+    ///
+    /// # Errors
+    /// [`MemoryError::ZeroSize`], [`MemoryError::TooLarge`],
+    /// [`MemoryError::PageUpdateForbidden`] when no room is held and `update`
+    /// forbids a page, [`MemoryError::Storage`] when the device refuses one.
+    pub fn reserve(&mut self, size: u64, update: PageUpdate) -> Result<Allocation, MemoryError> {
+        let mode = self.effective_mode();
+        self.reserve_in(size, update, mode)
+    }
+
+    /// [`reserve`](Self::reserve) in `mode`, whatever the windows say (the
+    /// service passes each caller's own mode).
+    pub fn reserve_in(
+        &mut self,
+        size: u64,
+        update: PageUpdate,
+        mode: AllocationMode,
+    ) -> Result<Allocation, MemoryError> {
+        let result = self.reserve_unobserved(size, update, mode, Growth::Pool);
+        self.observe_reserve(size, result)
+    }
+
+    /// Reserve `size` bytes in `mode` from the room the pages hold, or
+    /// `Ok(None)` if none fits: a probe before deciding to grow (the
+    /// service's headroom). Unlike `reserve_in(.., PageUpdate::Forbidden, ..)`
+    /// a miss is not a failure, and observers do not hear of it.
+    ///
+    /// # Errors
+    /// [`MemoryError::ZeroSize`], [`MemoryError::TooLarge`].
+    pub fn reserve_held(
+        &mut self,
+        size: u64,
+        mode: AllocationMode,
+    ) -> Result<Option<Allocation>, MemoryError> {
+        match self.reserve_unobserved(size, PageUpdate::Forbidden, mode, Growth::Pool) {
+            Err(MemoryError::PageUpdateForbidden { .. }) => Ok(None),
+            result => self.observe_reserve(size, result).map(Some),
+        }
+    }
+
+    /// [`reserve_in`](Self::reserve_in) with `PageUpdate::Allow`, but a page
+    /// it must add is just large enough for this reservation (in the pool's
+    /// growth steps, 1 MiB) instead of the pool's page size, and the pool's
+    /// page size does not grow for it: what a device past its headroom
+    /// wants, where every byte taken beyond the request is waste.
+    ///
+    /// # Errors
+    /// As [`reserve`](Self::reserve).
+    pub fn reserve_tight(
+        &mut self,
+        size: u64,
+        mode: AllocationMode,
+    ) -> Result<Allocation, MemoryError> {
+        let result = self.reserve_unobserved(size, PageUpdate::Allow, mode, Growth::Tight);
+        self.observe_reserve(size, result)
+    }
+
+    /// Tell the observer, if any, what a reservation of `size` came to.
+    fn observe_reserve(
+        &mut self,
+        size: u64,
+        result: Result<Allocation, MemoryError>,
+    ) -> Result<Allocation, MemoryError> {
+        if let Some(observer) = self.observer.as_mut() {
+            match &result {
+                Ok(allocation) => {
+                    observer.reserved(allocation.id().expect("reserved handles are bound"), size)
+                }
+                Err(err) => observer.failed(self.stream, size, err),
+            }
+        }
+        result
+    }
+
+    fn reserve_unobserved(
+        &mut self,
+        size: u64,
+        update: PageUpdate,
+        mode: AllocationMode,
+        growth: Growth,
+    ) -> Result<Allocation, MemoryError> {
+        self.process_releases();
+        if update == PageUpdate::Allow {
+            self.cleanup_pools(Cleanup::Periodic);
+        }
+        let aligned = self.validate(size)?;
+        self.tick += 1;
+        let pool = self.route(size, aligned, mode)?;
+        let slot = self.slots.claim();
+        let placement = match self.pools[pool].try_reserve(size, aligned, slot) {
+            Some(placement) => placement,
+            None if update == PageUpdate::Forbidden => {
+                self.slots.unclaim(slot);
+                return Err(MemoryError::PageUpdateForbidden { size });
+            }
+            None => {
+                let lazy = self.dry_run;
+                match self.pools[pool].reserve_new_page(
+                    &mut self.storage,
+                    size,
+                    aligned,
+                    slot,
+                    lazy,
+                    growth,
+                ) {
+                    Ok(placement) => {
+                        self.note_reserved();
+                        if self.log >= MemoryLogLevel::Basic {
+                            tracing::debug!(manager = %self.name, pool, size, "new page");
+                        }
+                        placement
+                    }
+                    Err(err) => {
+                        self.slots.unclaim(slot);
+                        return Err(err.into());
+                    }
+                }
+            }
+        };
+        if self.log >= MemoryLogLevel::Full {
+            tracing::trace!(manager = %self.name, pool, size, "reserved");
+        }
+        Ok(self.fill_slot(slot, pool, placement, size, aligned))
+    }
+
+    /// Check a size and return it aligned.
+    fn validate(&self, size: u64) -> Result<u64, MemoryError> {
+        if size == 0 {
+            return Err(MemoryError::ZeroSize);
+        }
+        let aligned = align_up(size, self.alignment);
+        if aligned > self.max_page_size {
+            return Err(MemoryError::TooLarge {
+                size,
+                max: self.max_page_size,
+            });
+        }
+        Ok(aligned)
+    }
+
+    /// The bytes of device memory a reservation of `size` in `mode` would
+    /// take if it needed a new page now (what growth costs; the service's
+    /// headroom weighs it before growing).
+    ///
+    /// # Errors
+    /// The reservation's own size and routing errors.
+    pub fn new_page_size(&self, size: u64, mode: AllocationMode) -> Result<u64, MemoryError> {
+        let aligned = self.validate(size)?;
+        let pool = self.route(size, aligned, mode)?;
+        Ok(self.pools[pool].new_page_size(aligned))
+    }
+
+    /// The pool a reservation goes to.
+    fn route(&self, size: u64, aligned: u64, mode: AllocationMode) -> Result<usize, MemoryError> {
+        match mode {
+            AllocationMode::Dedicated => return Ok(DEDICATED),
+            AllocationMode::Persistent => return Ok(PERSISTENT),
+            AllocationMode::Auto => {}
+        }
+        if self.persistent == PersistentMemory::SizeMatch
+            && let Pool::Whole(persistent) = &self.pools[PERSISTENT]
+            && persistent.holds_size(aligned)
+        {
+            return Ok(PERSISTENT);
+        }
+        (FIRST_DYNAMIC..self.pools.len())
+            .find(|&pool| self.pools[pool].max_alloc_size() >= size)
+            .ok_or(MemoryError::TooLarge {
+                size,
+                max: self.pools[FIRST_DYNAMIC..]
+                    .iter()
+                    .map(Pool::max_alloc_size)
+                    .max()
+                    .unwrap_or(0),
+            })
+    }
+
+    fn fill_slot(
+        &mut self,
+        slot: u32,
+        pool: usize,
+        placement: Placement,
+        size: u64,
+        aligned: u64,
+    ) -> Allocation {
+        let key = self.slots.key(slot);
+        let (allocation, kept) = match self.spare_cells.pop() {
+            Some((kept, handle)) => {
+                kept.key.store(key, Ordering::Release);
+                let handle = handle.unwrap_or_else(|| Arc::clone(&kept));
+                (Allocation::from_cell(handle), kept)
+            }
+            None => {
+                let allocation = Allocation::new(self.new_cell(key));
+                let kept = Arc::clone(&allocation.cell);
+                (allocation, kept)
+            }
+        };
+        let addr = self.pools[pool]
+            .page_base(placement.page)
+            .map_or(0, |base| base + placement.offset);
+        allocation.cell.addr.store(addr, Ordering::Release);
+        allocation.cell.len.store(size, Ordering::Release);
+        self.slots.fill(
+            slot,
+            Live {
+                pool: pool as u8,
+                placement,
+                size,
+                aligned,
+                cursor: 0,
+                cell: kept,
+                taint: TaintRanges::default(),
+                retired: Vec::new(),
+            },
+        );
+        self.in_use += size;
+        self.peak_in_use = self.peak_in_use.max(self.in_use);
+        allocation
+    }
+
+    pub(super) fn new_cell(&self, key: SlotKey) -> AllocationCell {
+        AllocationCell {
+            owner: self.owner,
+            stream: self.stream,
+            key: AtomicU64::new(key),
+            handles: AtomicUsize::new(1),
+            pins: AtomicU64::new(0),
+            addr: AtomicU64::new(0),
+            len: AtomicU64::new(0),
+            releases: Arc::clone(self.releases.queue()),
+            next_release: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+
+    /// Record a new high-water mark of reserved bytes.
+    fn note_reserved(&mut self) {
+        let reserved = self.bytes_reserved();
+        self.peak_reserved = self.peak_reserved.max(reserved);
+    }
+}
