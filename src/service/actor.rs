@@ -11,7 +11,7 @@ use super::error::ServiceError;
 use super::events::SupervisorEvent;
 use super::message::{Control, Request, ShutdownReport};
 use super::shared::StreamShared;
-use super::short::Pending;
+use super::short::{Pending, PendingState};
 use crate::memory::{MemoryManager, RelocationNeed, RelocationReason};
 use crate::storage::DeviceStorage;
 use crate::sync::Arc;
@@ -115,9 +115,7 @@ impl StreamActor {
                 mode,
                 reply,
                 deadline: wait.map(deadline_after),
-                parked_at: None,
-                within_headroom: false,
-                tight: false,
+                state: PendingState::Serving,
             }),
             Request::Run(job) => job(Ok(self)),
             Request::Shutdown { reply } => {
@@ -130,30 +128,6 @@ impl StreamActor {
         self.publish();
         self.trim_to_headroom();
         Flow::Continue
-    }
-
-    /// The device holds more than its headroom above what is live, and this
-    /// stream holds more than its share of that excess: give back its empty
-    /// pages now. The cheap half of the headroom policy (no round, no
-    /// wake-up): streams that keep serving keep themselves trim, and a
-    /// growing stream asks the others only for what is left.
-    fn trim_to_headroom(&mut self) {
-        let Some(headroom) = self.device.headroom else {
-            return;
-        };
-        // As just published (`handle` calls this right after `publish`).
-        let in_use = self.shared.bytes_in_use.load(Ordering::Relaxed);
-        let excess = self
-            .shared
-            .bytes_reserved
-            .load(Ordering::Relaxed)
-            .saturating_sub(in_use);
-        if excess < headroom.share(in_use) || !self.device.over_headroom(0, 0) {
-            return;
-        }
-        self.memory.cleanup(crate::memory::Cleanup::Explicit);
-        self.memory.flush();
-        self.publish();
     }
 
     /// No request for a whole tick: run the cleanup a reservation would,

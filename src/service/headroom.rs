@@ -10,9 +10,14 @@
 //! grow first tries the room it holds, then trims its own pages, then asks
 //! the other streams to give back (the running-short protocol, see
 //! `short.rs`), and only then takes the page. Growth is never refused: the
-//! headroom is a target, a budget is the limit.
+//! headroom is a target, a budget is the limit. Streams past their share of
+//! the excess also trim themselves after each request (`trim_to_headroom`).
 
-use crate::memory::ADAPTIVE_MIN_PAGE_SIZE;
+use super::actor::StreamActor;
+use super::short::{Pending, PendingState};
+use crate::memory::{ADAPTIVE_MIN_PAGE_SIZE, Cleanup, RelocationReason};
+use crate::sync::atomic::Ordering;
+use std::time::Instant;
 
 /// How far reserved bytes may run ahead of live bytes (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -49,6 +54,108 @@ impl Headroom {
 
     fn fraction_of(&self, live: u64) -> u64 {
         (live as f64 * self.fraction) as u64
+    }
+}
+
+/// A stream growing past the headroom asks the others for a round only if
+/// they hold at least this much (and the request) unused.
+const MIN_ROUND_GAIN: u64 = 1 << 20;
+
+/// The actor's side of the policy: serving within the headroom, and
+/// keeping itself trim while the device is past it.
+impl StreamActor {
+    /// The device holds more than its headroom above what is live: serve
+    /// from the room this stream holds if it can, else trim this stream's
+    /// pages, else ask the others to give back before growing (see
+    /// `headroom.rs`).
+    pub(crate) fn serve_within_headroom(&mut self, mut pending: Pending) {
+        for trimmed in [false, true] {
+            if trimmed {
+                self.memory.cleanup(Cleanup::Explicit);
+                let _ = self.memory.relocate(RelocationReason::Short);
+                self.memory.flush();
+                self.publish();
+            }
+            match self.try_reserve_held(&pending) {
+                Ok(Some(batch)) => return self.answer_served(pending, batch, false),
+                Ok(None) => {}
+                Err(err) => return pending.answer(Err(err.into())),
+            }
+        }
+        if self.short_pending {
+            // A round for this stream is under way: its `Retry` serves this.
+            pending.state = PendingState::ParkedForHeadroom {
+                since: Instant::now(),
+            };
+            return self.parked.push_back(pending);
+        }
+        // A round is worth its wake-ups only if the others hold at least
+        // this request's worth of room they do not use.
+        let requested = pending.requested();
+        if self.device.has_coordinator()
+            && self.over_headroom(&pending)
+            && self.device.others_excess(self.shared.stream) >= requested.max(MIN_ROUND_GAIN)
+        {
+            pending.state = PendingState::ParkedForHeadroom {
+                since: Instant::now(),
+            };
+            self.parked.push_back(pending);
+            return self.ask_now(requested, true);
+        }
+        pending.state = self.growth_state(&pending);
+        self.serve_growing(pending);
+    }
+
+    /// How a request that grows the device is served: in pages just large
+    /// enough while the device is past its headroom.
+    pub(crate) fn growth_state(&self, pending: &Pending) -> PendingState {
+        if self.over_headroom(pending) {
+            PendingState::ServingTight
+        } else {
+            PendingState::Serving
+        }
+    }
+
+    /// Whether growing for `pending` would carry the device past its
+    /// headroom (counting a new page for each size, the most it could take).
+    pub(crate) fn over_headroom(&self, pending: &Pending) -> bool {
+        if self.device.headroom.is_none() {
+            return false;
+        }
+        let page = pending
+            .sizes
+            .iter()
+            .map(|&size| {
+                self.memory
+                    .new_page_size(size, pending.mode)
+                    .unwrap_or(size)
+            })
+            .fold(0u64, u64::saturating_add);
+        self.device.over_headroom(pending.requested(), page)
+    }
+
+    /// The device holds more than its headroom above what is live, and this
+    /// stream holds more than its share of that excess: give back its empty
+    /// pages now. The cheap half of the headroom policy (no round, no
+    /// wake-up): streams that keep serving keep themselves trim, and a
+    /// growing stream asks the others only for what is left.
+    pub(crate) fn trim_to_headroom(&mut self) {
+        let Some(headroom) = self.device.headroom else {
+            return;
+        };
+        // As just published (`handle` calls this right after `publish`).
+        let in_use = self.shared.bytes_in_use.load(Ordering::Relaxed);
+        let excess = self
+            .shared
+            .bytes_reserved
+            .load(Ordering::Relaxed)
+            .saturating_sub(in_use);
+        if excess < headroom.share(in_use) || !self.device.over_headroom(0, 0) {
+            return;
+        }
+        self.memory.cleanup(crate::memory::Cleanup::Explicit);
+        self.memory.flush();
+        self.publish();
     }
 }
 

@@ -26,6 +26,7 @@
 #![warn(clippy::arithmetic_side_effects, clippy::disallowed_methods)]
 
 mod actor;
+mod control;
 mod coordinator;
 mod device;
 mod error;

@@ -12,8 +12,11 @@
 //! the window); one whose load fell gives the excess back within about a
 //! window. At most one settle per stream per window.
 
+use super::actor::StreamActor;
 use super::handle::StreamHandle;
 use crate::memory::ADAPTIVE_MIN_PAGE_SIZE;
+use crate::memory::{Cleanup, RelocationReason};
+use crate::sync::atomic::Ordering;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -86,5 +89,24 @@ impl SettleWatch {
             self.since = Some(now);
             (stats.bytes_reserved, keep)
         })
+    }
+}
+
+/// The actor's side of the policy.
+impl StreamActor {
+    /// Give back what this stream did not need lately: every empty page,
+    /// then, if it still holds more than `keep`, a compaction that also
+    /// moves sparse pages into smaller ones.
+    pub(crate) fn settle(&mut self, keep: u64) {
+        self.memory.cleanup(Cleanup::Explicit);
+        if self.memory.bytes_reserved() > keep
+            && let Ok(report) = self.memory.relocate(RelocationReason::Settle)
+        {
+            self.shared
+                .relocated
+                .fetch_add(report.moved, Ordering::Relaxed);
+        }
+        self.memory.flush();
+        self.shared.settles.fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -22,7 +22,7 @@ use super::actor::StreamActor;
 use super::device::Notice;
 use super::error::ServiceError;
 use super::events::SupervisorEvent;
-use super::message::{Allocations, Answer, Control, Sizes};
+use super::message::{Allocations, Answer, Sizes};
 use crate::memory::{AllocationMode, Cleanup, MemoryError, PageUpdate, RelocationReason};
 use crate::storage::StorageError;
 use crate::sync::atomic::Ordering;
@@ -33,9 +33,6 @@ const ASK_INTERVAL: Duration = Duration::from_millis(20);
 /// A parked request that did not ask to wait is answered at the latest
 /// after this long, even if no `Retry` came (the coordinator is gone).
 const RECOVERY_TIMEOUT: Duration = Duration::from_secs(2);
-/// A stream growing past the headroom asks the others for a round only if
-/// they hold at least this much (and the request) unused.
-const MIN_ROUND_GAIN: u64 = 1 << 20;
 
 /// A reservation being served (or parked).
 #[derive(Debug)]
@@ -50,22 +47,51 @@ pub(crate) struct Pending {
     pub(crate) reply: Answer<Allocations>,
     /// Until when the caller waits for memory (`None`: one recovery round).
     pub(crate) deadline: Option<Instant>,
-    /// When it was parked.
-    pub(crate) parked_at: Option<Instant>,
-    /// Parked only to let the others give back before this stream grows
-    /// past the device's headroom: on `Retry` it takes a page whatever the
+    /// Where it stands.
+    pub(crate) state: PendingState,
+}
+
+/// Where a reservation stands. Set where it changes, read by `retry_parked`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PendingState {
+    /// Being served, not parked.
+    Serving,
+    /// Being served past the device's headroom after the others had their
+    /// chance to give back: a page taken for it is just large enough
+    /// (`MemoryManager::reserve_tight`).
+    ServingTight,
+    /// Parked to let the others give back before this stream grows past
+    /// the device's headroom: after the round it takes a page whatever the
     /// headroom says.
-    pub(crate) within_headroom: bool,
-    /// The device is past its headroom even so: a page taken for this is
-    /// just large enough (`MemoryManager::reserve_tight`).
-    pub(crate) tight: bool,
+    ParkedForHeadroom {
+        /// When it was parked.
+        since: Instant,
+    },
+    /// Parked because the device is short: tried again at each retry,
+    /// answered `OutOfMemory` when its round (or its deadline) is over.
+    ParkedShort {
+        /// When it was parked.
+        since: Instant,
+    },
+}
+
+impl PendingState {
+    /// When it was parked, if it is.
+    fn parked_since(self) -> Option<Instant> {
+        match self {
+            PendingState::ParkedForHeadroom { since } | PendingState::ParkedShort { since } => {
+                Some(since)
+            }
+            PendingState::Serving | PendingState::ServingTight => None,
+        }
+    }
 }
 
 impl Pending {
     /// The bytes asked for in all. Sizes come from the caller: their sum
     /// saturates (a total past `u64::MAX` is refused as too large by the
     /// manager, never an overflow that takes the stream down).
-    fn requested(&self) -> u64 {
+    pub(crate) fn requested(&self) -> u64 {
         self.sizes
             .iter()
             .fold(0u64, |total, size| total.saturating_add(*size))
@@ -89,67 +115,9 @@ impl StreamActor {
         self.serve_growing(pending);
     }
 
-    /// The device holds more than its headroom above what is live: serve
-    /// from the room this stream holds if it can, else trim this stream's
-    /// pages, else ask the others to give back before growing (see
-    /// `headroom.rs`).
-    fn serve_within_headroom(&mut self, mut pending: Pending) {
-        for trimmed in [false, true] {
-            if trimmed {
-                self.memory.cleanup(Cleanup::Explicit);
-                let _ = self.memory.relocate(RelocationReason::Short);
-                self.memory.flush();
-                self.publish();
-            }
-            match self.try_reserve_held(&pending) {
-                Ok(Some(batch)) => return self.answer_served(pending, batch, false),
-                Ok(None) => {}
-                Err(err) => return pending.answer(Err(err.into())),
-            }
-        }
-        if self.short_pending {
-            // A round for this stream is under way: its `Retry` serves this.
-            pending.within_headroom = true;
-            pending.parked_at = Some(Instant::now());
-            return self.parked.push_back(pending);
-        }
-        // A round is worth its wake-ups only if the others hold at least
-        // this request's worth of room they do not use.
-        let requested = pending.requested();
-        if self.device.has_coordinator()
-            && self.over_headroom(&pending)
-            && self.device.others_excess(self.shared.stream) >= requested.max(MIN_ROUND_GAIN)
-        {
-            pending.within_headroom = true;
-            pending.parked_at = Some(Instant::now());
-            self.parked.push_back(pending);
-            return self.ask_now(requested, true);
-        }
-        pending.tight = self.over_headroom(&pending);
-        self.serve_growing(pending);
-    }
-
-    /// Whether growing for `pending` would carry the device past its
-    /// headroom (counting a new page for each size, the most it could take).
-    fn over_headroom(&self, pending: &Pending) -> bool {
-        if self.device.headroom.is_none() {
-            return false;
-        }
-        let page = pending
-            .sizes
-            .iter()
-            .map(|&size| {
-                self.memory
-                    .new_page_size(size, pending.mode)
-                    .unwrap_or(size)
-            })
-            .fold(0u64, u64::saturating_add);
-        self.device.over_headroom(pending.requested(), page)
-    }
-
     /// Serve a reservation, taking pages as needed; park it if the device
     /// is short.
-    fn serve_growing(&mut self, pending: Pending) {
+    pub(crate) fn serve_growing(&mut self, pending: Pending) {
         match self.try_reserve(&pending) {
             Ok(batch) => return self.answer_served(pending, batch, false),
             Err(err) if !is_out_of_memory(&err) || pending.update == PageUpdate::Forbidden => {
@@ -170,7 +138,8 @@ impl StreamActor {
     /// All of the sizes or none (in pages just large enough when the
     /// device is past its headroom).
     fn try_reserve(&mut self, pending: &Pending) -> Result<Allocations, MemoryError> {
-        let tight = pending.tight && pending.update == PageUpdate::Allow;
+        let tight =
+            pending.state == PendingState::ServingTight && pending.update == PageUpdate::Allow;
         pending
             .sizes
             .iter()
@@ -186,7 +155,10 @@ impl StreamActor {
 
     /// All of the sizes from the room held, or `None` (what was served
     /// goes back when the partial batch drops).
-    fn try_reserve_held(&mut self, pending: &Pending) -> Result<Option<Allocations>, MemoryError> {
+    pub(crate) fn try_reserve_held(
+        &mut self,
+        pending: &Pending,
+    ) -> Result<Option<Allocations>, MemoryError> {
         let mut batch = Allocations::with_capacity(pending.sizes.len());
         for &size in &pending.sizes {
             match self.memory.reserve_held(size, pending.mode)? {
@@ -197,7 +169,7 @@ impl StreamActor {
         Ok(Some(batch))
     }
 
-    fn answer_served(&mut self, pending: Pending, batch: Allocations, recovered: bool) {
+    pub(crate) fn answer_served(&mut self, pending: Pending, batch: Allocations, recovered: bool) {
         self.shared
             .reservations
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
@@ -227,7 +199,9 @@ impl StreamActor {
         if !self.device.has_coordinator() && pending.deadline.is_none() {
             return self.fail(pending);
         }
-        pending.parked_at = Some(Instant::now());
+        pending.state = PendingState::ParkedShort {
+            since: Instant::now(),
+        };
         let requested = pending.requested();
         self.parked.push_back(pending);
         self.ask_for_memory(requested);
@@ -244,7 +218,7 @@ impl StreamActor {
 
     /// Tell the coordinator we are short (or, with `headroom`, about to grow
     /// past the device's headroom), unless a round is under way.
-    fn ask_now(&mut self, requested: u64, headroom: bool) {
+    pub(crate) fn ask_now(&mut self, requested: u64, headroom: bool) {
         if self.short_pending || !self.device.has_coordinator() {
             return;
         }
@@ -273,19 +247,15 @@ impl StreamActor {
         let now = Instant::now();
         let mut still_short = None;
         for mut pending in std::mem::take(&mut self.parked) {
-            if pending.within_headroom {
-                let waited_out = pending
-                    .parked_at
-                    .is_some_and(|at| now.duration_since(at) >= RECOVERY_TIMEOUT);
+            if let PendingState::ParkedForHeadroom { since } = pending.state {
+                let waited_out = now.duration_since(since) >= RECOVERY_TIMEOUT;
                 if !round_over && self.short_pending && !waited_out {
                     self.parked.push_back(pending);
                     continue;
                 }
                 // The others have given back what they could: grow (or, if
                 // the device is really short, go the running-short way).
-                pending.within_headroom = false;
-                pending.parked_at = None;
-                pending.tight = self.over_headroom(&pending);
+                pending.state = self.growth_state(&pending);
                 self.serve_growing(pending);
                 continue;
             }
@@ -297,7 +267,8 @@ impl StreamActor {
                     let recovering = pending.deadline.is_none()
                         && !round_over
                         && pending
-                            .parked_at
+                            .state
+                            .parked_since()
                             .is_some_and(|at| now.duration_since(at) < RECOVERY_TIMEOUT);
                     if waiting || recovering {
                         still_short.get_or_insert(pending.requested());
@@ -311,56 +282,5 @@ impl StreamActor {
         if let Some(requested) = still_short {
             self.ask_for_memory(requested);
         }
-    }
-
-    /// Give back what this stream did not need lately: every empty page,
-    /// then, if it still holds more than `keep`, a compaction that also
-    /// moves sparse pages into smaller ones.
-    fn settle(&mut self, keep: u64) {
-        self.memory.cleanup(Cleanup::Explicit);
-        if self.memory.bytes_reserved() > keep
-            && let Ok(report) = self.memory.relocate(RelocationReason::Settle)
-        {
-            self.shared
-                .relocated
-                .fetch_add(report.moved, Ordering::Relaxed);
-        }
-        self.memory.flush();
-        self.shared.settles.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Serve what the coordinator sent.
-    pub(crate) fn handle_control(&mut self, control: Control) {
-        match control {
-            Control::GiveBack { episode } => {
-                let before = self.memory.bytes_allocated();
-                self.memory.cleanup(Cleanup::Explicit);
-                if let Ok(report) = self.memory.relocate(RelocationReason::Short) {
-                    self.shared
-                        .relocated
-                        .fetch_add(report.moved, Ordering::Relaxed);
-                }
-                self.memory.flush();
-                let freed = before.saturating_sub(self.memory.bytes_allocated());
-                self.device.notify(Notice::GaveBack {
-                    stream: self.shared.stream,
-                    episode,
-                    freed,
-                });
-            }
-            Control::Retry => {
-                self.short_pending = false;
-                self.retry_parked(true);
-            }
-            Control::Settle { keep } => self.settle(keep),
-            Control::Compact => {
-                if let Ok(report) = self.memory.relocate(RelocationReason::Compaction) {
-                    self.shared
-                        .relocated
-                        .fetch_add(report.moved, Ordering::Relaxed);
-                }
-            }
-        }
-        self.publish();
     }
 }

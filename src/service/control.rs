@@ -1,0 +1,47 @@
+//! What a stream actor does with the coordinator's control traffic
+//! (`Control`, on an unbounded channel that never blocks the sender):
+//! give back for another stream's recovery round, retry what is parked
+//! when its own round ends, settle, compact.
+
+use super::actor::StreamActor;
+use super::device::Notice;
+use super::message::Control;
+use crate::memory::{Cleanup, RelocationReason};
+use crate::sync::atomic::Ordering;
+
+impl StreamActor {
+    /// Serve what the coordinator sent.
+    pub(crate) fn handle_control(&mut self, control: Control) {
+        match control {
+            Control::GiveBack { episode } => {
+                let before = self.memory.bytes_allocated();
+                self.memory.cleanup(Cleanup::Explicit);
+                if let Ok(report) = self.memory.relocate(RelocationReason::Short) {
+                    self.shared
+                        .relocated
+                        .fetch_add(report.moved, Ordering::Relaxed);
+                }
+                self.memory.flush();
+                let freed = before.saturating_sub(self.memory.bytes_allocated());
+                self.device.notify(Notice::GaveBack {
+                    stream: self.shared.stream,
+                    episode,
+                    freed,
+                });
+            }
+            Control::Retry => {
+                self.short_pending = false;
+                self.retry_parked(true);
+            }
+            Control::Settle { keep } => self.settle(keep),
+            Control::Compact => {
+                if let Ok(report) = self.memory.relocate(RelocationReason::Compaction) {
+                    self.shared
+                        .relocated
+                        .fetch_add(report.moved, Ordering::Relaxed);
+                }
+            }
+        }
+        self.publish();
+    }
+}
