@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 use streamalloc::memory::{
-    AllocationMode, Cleanup, MemoryError, PageUpdate, RelocationReason, StreamId,
+    AllocationMode, Cleanup, MemoryConfig, MemoryError, MemoryManager, PageUpdate,
+    RelocationReason, StreamId,
 };
 use streamalloc::service::{ServiceConfig, ServiceError, StreamState, Supervisor};
 use streamalloc::storage::{
@@ -418,4 +419,44 @@ fn a_borrowed_pin_holds_the_address_until_it_drops() {
     let after = stream.resolve(&a).unwrap();
     assert_ne!(after.addr(), before);
     assert_eq!(stream.read(&a, 0, 16).unwrap(), vec![7; 16]);
+}
+
+#[test]
+fn a_failed_bind_hands_its_reservation_back() {
+    let device = host();
+    let s0 = device.stream(StreamId(0)).unwrap();
+    let s1 = device.stream(StreamId(1)).unwrap();
+    let reserved = s0.reserve(64).unwrap();
+    s0.write(&reserved, 0, &[3; 64]).unwrap();
+    // Bound already: refused by the actor, the reservation comes back.
+    let taken = s0.reserve(8).unwrap();
+    let failed = s0.try_bind(reserved, &taken, 0).unwrap_err();
+    assert!(matches!(
+        failed.error,
+        ServiceError::Memory(MemoryError::AlreadyBound(_))
+    ));
+    let reserved = failed.allocation.expect("handed back");
+    assert_eq!(s0.read(&reserved, 0, 64).unwrap(), vec![3; 64]);
+    // The wrong stream: refused before it is sent.
+    let target = s1.unbound().unwrap();
+    let failed = s1.try_bind(reserved, &target, 0).unwrap_err();
+    assert!(matches!(failed.error, ServiceError::WrongStream { .. }));
+    let reserved = failed.allocation.expect("handed back");
+    assert_eq!(s0.read(&reserved, 0, 64).unwrap(), vec![3; 64]);
+    // A stopped stream: the refusal hands it back too.
+    let unbound = s0.unbound().unwrap();
+    s0.shutdown().unwrap();
+    let failed = s0.try_bind(reserved, &unbound, 0).unwrap_err();
+    assert!(matches!(failed.error, ServiceError::StreamStopped(_)));
+    assert!(failed.allocation.is_some());
+    // And on the manager alone.
+    let mut memory = MemoryManager::new(HostStorage::new(), MemoryConfig::default());
+    let a = memory.reserve(16, PageUpdate::Allow).unwrap();
+    let bound = memory.reserve(16, PageUpdate::Allow).unwrap();
+    let failed = memory.try_bind(a, &bound, 0).unwrap_err();
+    assert!(matches!(failed.error, MemoryError::AlreadyBound(_)));
+    assert_eq!(memory.bytes_in_use(), 32, "nothing was freed");
+    drop(failed);
+    memory.process_releases();
+    assert_eq!(memory.bytes_in_use(), 16);
 }

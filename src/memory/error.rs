@@ -58,3 +58,38 @@ pub enum MemoryError {
     #[error(transparent)]
     Storage(#[from] StorageError),
 }
+
+/// An operation that failed, with the allocation it was given, handed back
+/// rather than freed (crossbeam's `SendError(T)`): what
+/// [`MemoryManager::try_bind`](super::MemoryManager::try_bind) and
+/// `StreamHandle::try_bind` answer.
+#[derive(Debug)]
+pub struct HandedBack<E> {
+    /// Why it failed.
+    pub error: E,
+    /// What it was given, untouched (`None` only when a stream stopped with
+    /// the request in flight: its allocations went with it).
+    pub allocation: Option<super::Allocation>,
+}
+
+impl<E: std::fmt::Display> std::fmt::Display for HandedBack<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for HandedBack<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl<E> HandedBack<E> {
+    /// The same allocation handed back, with the error turned into `F`.
+    pub fn map<F>(self, into: impl FnOnce(E) -> F) -> HandedBack<F> {
+        HandedBack {
+            error: into(self.error),
+            allocation: self.allocation,
+        }
+    }
+}

@@ -27,7 +27,7 @@ pub use config::{
     METADATA_MAX_ALLOC, METADATA_PAGE_SIZE, MemoryConfig, MemoryConfiguration, MemoryLogLevel,
     PersistentMemory, PoolConfig, PoolKind,
 };
-pub use error::MemoryError;
+pub use error::{HandedBack, MemoryError};
 pub use guard::{PageGuard, Pinned, PinnedRef};
 pub(crate) use handle::AllocationCell;
 pub use handle::{Allocation, AllocationId, Binding, StreamId};

@@ -179,7 +179,10 @@ impl StreamHandle {
     }
 
     /// Send a request and block for its answer.
-    fn call<T>(&self, make: impl FnOnce(Answer<T>) -> Request) -> Result<T, ServiceError> {
+    pub(crate) fn call<T>(
+        &self,
+        make: impl FnOnce(Answer<T>) -> Request,
+    ) -> Result<T, ServiceError> {
         let (tx, rx) = channel::bounded(1);
         self.send_and_wait(make(Reply::Blocking(tx)), &rx)
             .unwrap_or_else(|| Err(self.terminal_error()))
@@ -212,8 +215,11 @@ impl StreamHandle {
     /// Send `request` and wait on `rx` for its answer; `None` when the
     /// stream is gone and no answer will come.
     fn send_and_wait<M>(&self, request: Request, rx: &Receiver<M>) -> Option<M> {
-        if self.connection.inbox.send(request).is_err() {
-            return None;
+        if let Err(request) = self.connection.inbox.send(request) {
+            // The stream is gone: the refused request answers its caller
+            // itself (a bind's hands its reservation back that way).
+            request.reject(self.terminal_error());
+            return rx.try_recv().ok();
         }
         for attempt in 0..self.connection.spin {
             match rx.try_recv() {
@@ -399,7 +405,7 @@ mod nonblocking {
     }
 
     impl StreamHandle {
-        async fn call_async<T>(
+        pub(crate) async fn call_async<T>(
             &self,
             make: impl FnOnce(Answer<T>) -> Request,
         ) -> Result<T, ServiceError> {

@@ -12,8 +12,10 @@
 use super::actor::StreamActor;
 use super::error::ServiceError;
 use super::handle::StreamHandle;
+use super::message::{Answer, Request};
 use crate::memory::{
-    Allocation, Cleanup, FailureId, MemoryReport, PageGuard, RelocationReason, RelocationReport,
+    Allocation, Cleanup, FailureId, HandedBack, MemoryReport, PageGuard, RelocationReason,
+    RelocationReport,
 };
 use crate::sync::atomic::Ordering;
 use std::ops::Range;
@@ -65,13 +67,6 @@ operations! {
     /// A handle bound to nothing, for [`bind`](Self::bind).
     fn unbound / unbound_async(&self) -> Allocation {
         |actor: &mut StreamActor| Ok(actor.memory.unbound())
-    }
-
-    /// Hand `reserved`'s memory to `assigned` with `cursor` (same stream only).
-    fn bind / bind_async(&self, reserved: Allocation, assigned: &Allocation, cursor: u64) -> () {
-        self.own(&reserved)?;
-        let assigned = self.owned(assigned)?;
-        move |actor: &mut StreamActor| Ok(actor.memory.bind(reserved, &assigned, cursor)?)
     }
 
     /// Read `len` bytes from `offset`.
@@ -149,4 +144,117 @@ operations! {
             Ok(actor.memory.memory_report())
         }
     }
+}
+
+/// `bind` hands its reservation back when it fails, so its job answers with
+/// the allocation even when the stream refuses it: it is written out here
+/// rather than through `operations!`, whose jobs drop what they hold when
+/// refused.
+impl StreamHandle {
+    /// Hand `reserved`'s memory to `assigned` with `cursor` (same stream
+    /// only). On failure `reserved` is dropped; [`try_bind`](Self::try_bind)
+    /// hands it back.
+    pub fn bind(
+        &self,
+        reserved: Allocation,
+        assigned: &Allocation,
+        cursor: u64,
+    ) -> Result<(), ServiceError> {
+        self.try_bind(reserved, assigned, cursor)
+            .map_err(|failed| failed.error)
+    }
+
+    /// [`bind`](Self::bind), handing `reserved` back untouched when it
+    /// fails (a foreign or stale handle, a stopped stream).
+    pub fn try_bind(
+        &self,
+        reserved: Allocation,
+        assigned: &Allocation,
+        cursor: u64,
+    ) -> Result<(), HandedBack<ServiceError>> {
+        let (reserved, assigned) = self.bind_checked(reserved, assigned)?;
+        let answer = self.call(|reply| bind_job(reserved, assigned, cursor, reply));
+        flatten(answer)
+    }
+
+    fn bind_checked(
+        &self,
+        reserved: Allocation,
+        assigned: &Allocation,
+    ) -> Result<(Allocation, Allocation), HandedBack<ServiceError>> {
+        let checked = self.own(&reserved).and_then(|()| self.owned(assigned));
+        match checked {
+            Ok(assigned) => Ok((reserved, assigned)),
+            Err(error) => Err(HandedBack {
+                error,
+                allocation: Some(reserved),
+            }),
+        }
+    }
+}
+
+#[cfg(not(streamalloc_loom))]
+impl StreamHandle {
+    /// [`bind`](Self::bind), awaited.
+    pub async fn bind_async(
+        &self,
+        reserved: Allocation,
+        assigned: &Allocation,
+        cursor: u64,
+    ) -> Result<(), ServiceError> {
+        self.try_bind_async(reserved, assigned, cursor)
+            .await
+            .map_err(|failed| failed.error)
+    }
+
+    /// [`try_bind`](Self::try_bind), awaited.
+    pub async fn try_bind_async(
+        &self,
+        reserved: Allocation,
+        assigned: &Allocation,
+        cursor: u64,
+    ) -> Result<(), HandedBack<ServiceError>> {
+        let (reserved, assigned) = self.bind_checked(reserved, assigned)?;
+        let answer = self
+            .call_async(|reply| bind_job(reserved, assigned, cursor, reply))
+            .await;
+        flatten(answer)
+    }
+}
+
+/// What a bind's job answers: done, or the reservation and why.
+type BindAnswer = Result<(), HandedBack<ServiceError>>;
+
+/// The bind job: on the actor, or refused, it answers with the
+/// reservation in hand.
+fn bind_job(
+    reserved: Allocation,
+    assigned: Allocation,
+    cursor: u64,
+    reply: Answer<BindAnswer>,
+) -> Request {
+    Request::Run(Box::new(move |actor| {
+        let answer = match actor {
+            Ok(actor) => actor
+                .memory
+                .try_bind(reserved, &assigned, cursor)
+                .map_err(|failed| failed.map(ServiceError::from)),
+            Err(error) => Err(HandedBack {
+                error,
+                allocation: Some(reserved),
+            }),
+        };
+        reply.send(Ok(answer));
+    }))
+}
+
+/// A bind's answer; a stream gone before it answered (the reservation went
+/// with its job) is an error with nothing to hand back.
+fn flatten(answer: Result<BindAnswer, ServiceError>) -> BindAnswer {
+    answer.unwrap_or_else(|error| {
+        Err(HandedBack {
+            error,
+            allocation: None,
+        })
+    })
 }

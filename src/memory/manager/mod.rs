@@ -5,7 +5,7 @@
 //! same type).
 
 use super::config::{AllocationMode, MemoryConfig, MemoryLogLevel, PersistentMemory, PoolKind};
-use super::error::MemoryError;
+use super::error::{HandedBack, MemoryError};
 use super::handle::{
     Allocation, AllocationCell, AllocationId, OwnerId, SlotKey, StreamId, pack, unpack,
 };
@@ -348,27 +348,55 @@ impl<S: DeviceStorage> MemoryManager<S> {
     }
 
     /// Hand the allocation `reserved` names to the unbound handle `assigned`,
-    /// with `cursor`. Every clone of `reserved` is stale afterwards.
+    /// with `cursor`. Every clone of `reserved` is stale afterwards. On
+    /// failure `reserved` is dropped (freed if it was the last handle);
+    /// [`try_bind`](Self::try_bind) hands it back instead.
     ///
     /// # Errors
-    /// `reserved`'s lookup errors; [`MemoryError::Foreign`] or
-    /// [`MemoryError::AlreadyBound`] for an `assigned` that cannot take it.
+    /// As [`try_bind`](Self::try_bind).
     pub fn bind(
         &mut self,
         reserved: Allocation,
         assigned: &Allocation,
         cursor: u64,
     ) -> Result<(), MemoryError> {
-        let (slot, _) = self.live(&reserved)?;
+        self.try_bind(reserved, assigned, cursor)
+            .map_err(|failed| failed.error)
+    }
+
+    /// [`bind`](Self::bind), handing `reserved` back untouched when it
+    /// fails.
+    ///
+    /// # Errors
+    /// `reserved`'s lookup errors; [`MemoryError::Foreign`] or
+    /// [`MemoryError::AlreadyBound`] for an `assigned` that cannot take it.
+    pub fn try_bind(
+        &mut self,
+        reserved: Allocation,
+        assigned: &Allocation,
+        cursor: u64,
+    ) -> Result<(), HandedBack<MemoryError>> {
+        let refuse = |error, allocation| {
+            Err(HandedBack {
+                error,
+                allocation: Some(allocation),
+            })
+        };
+        let slot = match self.live(&reserved) {
+            Ok((slot, _)) => slot,
+            Err(error) => return refuse(error, reserved),
+        };
         if let Some(id) = assigned.id() {
-            return Err(if assigned.cell.owner == self.owner {
+            let error = if assigned.cell.owner == self.owner {
                 MemoryError::AlreadyBound(id)
             } else {
                 MemoryError::Foreign(id)
-            });
+            };
+            return refuse(error, reserved);
         }
         if assigned.cell.owner != self.owner {
-            return Err(MemoryError::Foreign(reserved.id().expect("bound")));
+            let error = MemoryError::Foreign(reserved.id().expect("bound"));
+            return refuse(error, reserved);
         }
         let from = reserved.id().expect("bound");
         let to = self.slots.renew(slot);
