@@ -199,10 +199,10 @@ impl StreamHandle {
     pub async fn bind_async(
         &self,
         reserved: Allocation,
-        assigned: &Allocation,
+        to: &Allocation,
         cursor: u64,
     ) -> Result<(), ServiceError> {
-        self.try_bind_async(reserved, assigned, cursor)
+        self.try_bind_async(reserved, to, cursor)
             .await
             .map_err(|failed| failed.error)
     }
@@ -211,12 +211,12 @@ impl StreamHandle {
     pub async fn try_bind_async(
         &self,
         reserved: Allocation,
-        assigned: &Allocation,
+        to: &Allocation,
         cursor: u64,
     ) -> Result<(), HandedBack<ServiceError>> {
-        let (reserved, assigned) = self.bind_checked(reserved, assigned)?;
+        let (reserved, to) = self.bind_checked(reserved, to)?;
         let answer = self
-            .call_async(|reply| bind_job(reserved, assigned, cursor, reply))
+            .call_async(|reply| bind_job(reserved, to, cursor, reply))
             .await;
         flatten(answer)
     }
