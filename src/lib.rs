@@ -50,6 +50,35 @@
 //! # Ok::<(), streamalloc::service::ServiceError>(())
 //! ```
 
+//! Every stream operation has an awaitable form (`reserve_async`,
+//! `read_async`, ... `try_bind_async`) that never blocks an executor's
+//! worker while the actor works: from tokio, `stream.reserve_async(n).await`
+//! inside any task. The futures are cancel-safe (an allocation served after
+//! its future was dropped is released):
+//!
+//! ```
+//! use streamalloc::memory::StreamId;
+//! use streamalloc::service::{ServiceConfig, Supervisor};
+//!
+//! async fn decode_step(stream: &streamalloc::service::StreamHandle) -> Result<(), streamalloc::service::ServiceError> {
+//!     let logits = stream.reserve_async(32_000 * 2).await?;
+//!     stream.write_async(&logits, 0, &[0; 16]).await?;
+//!     Ok(())
+//! }
+//!
+//! let device = Supervisor::host(ServiceConfig::default());
+//! let stream = device.stream(StreamId(0))?;
+//! pollster::block_on(decode_step(&stream))?; // or a tokio runtime's block_on
+//! # Ok::<(), streamalloc::service::ServiceError>(())
+//! ```
+//!
+//! Features: `cli` (default) builds the `streamalloc` command and
+//! `streamalloc::plot` (clap, indicatif, plotters); a server embedding the
+//! library sets `default-features = false`. `cuda` adds
+//! `storage::CudaStorage`, pages from an NVIDIA GPU through the driver API,
+//! loaded at run time (it builds without a CUDA toolkit and answers a typed
+//! error where no driver or device exists).
+
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
