@@ -45,7 +45,10 @@ pub struct ServiceConfig {
     /// For a fraction of a GPU, see [`DeviceBudget::fraction_of`].
     pub budget: Option<u64>,
     /// The supervisor asks a stream to compact when its reserved bytes pass
-    /// this many times its bytes in use (and at least 4 MiB would come back).
+    /// this many times its bytes in use (and at least 4 MiB would come back);
+    /// `None`: it never asks. The default is the manager's own threshold
+    /// ([`DEFAULT_COMPACTION_THRESHOLD`](crate::memory::DEFAULT_COMPACTION_THRESHOLD),
+    /// 1.5), so one number says when compaction pays, on a stream or device.
     pub compaction_threshold: Option<f64>,
     /// How often the supervisor looks at its streams.
     pub supervise_tick: Duration,
@@ -82,7 +85,7 @@ impl Default for ServiceConfig {
             pin_wait: Duration::from_millis(200),
             spin: 2000,
             budget: None,
-            compaction_threshold: Some(2.0),
+            compaction_threshold: Some(crate::memory::DEFAULT_COMPACTION_THRESHOLD),
             supervise_tick: Duration::from_millis(50),
             recovery_timeout: Duration::from_secs(1),
             cross_stream_cleanup: true,
