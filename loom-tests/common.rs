@@ -43,13 +43,18 @@ pub fn caching_pages(page: u64) -> MemoryConfig {
 /// Run a model of several threads with channels, whose preemption bound
 /// (default 1, to stay inside CI's time) `env` can raise for a deeper run.
 pub fn run_wide_model(name: &str, env: &str, f: impl Fn() + Sync + Send + 'static) {
+    run_model_with(name, env, 1, f)
+}
+
+/// [`run_wide_model`] with a default bound of `bound` preemptions.
+pub fn run_model_with(name: &str, env: &str, bound: usize, f: impl Fn() + Sync + Send + 'static) {
     eprintln!("loom model: {name}");
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(
         std::env::var(env)
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(1),
+            .unwrap_or(bound),
     );
     builder.check(f);
 }

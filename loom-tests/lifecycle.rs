@@ -5,15 +5,16 @@
 //! refused: once `shutdown` returns no stream runs, so a handle the client
 //! got answers `StreamStopped`.
 //!
-//! Fails when `Supervisor::stream` checks `stopped` before taking the
-//! registry's lock (a stream spawned after the drain outlives shutdown and
-//! serves the reserve below), or when `shutdown` sets `stopped` outside it.
+//! Fails when `Supervisor::stream` does not check `stopped` again under the
+//! registry's lock before it registers the stream it made (a stream made
+//! while shutdown drained the registry outlives it), or when `shutdown`
+//! sets `stopped` outside that lock.
 
 #![cfg(streamalloc_loom)]
 
 mod common;
 
-use common::run_wide_model;
+use common::run_model_with;
 use loom::sync::Arc;
 use std::time::Duration;
 use streamalloc::memory::StreamId;
@@ -36,9 +37,12 @@ fn quiet() -> ServiceConfig {
 
 #[test]
 fn no_stream_outlives_a_racing_shutdown() {
-    run_wide_model(
+    // Two preemptions: the stream made between the registry's two locks
+    // needs them to meet the drain.
+    run_model_with(
         "shutdown racing stream",
         "LOOM_LIFECYCLE_PREEMPTIONS",
+        2,
         || {
             let device = Arc::new(Supervisor::virtual_device(quiet()));
             let asking = Arc::clone(&device);

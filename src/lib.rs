@@ -51,9 +51,10 @@
 //! ```
 
 //! Every stream operation has an awaitable form (`reserve_async`,
-//! `read_async`, ... `try_bind_async`) that never blocks an executor's
-//! worker while the actor works: from tokio, `stream.reserve_async(n).await`
-//! inside any task. The futures are cancel-safe (an allocation served after
+//! `read_async`, ... `try_bind_async`), and so do the supervisor's
+//! (`stream_async`, `settled_async`, `remove_stream_async`,
+//! `shutdown_async`): none blocks an executor's worker while an actor
+//! works. From tokio, `stream.reserve_async(n).await` inside any task. The futures are cancel-safe (an allocation served after
 //! its future was dropped is released):
 //!
 //! ```

@@ -460,3 +460,41 @@ fn a_failed_bind_hands_its_reservation_back() {
     memory.process_releases();
     assert_eq!(memory.bytes_in_use(), 16);
 }
+
+#[test]
+fn the_supervisor_has_awaitable_forms() {
+    use std::future::Future;
+    use std::task::{Context, Waker};
+    let device = host();
+    let s0 = pollster::block_on(device.stream_async(StreamId(0))).unwrap();
+    let s1 = pollster::block_on(device.stream_async(StreamId(1))).unwrap();
+    drop(s0.reserve(1 << 20).unwrap());
+    let held = s1.reserve(4096).unwrap();
+    let settled = pollster::block_on(device.settled_async()).unwrap();
+    assert!(settled.bytes_in_use >= 4096);
+    let report = pollster::block_on(device.remove_stream_async(StreamId(0))).unwrap();
+    assert_eq!(report.stream, StreamId(0));
+    assert!(matches!(s0.reserve(1), Err(ServiceError::StreamStopped(_))));
+    // A removal given up on (polled once, dropped) still stops its stream.
+    let s2 = device.stream(StreamId(2)).unwrap();
+    {
+        let mut removal = std::pin::pin!(device.remove_stream_async(StreamId(2)));
+        let _ = removal
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()));
+    }
+    drop(held);
+    let reports = pollster::block_on(device.shutdown_async());
+    assert_eq!(reports.len(), 1, "stream 1 was still registered");
+    assert!(
+        reports
+            .iter()
+            .all(|r| r.as_ref().is_ok_and(|r| r.bytes_left == 0))
+    );
+    assert!(matches!(s2.reserve(1), Err(ServiceError::StreamStopped(_))));
+    assert!(matches!(s1.reserve(1), Err(ServiceError::StreamStopped(_))));
+    assert!(matches!(
+        pollster::block_on(device.stream_async(StreamId(3))),
+        Err(ServiceError::SupervisorStopped)
+    ));
+}

@@ -13,9 +13,8 @@
 //!   threshold is sent `Compact` (at most once a second per stream).
 //! - Events: passed on to every subscriber.
 
-use super::device::Notice;
+use super::device::{DeviceShared, Notice};
 use super::events::SupervisorEvent;
-use super::handle::StreamHandle;
 use super::message::Control;
 use super::settle::{Settle, SettleWatch};
 use crate::memory::StreamId;
@@ -29,25 +28,6 @@ const MIN_COMPACTION_GAIN: u64 = 4 << 20;
 /// Nor more often than this per stream.
 const COMPACTION_INTERVAL: Duration = Duration::from_secs(1);
 
-/// How the coordinator reaches one stream.
-#[derive(Debug)]
-pub(crate) struct StreamLink {
-    /// Control channel (unbounded).
-    pub(crate) control: Sender<Control>,
-    /// A handle: its inbox for the wake, its stats.
-    pub(crate) handle: StreamHandle,
-}
-
-impl StreamLink {
-    fn send(&self, control: Control) {
-        if self.control.send(control).is_ok() {
-            self.handle.wake();
-        }
-    }
-}
-
-/// The streams the coordinator can reach, by id.
-pub(crate) type Links = Arc<Mutex<HashMap<StreamId, StreamLink>>>;
 /// Where events go.
 pub(crate) type Subscribers = Arc<Mutex<Vec<Sender<SupervisorEvent>>>>;
 
@@ -69,7 +49,8 @@ struct Episode {
 /// The coordinator's state.
 #[derive(Debug)]
 pub(crate) struct Coordinator {
-    links: Links,
+    /// The device, whose registry reaches every stream.
+    device: Arc<DeviceShared>,
     subscribers: Subscribers,
     /// Short streams waiting for an episode (stream, bytes asked).
     queue: VecDeque<(StreamId, u64)>,
@@ -89,14 +70,14 @@ pub(crate) struct Coordinator {
 
 impl Coordinator {
     pub(crate) fn new(
-        links: Links,
+        device: Arc<DeviceShared>,
         subscribers: Subscribers,
         compaction_threshold: Option<f64>,
         episode_timeout: Duration,
         settle: Option<Settle>,
     ) -> Self {
         Self {
-            links,
+            device,
             subscribers,
             queue: VecDeque::new(),
             active: None,
@@ -153,8 +134,8 @@ impl Coordinator {
             let Some((stream, _)) = self.queue.pop_front() else {
                 return;
             };
-            let links = self.links.lock();
-            if !links.contains_key(&stream) {
+            let streams = self.device.registry.lock();
+            if !streams.contains_key(&stream) {
                 continue;
             }
             let id = self.next_episode;
@@ -162,7 +143,7 @@ impl Coordinator {
             // Only streams that hold pages beyond their use can give back
             // (or have releases waiting that may free some): the others
             // are not woken.
-            let others: Vec<StreamId> = links
+            let others: Vec<StreamId> = streams
                 .iter()
                 .filter(|(other, link)| {
                     **other != stream && link.handle.is_running() && link.handle.may_give_back()
@@ -170,9 +151,9 @@ impl Coordinator {
                 .map(|(other, _)| *other)
                 .collect();
             for other in &others {
-                links[other].send(Control::GiveBack { episode: id });
+                streams[other].send(Control::GiveBack { episode: id });
             }
-            drop(links);
+            drop(streams);
             self.active = Some(Episode {
                 id,
                 stream,
@@ -195,7 +176,7 @@ impl Coordinator {
             stream: episode.stream,
             freed: episode.freed,
         });
-        if let Some(link) = self.links.lock().get(&episode.stream) {
+        if let Some(link) = self.device.registry.lock().get(&episode.stream) {
             link.send(Control::Retry);
         }
         self.start_next();
@@ -216,7 +197,7 @@ impl Coordinator {
             return;
         };
         let mut scheduled = Vec::new();
-        for (stream, link) in self.links.lock().iter() {
+        for (stream, link) in self.device.registry.lock().iter() {
             let stats = link.handle.stats();
             let gain = stats.bytes_reserved.saturating_sub(stats.bytes_in_use);
             let recently = self
@@ -247,10 +228,10 @@ impl Coordinator {
         let now = Instant::now();
         let mut scheduled = Vec::new();
         {
-            let links = self.links.lock();
+            let streams = self.device.registry.lock();
             self.settle_watch
-                .retain(|stream, _| links.contains_key(stream));
-            for (stream, link) in links.iter() {
+                .retain(|stream, _| streams.contains_key(stream));
+            for (stream, link) in streams.iter() {
                 if !link.handle.is_running() {
                     continue;
                 }

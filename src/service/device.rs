@@ -5,13 +5,14 @@
 use super::error::{OutOfMemoryReport, StreamUsage};
 use super::events::SupervisorEvent;
 use super::headroom::Headroom;
-use super::shared::StreamShared;
+use super::registry::{Registry, StreamEntry};
 use crate::memory::StreamId;
 use crate::saturating::SaturatingSum;
 use crate::storage::DeviceBudget;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::channel::Sender;
 use crate::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
 
 /// What actors and the supervisor tell the coordinator.
 #[derive(Debug)]
@@ -49,8 +50,8 @@ pub(crate) struct DeviceShared {
     /// Meters the bytes every stream's storage holds (the budget when one
     /// is set, else an unlimited one): exact device totals and peak.
     pub(crate) meter: Arc<DeviceBudget>,
-    /// Every stream's published state, for breakdowns.
-    pub(crate) streams: Mutex<Vec<Arc<StreamShared>>>,
+    /// The device's streams (`registry.rs`): the one registry.
+    pub(crate) registry: Registry,
     /// To the coordinator; `None` when there is none (a lone actor in tests).
     pub(crate) notices: Option<Sender<Notice>>,
     /// Whether short streams may ask the others for memory.
@@ -89,7 +90,7 @@ impl DeviceShared {
         Self {
             budget,
             meter,
-            streams: Mutex::new(Vec::new()),
+            registry: Mutex::new(BTreeMap::new()),
             notices,
             recovery,
             in_use: AtomicU64::new(0),
@@ -149,9 +150,10 @@ impl DeviceShared {
     /// (as last published; all they hold when releases wait unseen): what
     /// a recovery round could win back at most.
     pub(crate) fn others_excess(&self, stream: StreamId) -> u64 {
-        self.streams
+        self.registry
             .lock()
-            .iter()
+            .values()
+            .map(StreamEntry::shared)
             .filter(|shared| shared.stream != stream)
             .map(|shared| shared.unused_at_most())
             .saturating_sum()
@@ -172,9 +174,10 @@ impl DeviceShared {
     /// The breakdown for an out-of-memory answer.
     pub(crate) fn out_of_memory(&self, stream: StreamId, requested: u64) -> OutOfMemoryReport {
         let per_stream: Vec<_> = self
-            .streams
+            .registry
             .lock()
-            .iter()
+            .values()
+            .map(StreamEntry::shared)
             .map(|shared| StreamUsage {
                 stream: shared.stream,
                 reserved: shared.bytes_reserved.load(Ordering::Relaxed),

@@ -369,6 +369,15 @@ impl StreamHandle {
         Ok((resource.addr != 0).then_some(pinned))
     }
 
+    /// Ask the stream to shut down without waiting for its answer (what a
+    /// cancelled awaitable shutdown leaves behind).
+    pub(crate) fn shutdown_detached(&self) {
+        let (tx, _rx) = channel::bounded(1);
+        let _ = self.connection.inbox.send(Request::Shutdown {
+            reply: Reply::Blocking(tx),
+        });
+    }
+
     /// Shut the stream down: queued requests are refused, pins get a
     /// bounded wait, every page is returned. Later calls answer
     /// `StreamStopped`.

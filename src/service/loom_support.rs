@@ -1,23 +1,23 @@
-//! Hooks for the loom models in `loom-tests/`: build a stream's real actor
-//! and handle without a supervisor, and drive the actor one step at a time
-//! from a loom thread. Compiled only under `--cfg streamalloc_loom`.
+//! Hooks for the loom models in `loom-tests/`: a stream's real actor and
+//! handle, made by the Supervisor's own `registry::wire`, without the
+//! supervisor's threads, and the actor driven one step at a time from a
+//! loom thread. Compiled only under `--cfg streamalloc_loom`.
 
 use super::actor::{ActorTiming, StreamActor};
-use super::coordinator::{Coordinator, Links, StreamLink, Subscribers};
+use super::coordinator::{Coordinator, Subscribers};
 use super::device::{DeviceShared, Notice};
 use super::error::ServiceError;
-use super::handle::{Connection, StreamHandle};
+use super::handle::StreamHandle;
 use super::headroom::Headroom;
 use super::message::{Allocations, Reply, Request};
-use super::shared::StreamShared;
+use super::registry::{Wiring, wire};
 use crate::memory::{
     Allocation, AllocationMode, Cleanup, MemoryConfig, MemoryError, MemoryManager, PageUpdate,
     RelocationError, RelocationReason, RelocationReport, StreamId,
 };
-use crate::storage::{BudgetedStorage, DeviceBudget, DeviceStorage, VirtualStorage};
+use crate::storage::{DeviceBudget, DeviceStorage, VirtualStorage};
 use crate::sync::channel::{self, Receiver, Sender};
 use crate::sync::{Arc, Mutex};
-use std::collections::HashMap;
 use std::time::Duration;
 
 /// A stream's actor with its inbox, outside any thread.
@@ -34,31 +34,43 @@ pub fn stream_on(
     config: MemoryConfig,
     inbox_capacity: usize,
 ) -> (StreamHandle, ActorUnderTest) {
-    let stream = StreamId(0);
-    let memory = MemoryManager::for_stream(storage, config, stream);
-    let shared = Arc::new(StreamShared::new(stream, memory.release_probe()));
-    let (tx, rx) = channel::bounded(inbox_capacity);
-    let (_control_tx, control_rx) = channel::unbounded();
     let device = Arc::new(DeviceShared::new(None, None, false));
-    device.streams.lock().push(shared.clone());
-    let connection = Arc::new(Connection {
-        inbox: tx,
-        shared: shared.clone(),
-        owner: memory.owner_id(),
-        spin: 0,
-    });
-    let timing = ActorTiming {
-        spin: 0,
-        idle_tick: None,
-        pin_wait: Duration::ZERO,
-    };
-    (
-        StreamHandle::new(connection),
-        ActorUnderTest {
-            actor: StreamActor::new(memory, shared, timing, device, control_rx),
-            inbox: rx,
+    let (handle, actor) = wired(&device, StreamId(0), storage, config, inbox_capacity);
+    // A lone actor ends when its handles go: the device keeps no entry.
+    (handle, actor)
+}
+
+/// How the models' streams run: no spinning and no idle tick (time is not
+/// modelled).
+fn model_wiring(inbox_capacity: usize) -> Wiring {
+    Wiring {
+        timing: ActorTiming {
+            spin: 0,
+            idle_tick: None,
+            pin_wait: Duration::ZERO,
         },
-    )
+        inbox_capacity,
+    }
+}
+
+/// Stream `id` on `device`, made by the Supervisor's own `registry::wire`;
+/// its entry is left to the caller.
+fn wired(
+    device: &Arc<DeviceShared>,
+    id: StreamId,
+    storage: Box<dyn DeviceStorage>,
+    config: MemoryConfig,
+    inbox_capacity: usize,
+) -> (StreamHandle, ActorUnderTest) {
+    let (actor, inbox, entry) = wire(
+        device,
+        id,
+        storage,
+        config,
+        None,
+        model_wiring(inbox_capacity),
+    );
+    (entry.handle, ActorUnderTest { actor, inbox })
 }
 
 impl ActorUnderTest {
@@ -159,14 +171,20 @@ impl CoordinatorUnderTest {
     }
 }
 
-/// Stops a [`CoordinatorUnderTest`].
+/// Stops a [`CoordinatorUnderTest`] and lets go of the device's streams.
 #[derive(Debug)]
-pub struct StopSignal(Sender<Notice>);
+pub struct StopSignal {
+    notices: Sender<Notice>,
+    device: Arc<DeviceShared>,
+}
 
 impl StopSignal {
-    /// Ask the coordinator to return.
+    /// Ask the coordinator to return, and empty the device's registry (as
+    /// `Supervisor::shutdown` drains it): the actors end once their
+    /// callers' handles go too.
     pub fn stop(&self) {
-        let _ = self.0.send(Notice::Stop);
+        let _ = self.notices.send(Notice::Stop);
+        drop(std::mem::take(&mut *self.device.registry.lock()));
     }
 }
 
@@ -185,7 +203,6 @@ pub fn device_with(
 ) -> DeviceUnderTest {
     let budget = Arc::new(DeviceBudget::new(budget));
     let (notices_tx, notices_rx) = channel::unbounded();
-    let links: Links = Arc::new(Mutex::new(HashMap::new()));
     let device = Arc::new(
         DeviceShared::new(Some(budget.clone()), Some(notices_tx.clone()), true)
             .with_headroom(headroom),
@@ -193,42 +210,26 @@ pub fn device_with(
     let mut out = Vec::new();
     for id in 0..streams {
         let stream = StreamId(id);
-        let storage: Box<dyn DeviceStorage> = Box::new(BudgetedStorage::new(
-            Box::new(VirtualStorage::new()) as Box<dyn DeviceStorage>,
-            budget.clone(),
-        ));
-        let memory = MemoryManager::for_stream(storage, config.clone(), stream);
-        let shared = Arc::new(StreamShared::new(stream, memory.release_probe()));
-        device.streams.lock().push(shared.clone());
-        let (tx, rx) = channel::bounded(4);
-        let (control_tx, control_rx) = channel::unbounded();
-        let handle = StreamHandle::new(Arc::new(Connection {
-            inbox: tx,
-            shared: shared.clone(),
-            owner: memory.owner_id(),
-            spin: 0,
-        }));
-        links.lock().insert(
+        let storage: Box<dyn DeviceStorage> = Box::new(VirtualStorage::new());
+        // The device meters (and budgets) the storage, as for the Supervisor.
+        let (actor, inbox, entry) = wire(
+            &device,
             stream,
-            StreamLink {
-                control: control_tx,
-                handle: handle.clone(),
-            },
+            storage,
+            config.clone(),
+            None,
+            model_wiring(4),
         );
-        let timing = ActorTiming {
-            spin: 0,
-            idle_tick: None,
-            pin_wait: Duration::ZERO,
-        };
-        let actor = StreamActor::new(memory, shared, timing, device.clone(), control_rx);
-        out.push((handle, ActorUnderTest { actor, inbox: rx }));
+        let handle = entry.handle.clone();
+        device.registry.lock().insert(stream, entry);
+        out.push((handle, ActorUnderTest { actor, inbox }));
     }
     let subscribers: Subscribers = Arc::new(Mutex::new(Vec::new()));
     DeviceUnderTest {
         streams: out,
         coordinator: CoordinatorUnderTest {
             coordinator: Coordinator::new(
-                links,
+                device.clone(),
                 subscribers,
                 None,
                 Duration::from_secs(3600),
@@ -236,7 +237,10 @@ pub fn device_with(
             ),
             notices: notices_rx,
         },
-        stop: StopSignal(notices_tx),
+        stop: StopSignal {
+            notices: notices_tx,
+            device,
+        },
         budget,
     }
 }

@@ -35,10 +35,13 @@ mod handle;
 mod headroom;
 mod message;
 mod operations;
+mod registry;
 mod settle;
 mod shared;
 mod short;
 mod supervisor;
+#[cfg(not(streamalloc_loom))]
+mod supervisor_async;
 
 pub use device::DeviceStats;
 pub use error::{OutOfMemoryReport, ServiceError, StreamUsage};

@@ -1,26 +1,24 @@
 //! `Supervisor`: owns a device — the registry of its streams and their
 //! lifecycles — and spawns one `StreamActor` per stream.
 
-use super::actor::{ActorTiming, StreamActor};
-use super::coordinator::{Coordinator, Links, StreamLink, Subscribers};
+use super::actor::ActorTiming;
+use super::coordinator::{Coordinator, Subscribers};
 use super::device::{DeviceShared, DeviceStats, Notice};
 use super::error::ServiceError;
 use super::events::{Events, SupervisorEvent};
-use super::handle::{Connection, StreamHandle};
+use super::handle::StreamHandle;
 use super::headroom::Headroom;
 use super::message::ShutdownReport;
+use super::registry::{StreamEntry, Wiring, wire};
 use super::settle::Settle;
-use super::shared::{StreamShared, StreamStats};
-use crate::memory::{MemoryConfig, MemoryManager, StreamId};
-use crate::storage::{
-    BudgetedStorage, DeviceBudget, DeviceStorage, HostStorage, StorageError, VirtualStorage,
-};
-use crate::sync::atomic::{AtomicBool, Ordering};
+use super::shared::StreamStats;
+use crate::memory::{MemoryConfig, StreamId};
+use crate::storage::{DeviceBudget, DeviceStorage, HostStorage, StorageError, VirtualStorage};
+use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crate::sync::channel;
 use crate::sync::thread::{self, JoinHandle};
 use crate::sync::{Arc, Mutex};
 use crate::trace::TraceRecorder;
-use std::collections::HashMap;
 use std::time::Duration;
 
 /// Makes the storage of each new stream.
@@ -97,33 +95,28 @@ impl Default for ServiceConfig {
     }
 }
 
-/// One registered stream.
-struct StreamEntry {
-    /// A handle kept so the actor lives until removed.
-    handle: StreamHandle,
-    /// The actor's thread.
-    thread: Option<JoinHandle<()>>,
-}
-
 /// Owns a device's streams.
 pub struct Supervisor {
     /// Shared settings.
-    config: ServiceConfig,
+    pub(crate) config: ServiceConfig,
     /// Storage per new stream.
     factory: StorageFactory,
-    /// The registry.
-    streams: Mutex<HashMap<StreamId, StreamEntry>>,
-    /// Set once shut down, under the `streams` lock (so a stream is either
-    /// registered before shutdown drains the registry, or refused).
-    stopped: AtomicBool,
+    /// Set once shut down, under the registry's lock (so a stream is
+    /// either registered before shutdown drains the registry, or refused).
+    pub(crate) stopped: AtomicBool,
+    /// Held while a stream is made, so the storage factory (a CUDA context,
+    /// say) runs outside the registry's lock, one stream at a time.
+    creating: Mutex<()>,
     /// Held by a removal for its whole course and by shutdown before it
     /// starts, so `shutdown` returns only after every removal under way
     /// has stopped its stream.
-    lifecycle: Mutex<()>,
-    /// What the streams share: budget, registry, the coordinator's channel.
-    device: Arc<DeviceShared>,
-    /// How the coordinator reaches each stream.
-    links: Links,
+    pub(crate) lifecycle: Mutex<()>,
+    /// Awaitable removals under way (`remove_stream_async`, which cannot
+    /// hold `lifecycle` across its awaits): `shutdown` waits for none left.
+    pub(crate) removing: AtomicUsize,
+    /// What the streams share: budget, the registry of streams
+    /// (`registry.rs`), the coordinator's channel.
+    pub(crate) device: Arc<DeviceShared>,
     /// Event subscribers.
     subscribers: Subscribers,
     /// The coordinator's thread.
@@ -134,7 +127,7 @@ impl std::fmt::Debug for Supervisor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Supervisor")
             .field("config", &self.config)
-            .field("streams", &self.streams.lock().len())
+            .field("streams", &self.device.registry.lock().len())
             .finish_non_exhaustive()
     }
 }
@@ -143,10 +136,19 @@ impl Supervisor {
     /// A supervisor whose streams get their storage from `factory`.
     pub fn new(config: ServiceConfig, factory: StorageFactory) -> Self {
         let (notices_tx, notices_rx) = channel::unbounded();
-        let links: Links = Arc::new(Mutex::new(HashMap::new()));
         let subscribers: Subscribers = Arc::new(Mutex::new(Vec::new()));
+        let budget = config
+            .budget
+            .map(|limit| Arc::new(DeviceBudget::new(limit)));
+        let device_with = |notices| {
+            Arc::new(
+                DeviceShared::new(budget.clone(), notices, config.cross_stream_cleanup)
+                    .with_headroom(config.headroom),
+            )
+        };
+        let mut device = device_with(Some(notices_tx));
         let coordinator = Coordinator::new(
-            links.clone(),
+            device.clone(),
             subscribers.clone(),
             config.compaction_threshold,
             config.recovery_timeout,
@@ -157,24 +159,19 @@ impl Supervisor {
             coordinator.run(notices_rx, tick)
         })
         .ok();
-        let device = Arc::new(
-            DeviceShared::new(
-                config
-                    .budget
-                    .map(|limit| Arc::new(DeviceBudget::new(limit))),
-                thread.is_some().then_some(notices_tx),
-                config.cross_stream_cleanup,
-            )
-            .with_headroom(config.headroom),
-        );
+        if thread.is_none() {
+            // No coordinator (the thread could not start, and its share of
+            // the device went with it): streams manage on their own.
+            device = device_with(None);
+        }
         Self {
             config,
             factory,
-            streams: Mutex::new(HashMap::new()),
             stopped: AtomicBool::new(false),
+            creating: Mutex::new(()),
             lifecycle: Mutex::new(()),
+            removing: AtomicUsize::new(0),
             device,
-            links,
             subscribers,
             coordinator: Mutex::new(thread),
         }
@@ -195,7 +192,8 @@ impl Supervisor {
     /// A stream that stopped or failed on the way.
     pub fn settled(&self) -> Result<DeviceStats, ServiceError> {
         let handles: Vec<StreamHandle> = self
-            .streams
+            .device
+            .registry
             .lock()
             .values()
             .map(|entry| entry.handle.clone())
@@ -259,116 +257,95 @@ impl Supervisor {
     /// [`ServiceError::TooManyStreams`] past [`ServiceConfig::max_streams`],
     /// [`ServiceError::StorageUnavailable`] when the storage factory fails.
     pub fn stream(&self, id: StreamId) -> Result<StreamHandle, ServiceError> {
-        let mut streams = self.streams.lock();
-        // Checked under the registry's lock, where `shutdown` sets it.
-        if self.stopped.load(Ordering::Acquire) {
-            return Err(ServiceError::SupervisorStopped);
-        }
-        if !streams.contains_key(&id) && streams.len() >= self.config.max_streams {
-            return Err(ServiceError::TooManyStreams {
-                requested: streams.len().saturating_add(1),
-                limit: self.config.max_streams,
-            });
-        }
-        if let Some(entry) = streams.get(&id) {
-            if entry.handle.connection.shared.is_running() {
-                return Ok(entry.handle.clone());
+        let _creating = self.creating.lock();
+        let replaced = {
+            let mut streams = self.device.registry.lock();
+            // Checked under the registry's lock, where `shutdown` sets it.
+            if self.stopped.load(Ordering::Acquire) {
+                return Err(ServiceError::SupervisorStopped);
             }
-            if let Some(mut old) = streams.remove(&id) {
-                if let Some(thread) = old.thread.take() {
-                    let _ = thread.join();
+            match streams.get(&id) {
+                Some(entry) if entry.shared().is_running() => return Ok(entry.handle.clone()),
+                Some(_) => streams.remove(&id),
+                None if streams.len() >= self.config.max_streams => {
+                    return Err(ServiceError::TooManyStreams {
+                        requested: streams.len().saturating_add(1),
+                        limit: self.config.max_streams,
+                    });
                 }
+                None => None,
             }
+        };
+        // A stream that stopped or failed: its thread has left its loop.
+        if let Some(mut old) = replaced {
+            old.join();
         }
         let entry = self.spawn(id)?;
         let handle = entry.handle.clone();
+        let mut streams = self.device.registry.lock();
+        if self.stopped.load(Ordering::Acquire) {
+            // Shut down while this one was made: it never served.
+            drop(streams);
+            let _ = entry.stop();
+            return Err(ServiceError::SupervisorStopped);
+        }
         streams.insert(id, entry);
+        drop(streams);
         self.device
             .notify(Notice::Event(SupervisorEvent::StreamStarted(id)));
         Ok(handle)
     }
 
+    /// Make stream `id` (`registry::wire`) and start its actor's thread.
     fn spawn(&self, id: StreamId) -> Result<StreamEntry, ServiceError> {
-        let mut storage = (self.factory)(id).map_err(|err| ServiceError::StorageUnavailable {
+        let storage = (self.factory)(id).map_err(|err| ServiceError::StorageUnavailable {
             stream: id,
             message: err.to_string(),
         })?;
-        // Every storage is metered (and limited, when a budget is set).
-        storage = Box::new(BudgetedStorage::new(storage, self.device.meter.clone()));
-        let mut memory = MemoryManager::for_stream(storage, self.config.memory.clone(), id);
-        if let Some(recorder) = &self.config.recorder {
-            memory.set_observer(TraceRecorder::observer(recorder));
-        }
-        let shared = Arc::new(StreamShared::new(id, memory.release_probe()));
-        let (inbox_tx, inbox_rx) = channel::bounded(self.config.inbox_capacity.max(1));
-        let connection = Arc::new(Connection {
-            inbox: inbox_tx,
-            shared: shared.clone(),
-            owner: memory.owner_id(),
-            spin: self.config.spin,
-        });
-        let timing = ActorTiming {
-            spin: self.config.spin,
-            idle_tick: self.config.idle_tick,
-            pin_wait: self.config.pin_wait,
+        let wiring = Wiring {
+            timing: ActorTiming {
+                spin: self.config.spin,
+                idle_tick: self.config.idle_tick,
+                pin_wait: self.config.pin_wait,
+            },
+            inbox_capacity: self.config.inbox_capacity,
         };
-        let (control_tx, control_rx) = channel::unbounded();
-        self.forget(id);
-        self.device.streams.lock().push(shared.clone());
-        let actor = StreamActor::new(memory, shared, timing, self.device.clone(), control_rx);
-        let thread = thread::spawn(format!("streamalloc-{}", id.0), move || actor.run(inbox_rx))
+        let (actor, inbox, mut entry) = wire(
+            &self.device,
+            id,
+            storage,
+            self.config.memory.clone(),
+            self.config.recorder.as_ref(),
+            wiring,
+        );
+        let thread = thread::spawn(format!("streamalloc-{}", id.0), move || actor.run(inbox))
             .map_err(|err| ServiceError::StorageUnavailable {
                 stream: id,
                 message: format!("cannot spawn the stream's thread: {err}"),
             })?;
-        let handle = StreamHandle::new(connection);
-        self.links.lock().insert(
-            id,
-            StreamLink {
-                control: control_tx,
-                handle: handle.clone(),
-            },
-        );
-        Ok(StreamEntry {
-            handle,
-            thread: Some(thread),
-        })
-    }
-
-    /// Drop stream `id` from the coordinator's links and the breakdown.
-    fn forget(&self, id: StreamId) {
-        self.links.lock().remove(&id);
-        self.device
-            .streams
-            .lock()
-            .retain(|shared| shared.stream != id);
+        entry.thread = Some(thread);
+        Ok(entry)
     }
 
     /// Shut stream `id` down and forget it.
     pub fn remove_stream(&self, id: StreamId) -> Result<ShutdownReport, ServiceError> {
         let _removal = self.lifecycle.lock();
-        let entry = self.streams.lock().remove(&id);
-        let Some(mut entry) = entry else {
-            return Err(ServiceError::StreamStopped(id));
-        };
-        self.forget(id);
-        let report = entry.handle.shutdown();
-        if let Some(thread) = entry.thread.take() {
-            let _ = thread.join();
+        let entry = self.device.registry.lock().remove(&id);
+        match entry {
+            Some(entry) => entry.stop(),
+            None => Err(ServiceError::StreamStopped(id)),
         }
-        report
     }
 
     /// Counters of every stream.
     pub fn stats(&self) -> Vec<StreamStats> {
-        let mut stats: Vec<_> = self
-            .streams
+        // In stream order: the registry is ordered.
+        self.device
+            .registry
             .lock()
             .values()
             .map(|entry| entry.handle.stats())
-            .collect();
-        stats.sort_by_key(|s| s.stream);
-        stats
+            .collect()
     }
 
     /// Stop every stream (each drains, waits for pins, returns every page)
@@ -377,24 +354,26 @@ impl Supervisor {
     pub fn shutdown(&self) -> Vec<Result<ShutdownReport, ServiceError>> {
         // Waits for a removal under way: its stream stops before we return.
         let _lifecycle = self.lifecycle.lock();
-        let entries: Vec<_> = {
-            let mut streams = self.streams.lock();
+        let entries = {
+            let mut streams = self.device.registry.lock();
             self.stopped.store(true, Ordering::Release);
-            streams.drain().collect()
+            std::mem::take(&mut *streams)
         };
-        let mut reports = Vec::new();
-        for (id, mut entry) in entries {
-            self.forget(id);
-            reports.push(entry.handle.shutdown());
-            if let Some(thread) = entry.thread.take() {
-                let _ = thread.join();
-            }
+        let reports = entries.into_values().map(StreamEntry::stop).collect();
+        while self.removing.load(Ordering::SeqCst) > 0 {
+            // An awaitable removal under way: its stream stops first.
+            std::thread::sleep(Duration::from_millis(1));
         }
+        self.stop_coordinator();
+        reports
+    }
+
+    /// Tell the coordinator to return, and wait for it.
+    pub(crate) fn stop_coordinator(&self) {
         if let Some(thread) = self.coordinator.lock().take() {
             self.device.notify(Notice::Stop);
             let _ = thread.join();
         }
-        reports
     }
 }
 

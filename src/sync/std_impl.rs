@@ -6,7 +6,7 @@ pub(crate) use std::sync::Arc;
 /// The reply channel an async caller awaits (flume's, whose receiver is a
 /// future). Not under loom: the async forms are compiled out there.
 pub(crate) mod async_channel {
-    pub(crate) use flume::{Sender, bounded};
+    pub(crate) use flume::{Receiver, Sender, bounded};
 }
 
 pub(crate) mod atomic {

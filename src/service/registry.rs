@@ -1,0 +1,114 @@
+//! The one registry of a device's streams, and the one function that puts
+//! a stream together.
+//!
+//! `DeviceShared::registry` maps each running stream to its entry: a
+//! handle (which keeps the actor alive until the stream is removed), the
+//! coordinator's control channel to it, and its thread. The supervisor
+//! adds and removes entries; the coordinator sends control through them;
+//! actors read the others' published counters through them (give-back
+//! estimates, out-of-memory breakdowns). [`wire`] builds a stream's manager,
+//! actor, handle and entry, for `Supervisor::stream` and the loom models
+//! alike.
+
+use super::actor::{ActorTiming, StreamActor};
+use super::device::DeviceShared;
+use super::error::ServiceError;
+use super::handle::{Connection, StreamHandle};
+use super::message::{Control, Request, ShutdownReport};
+use super::shared::StreamShared;
+use crate::memory::{MemoryConfig, MemoryManager, StreamId};
+use crate::storage::{BudgetedStorage, DeviceStorage};
+use crate::sync::channel::{self, Receiver, Sender};
+use crate::sync::thread::JoinHandle;
+use crate::sync::{Arc, Mutex};
+use crate::trace::TraceRecorder;
+use std::collections::BTreeMap;
+
+/// One registered stream.
+#[derive(Debug)]
+pub(crate) struct StreamEntry {
+    /// A handle kept so the actor lives until the stream is removed.
+    pub(crate) handle: StreamHandle,
+    /// The coordinator's control channel to it (unbounded).
+    pub(crate) control: Sender<Control>,
+    /// The actor's thread, once spawned.
+    pub(crate) thread: Option<JoinHandle<()>>,
+}
+
+impl StreamEntry {
+    /// Send control traffic, and wake the actor to look at it.
+    pub(crate) fn send(&self, control: Control) {
+        if self.control.send(control).is_ok() {
+            self.handle.wake();
+        }
+    }
+
+    /// What the actor publishes.
+    pub(crate) fn shared(&self) -> &StreamShared {
+        &self.handle.connection.shared
+    }
+
+    /// Shut the stream down and wait for its thread.
+    pub(crate) fn stop(mut self) -> Result<ShutdownReport, ServiceError> {
+        let report = self.handle.shutdown();
+        self.join();
+        report
+    }
+
+    /// Wait for the actor's thread (one that already left its loop).
+    pub(crate) fn join(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The streams of a device, by id (ordered, so every walk over them is
+/// the same on every run).
+pub(crate) type Registry = Mutex<BTreeMap<StreamId, StreamEntry>>;
+
+/// How a wired stream runs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Wiring {
+    /// The actor's timing.
+    pub(crate) timing: ActorTiming,
+    /// Requests the inbox holds before senders wait.
+    pub(crate) inbox_capacity: usize,
+}
+
+/// Put stream `id` together on `device`: its manager over `storage`
+/// (metered by the device, and limited by its budget), its actor with its
+/// inbox, and its entry (handle and control channel; no thread yet). The
+/// caller runs the actor (`actor.run(inbox)`, on a thread of its own) and
+/// registers the entry.
+pub(crate) fn wire(
+    device: &Arc<DeviceShared>,
+    id: StreamId,
+    storage: Box<dyn DeviceStorage>,
+    memory: MemoryConfig,
+    recorder: Option<&Arc<TraceRecorder>>,
+    wiring: Wiring,
+) -> (StreamActor, Receiver<Request>, StreamEntry) {
+    let storage: Box<dyn DeviceStorage> =
+        Box::new(BudgetedStorage::new(storage, device.meter.clone()));
+    let mut memory = MemoryManager::for_stream(storage, memory, id);
+    if let Some(recorder) = recorder {
+        memory.set_observer(TraceRecorder::observer(recorder));
+    }
+    let shared = Arc::new(StreamShared::new(id, memory.release_probe()));
+    let (inbox_tx, inbox) = channel::bounded(wiring.inbox_capacity.max(1));
+    let connection = Arc::new(Connection {
+        inbox: inbox_tx,
+        shared: shared.clone(),
+        owner: memory.owner_id(),
+        spin: wiring.timing.spin,
+    });
+    let (control, control_rx) = channel::unbounded();
+    let actor = StreamActor::new(memory, shared, wiring.timing, device.clone(), control_rx);
+    let entry = StreamEntry {
+        handle: StreamHandle::new(connection),
+        control,
+        thread: None,
+    };
+    (actor, inbox, entry)
+}
