@@ -371,6 +371,7 @@ impl StreamHandle {
 
     /// Ask the stream to shut down without waiting for its answer (what a
     /// cancelled awaitable shutdown leaves behind).
+    #[cfg(not(streamalloc_loom))]
     pub(crate) fn shutdown_detached(&self) {
         let (tx, _rx) = channel::bounded(1);
         let _ = self.connection.inbox.send(Request::Shutdown {

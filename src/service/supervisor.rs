@@ -191,28 +191,12 @@ impl Supervisor {
     /// # Errors
     /// A stream that stopped or failed on the way.
     pub fn settled(&self) -> Result<DeviceStats, ServiceError> {
-        let handles: Vec<StreamHandle> = self
-            .device
-            .registry
-            .lock()
-            .values()
-            .map(|entry| entry.handle.clone())
-            .collect();
+        let handles = self.handles();
         for handle in &handles {
             handle.report()?;
         }
-        if let Some(settle) = self.config.settle {
-            let deadline = super::actor::deadline_after(
-                settle
-                    .window
-                    .saturating_mul(2)
-                    .saturating_add(self.config.supervise_tick.saturating_mul(4)),
-            );
-            let within = |handle: &StreamHandle| {
-                let stats = handle.stats();
-                stats.bytes_reserved <= settle.keep(stats.bytes_in_use)
-            };
-            while std::time::Instant::now() < deadline && !handles.iter().all(within) {
+        if let Some(settling) = self.settling() {
+            while !settling.over(&handles) {
                 std::thread::sleep(self.config.supervise_tick);
             }
             for handle in &handles {
@@ -220,6 +204,29 @@ impl Supervisor {
             }
         }
         Ok(self.device_stats())
+    }
+
+    /// A handle of every registered stream.
+    pub(crate) fn handles(&self) -> Vec<StreamHandle> {
+        self.device
+            .registry
+            .lock()
+            .values()
+            .map(|entry| entry.handle.clone())
+            .collect()
+    }
+
+    /// The wait of `settled`, from now, if a settle policy is on.
+    pub(crate) fn settling(&self) -> Option<Settling> {
+        let settle = self.config.settle?;
+        let wait = settle
+            .window
+            .saturating_mul(2)
+            .saturating_add(self.config.supervise_tick.saturating_mul(4));
+        Some(Settling {
+            settle,
+            deadline: super::actor::deadline_after(wait),
+        })
     }
 
     /// The device budget, if one is set.
@@ -374,6 +381,24 @@ impl Supervisor {
             self.device.notify(Notice::Stop);
             let _ = thread.join();
         }
+    }
+}
+
+/// How long `settled` waits, and for what.
+pub(crate) struct Settling {
+    settle: Settle,
+    deadline: std::time::Instant,
+}
+
+impl Settling {
+    /// Whether the wait is over: every stream within what the policy lets
+    /// it keep, or two settle windows passed.
+    pub(crate) fn over(&self, handles: &[StreamHandle]) -> bool {
+        std::time::Instant::now() >= self.deadline
+            || handles.iter().all(|handle| {
+                let stats = handle.stats();
+                stats.bytes_reserved <= self.settle.keep(stats.bytes_in_use)
+            })
     }
 }
 

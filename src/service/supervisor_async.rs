@@ -17,7 +17,7 @@ use super::supervisor::Supervisor;
 use crate::memory::StreamId;
 use crate::sync::async_channel::{self, Receiver};
 use crate::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Ticks every `period` on a helper thread until dropped.
 struct Ticker(Receiver<()>);
@@ -143,28 +143,13 @@ impl Supervisor {
     /// [`settled`](Self::settled), awaited: the streams' reports are
     /// awaited, and so is the wait for them to settle.
     pub async fn settled_async(&self) -> Result<DeviceStats, ServiceError> {
-        let handles: Vec<StreamHandle> = self
-            .device
-            .registry
-            .lock()
-            .values()
-            .map(|entry| entry.handle.clone())
-            .collect();
+        let handles = self.handles();
         for handle in &handles {
             handle.report_async().await?;
         }
-        if let Some(settle) = self.config.settle {
-            let wait = settle
-                .window
-                .saturating_mul(2)
-                .saturating_add(self.config.supervise_tick.saturating_mul(4));
-            let deadline = super::actor::deadline_after(wait);
-            let within = |handle: &StreamHandle| {
-                let stats = handle.stats();
-                stats.bytes_reserved <= settle.keep(stats.bytes_in_use)
-            };
+        if let Some(settling) = self.settling() {
             let ticker = Ticker::every(self.config.supervise_tick);
-            while Instant::now() < deadline && !handles.iter().all(within) {
+            while !settling.over(&handles) {
                 ticker.tick().await;
             }
             for handle in &handles {
