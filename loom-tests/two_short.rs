@@ -4,7 +4,7 @@
 //! reports any), each request is served or fails with `OutOfMemory`, the
 //! budget is never passed, and every byte comes back at the end.
 //!
-//! Fails when the coordinator's `StreamLink::send` sends control without
+//! Fails when `StreamEntry::send` (`service/registry.rs`) sends control without
 //! waking the actor (an actor blocked on its inbox never sees `GiveBack`, so
 //! the episode, and the short stream's caller, wait forever).
 

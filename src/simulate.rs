@@ -6,9 +6,10 @@
 
 use crate::memory::{AllocationMode, StreamId};
 use crate::service::{DeviceStats, ServiceError, StreamHandle, Supervisor, SupervisorEvent};
+use crate::sync::Mutex;
+use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use crate::timeline::Timeline;
 use serde::Serialize;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// One pool of a stream, as the report shows it.
@@ -247,9 +248,9 @@ pub fn simulate(
     let (weights, weight_bytes) = load_weights(&streams[0], &model)?;
     let latencies: Vec<Mutex<Vec<Duration>>> =
         streams.iter().map(|_| Mutex::new(Vec::new())).collect();
-    let next_request = std::sync::atomic::AtomicU32::new(0);
-    let failed = std::sync::atomic::AtomicU64::new(0);
-    let done = std::sync::atomic::AtomicBool::new(false);
+    let next_request = AtomicU32::new(0);
+    let failed = AtomicU64::new(0);
+    let done = AtomicBool::new(false);
     let samples = Mutex::new(Timeline::new(
         (0..streams.len()).map(|i| format!("stream {i}")).collect(),
         "seconds",
@@ -260,9 +261,9 @@ pub fn simulate(
             let (streams, samples, done) = (&streams, &samples, &done);
             scope.spawn(move || {
                 let mut relocated_seen = 0;
-                while !done.load(std::sync::atomic::Ordering::Acquire) {
+                while !done.load(Ordering::Acquire) {
                     let stats: Vec<_> = streams.iter().map(StreamHandle::stats).collect();
-                    let mut timeline = samples.lock().unwrap();
+                    let mut timeline = samples.lock();
                     let at = start.elapsed().as_secs_f64();
                     let relocated: u64 = stats.iter().map(|s| s.relocated).sum();
                     let reserved: Vec<u64> = stats.iter().map(|s| s.bytes_reserved).collect();
@@ -286,8 +287,7 @@ pub fn simulate(
                     (&latencies, &next_request, &failed, &progress, &samples);
                 scope.spawn(move || -> Result<(), ServiceError> {
                     loop {
-                        let request =
-                            next_request.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let request = next_request.fetch_add(1, Ordering::Relaxed);
                         if request >= options.requests {
                             return Ok(());
                         }
@@ -301,8 +301,8 @@ pub fn simulate(
                         {
                             Ok(()) => {}
                             Err(ServiceError::OutOfMemory(_) | ServiceError::Memory(_)) => {
-                                failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                samples.lock().unwrap().failed();
+                                failed.fetch_add(1, Ordering::Relaxed);
+                                samples.lock().failed();
                             }
                             Err(other) => return Err(other),
                         }
@@ -317,7 +317,7 @@ pub fn simulate(
                 result = Err(err);
             }
         }
-        done.store(true, std::sync::atomic::Ordering::Release);
+        done.store(true, Ordering::Release);
         result
     })?;
     let seconds = start.elapsed().as_secs_f64();
@@ -332,7 +332,7 @@ pub fn simulate(
     for (index, stream) in streams.iter().enumerate() {
         let report = stream.report()?;
         let stats = stream.stats();
-        let mut samples = latencies[index].lock().unwrap().clone();
+        let mut samples = latencies[index].lock().clone();
         samples.sort();
         let percentile = |q: f64| {
             samples
@@ -358,7 +358,7 @@ pub fn simulate(
     // figures were.
     drop(weights);
     if let Some(timeline) = timeline {
-        *timeline = samples.into_inner().unwrap();
+        *timeline = samples.into_inner();
     }
     let device: DeviceStats = supervisor.device_stats();
     Ok(SimulationReport {
@@ -390,7 +390,7 @@ fn serve_request(
     let timed = |sizes: &[u64]| -> Result<Vec<crate::memory::Allocation>, ServiceError> {
         let start = Instant::now();
         let batch = stream.reserve_many(sizes)?;
-        latencies.lock().unwrap().push(start.elapsed());
+        latencies.lock().push(start.elapsed());
         Ok(batch)
     };
     let mut context = 0;

@@ -10,7 +10,9 @@ pub(crate) mod async_channel {
 }
 
 pub(crate) mod atomic {
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{
+        AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+    };
 }
 
 /// A mutex whose `lock` never reports poisoning (a panicking holder does not
@@ -25,6 +27,11 @@ impl<T> Mutex<T> {
 
     pub(crate) fn lock(&self) -> parking_lot::MutexGuard<'_, T> {
         self.0.lock()
+    }
+
+    /// The value, the mutex consumed.
+    pub(crate) fn into_inner(self) -> T {
+        self.0.into_inner()
     }
 }
 
