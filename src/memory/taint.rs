@@ -204,8 +204,12 @@ impl TaintRanges {
         }
     }
 
-    /// The failure claiming the lowest tainted byte of `range`, if any.
+    /// The failure claiming the lowest tainted byte of `range`, if any (an
+    /// empty range holds no byte, so none claims it).
     pub(crate) fn failure(&self, range: &Range<u64>) -> Option<FailureId> {
+        if range.is_empty() {
+            return None;
+        }
         self.ranges
             .iter()
             .find(|(r, _)| r.start < range.end && range.start < r.end)
@@ -300,6 +304,7 @@ mod tests {
         assert_eq!(taint.failure(&(20..60)), None);
         assert_eq!(taint.failure(&(10..70)), Some(a));
         assert_eq!(taint.failure(&(59..61)), Some(b));
+        assert_eq!(taint.failure(&(70..70)), None, "an empty range holds no byte");
         taint.written(0..1000);
         assert!(taint.ranges().is_empty());
     }
