@@ -304,7 +304,11 @@ mod tests {
         assert_eq!(taint.failure(&(20..60)), None);
         assert_eq!(taint.failure(&(10..70)), Some(a));
         assert_eq!(taint.failure(&(59..61)), Some(b));
-        assert_eq!(taint.failure(&(70..70)), None, "an empty range holds no byte");
+        assert_eq!(
+            taint.failure(&(70..70)),
+            None,
+            "an empty range holds no byte"
+        );
         taint.written(0..1000);
         assert!(taint.ranges().is_empty());
     }
