@@ -92,16 +92,7 @@ impl<R: BufRead> JsonlReader<R> {
     }
 }
 
-impl<R: BufRead> Iterator for JsonlReader<R> {
-    type Item = Result<TraceEvent, TraceError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let mut done = self.done;
-        let item = super::step(&mut done, || self.next_event());
-        self.done = done;
-        item
-    }
-}
+line_iterator!(JsonlReader);
 
 /// Read JSON Lines events whole; blank lines are skipped.
 pub fn read_jsonl(input: impl BufRead) -> Result<Vec<TraceEvent>, TraceError> {

@@ -6,6 +6,23 @@
 // Traces are untrusted input: every sum on their numbers is checked.
 #![warn(clippy::arithmetic_side_effects, clippy::disallowed_methods)]
 
+/// The iterator of a line reader (one with `done` and `next_event`):
+/// events until an error or the end, then nothing.
+macro_rules! line_iterator {
+    ($reader:ident) => {
+        impl<R: std::io::BufRead> Iterator for $reader<R> {
+            type Item = Result<TraceEvent, TraceError>;
+
+            fn next(&mut self) -> Option<Self::Item> {
+                let mut done = self.done;
+                let item = super::step(&mut done, || self.next_event());
+                self.done = done;
+                item
+            }
+        }
+    };
+}
+
 mod jsonl;
 mod pickle;
 mod recorder;

@@ -165,16 +165,7 @@ impl<R: BufRead> RmmReader<R> {
     }
 }
 
-impl<R: BufRead> Iterator for RmmReader<R> {
-    type Item = Result<TraceEvent, TraceError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let mut done = self.done;
-        let item = super::step(&mut done, || self.next_event());
-        self.done = done;
-        item
-    }
-}
+line_iterator!(RmmReader);
 
 /// Read RMM's logging CSV whole. Times become relative to the first event.
 pub fn read_rmm_csv(input: impl BufRead) -> Result<Vec<TraceEvent>, TraceError> {
