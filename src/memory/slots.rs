@@ -40,13 +40,13 @@ impl Live {
     /// cell, or through a cell it was bound away from. The one "is it
     /// pinned" test (the `MOVING` bit is not a pin).
     pub(crate) fn is_pinned(&self) -> bool {
-        is_pinned(&self.cell) || self.retired.iter().any(|cell| is_pinned(cell))
+        is_pinned(&self.cell) || self.pinned_through_retired()
     }
 
     /// Whether only pins through retired cells hold it (the last of those
     /// pins to drop queues no release that names this allocation).
     pub(crate) fn pinned_only_through_retired(&self) -> bool {
-        !is_pinned(&self.cell) && self.retired.iter().any(|cell| is_pinned(cell))
+        !is_pinned(&self.cell) && self.pinned_through_retired()
     }
 
     /// Whether a pin through a cell it was bound away from holds it.
