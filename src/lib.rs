@@ -83,6 +83,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod clock;
 pub mod memory;
 #[cfg(all(feature = "cli", not(streamalloc_loom)))]
 pub mod plot;

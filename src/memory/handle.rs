@@ -87,6 +87,9 @@ pub(crate) struct AllocationCell {
     pub(crate) addr: AtomicU64,
     /// The allocation's size in bytes (0 while unbound).
     pub(crate) len: AtomicU64,
+    /// Bytes this binding still counts on its owner's live meter
+    /// (`live.rs`); whoever ends the binding swaps them out, once.
+    pub(crate) metered: AtomicU64,
     /// Where the last handle's drop sends the release.
     pub(crate) releases: Arc<ReleaseQueue>,
     /// The next cell on the release queue's stack, while this one is on it.
@@ -186,6 +189,11 @@ impl Drop for Allocation {
         // again: this is the handle's drop.
         let cell = unsafe { ManuallyDrop::take(&mut self.cell) };
         if last && cell.key.load(Ordering::Acquire) != 0 {
+            if let Some(meter) = &cell.releases.meter {
+                // Off the count before the release is queued: a decision
+                // after this drop sees the bytes free (`live.rs`).
+                meter.ended(cell.metered.swap(0, Ordering::AcqRel));
+            }
             ReleaseQueue::push_cell(cell);
         }
     }

@@ -18,6 +18,7 @@
 //! holds the queue through `AllocationCell::releases`).
 
 use super::handle::{AllocationCell, SlotKey};
+use super::live::LiveMeter;
 use crate::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use crate::sync::{Arc, Mutex};
 use std::fmt;
@@ -54,6 +55,9 @@ pub(crate) struct ReleaseQueue {
     others_waiting: AtomicUsize,
     /// Where a manager that retired with pins held waits for them.
     pub(crate) keeper: super::retire::PinKeeper,
+    /// Counts live bytes for other threads (`live.rs`), if the owner is
+    /// metered: the last handle's drop takes its bytes off here.
+    pub(crate) meter: Option<Arc<LiveMeter>>,
 }
 
 /// The head that marks a closed queue. Never dereferenced; an address no
@@ -62,13 +66,14 @@ fn closed() -> *mut AllocationCell {
     ptr::dangling_mut::<u8>() as *mut AllocationCell
 }
 
-impl Default for ReleaseQueue {
-    fn default() -> Self {
+impl ReleaseQueue {
+    fn new(meter: Option<Arc<LiveMeter>>) -> Self {
         Self {
             cells: AtomicPtr::new(ptr::null_mut()),
             others: Mutex::new(Vec::new()),
             others_waiting: AtomicUsize::new(0),
             keeper: super::retire::PinKeeper::default(),
+            meter,
         }
     }
 }
@@ -179,36 +184,19 @@ impl ReleaseQueue {
     }
 }
 
-/// A look at an owner's release queue from other threads: whether dropped
-/// handles or guards wait for the owner (so its published bytes in use may
-/// be stale).
-#[derive(Debug, Clone)]
-pub(crate) struct ReleaseProbe(Arc<ReleaseQueue>);
-
-impl ReleaseProbe {
-    /// Whether releases wait for the owner.
-    pub(crate) fn waiting(&self) -> bool {
-        !self.0.is_empty()
-    }
-}
-
 /// The owner's end of a [`ReleaseQueue`]: closes it when the owner drops.
 #[derive(Debug)]
 pub(crate) struct ReleaseInbox(Arc<ReleaseQueue>);
 
 impl ReleaseInbox {
-    pub(crate) fn new() -> Self {
-        Self(Arc::new(ReleaseQueue::default()))
+    /// The inbox of an owner, its live bytes counted by `meter` if given.
+    pub(crate) fn new(meter: Option<Arc<LiveMeter>>) -> Self {
+        Self(Arc::new(ReleaseQueue::new(meter)))
     }
 
     /// The queue, for a new cell or guard to report to.
     pub(crate) fn queue(&self) -> &Arc<ReleaseQueue> {
         &self.0
-    }
-
-    /// A probe for other threads.
-    pub(crate) fn probe(&self) -> ReleaseProbe {
-        ReleaseProbe(Arc::clone(&self.0))
     }
 }
 

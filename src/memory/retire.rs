@@ -104,10 +104,12 @@ impl<S: DeviceStorage> MemoryManager<S> {
     ///
     /// [`release_everything`]: Self::release_everything
     pub(crate) fn free_unpinned(&mut self) {
+        let meter = self.meter().cloned();
         let (pools, tick) = (&mut self.pools, self.tick);
         let mut freed = 0;
         self.slots.free_all_but(Live::is_pinned, |live| {
             live.cell.addr.store(0, Ordering::Release);
+            Self::unmeter(meter.as_ref(), &live.cell);
             freed += live.size;
             pools[live.pool as usize].free(live.placement, live.size, live.aligned, tick);
         });
@@ -119,8 +121,14 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// an error), and the storage holds nothing once flushed.
     pub fn release_everything(&mut self) {
         self.process_releases();
-        self.slots
-            .free_all_but(|_| false, |live| live.cell.addr.store(0, Ordering::Release));
+        let meter = self.meter().cloned();
+        self.slots.free_all_but(
+            |_| false,
+            |live| {
+                live.cell.addr.store(0, Ordering::Release);
+                Self::unmeter(meter.as_ref(), &live.cell);
+            },
+        );
         self.freed_in_use(self.bytes_in_use());
         for pool in &mut self.pools {
             pool.release_all(&mut self.storage);

@@ -3,8 +3,13 @@
 //! It takes requests from its inbox one at a time, so the manager needs no
 //! lock; releases arrive on the manager's release queue, which never blocks
 //! a dropper. `handle` is the step function the loom models drive directly;
-//! `run` is the loop around it: a short spin, then a blocking receive with a
-//! timeout whose expiry is the idle tick.
+//! `run` is the loop around it: a short spin, then a blocking receive (with
+//! a short poll only while a parked request waits for a deadline). Time is
+//! the service's clock (`clock.rs`): the idle tick comes from the
+//! coordinator (`Control::Idle`), never from a receive timing out, and
+//! every counter a decision on another thread reads is published before
+//! the answer goes out, so a caller that got its answer sees the stream as
+//! it left it.
 
 use super::device::{DeviceShared, Notice};
 use super::error::ServiceError;
@@ -18,7 +23,7 @@ use crate::sync::Arc;
 use crate::sync::atomic::Ordering;
 use crate::sync::channel::{Receiver, RecvError};
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Whether the loop goes on after a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,9 +40,7 @@ pub(crate) struct ActorTiming {
     /// Receive attempts before blocking (a request/reply ping-pong is
     /// much faster when the actor has not parked yet).
     pub(crate) spin: u32,
-    /// No request for this long is an idle tick (`None`: never).
-    pub(crate) idle_tick: Option<Duration>,
-    /// How long shutdown waits for pins to drop.
+    /// How long shutdown waits for pins to drop (on the service's clock).
     pub(crate) pin_wait: Duration,
 }
 
@@ -58,10 +61,13 @@ pub(crate) struct StreamActor {
     /// A `Short` notice is out and its `Retry` has not come.
     pub(crate) short_pending: bool,
     /// When the last `Short` notice went out.
-    pub(crate) last_ask: Option<Instant>,
+    pub(crate) last_ask: Option<Duration>,
+    /// Bytes reserved as last published.
+    published_reserved: u64,
 }
 
-/// How often an actor with parked requests retries them.
+/// How often an actor whose parked requests wait for a deadline (or for a
+/// round's safety net) looks at the clock again.
 const PARK_POLL: Duration = Duration::from_millis(2);
 
 impl std::fmt::Debug for StreamActor {
@@ -89,7 +95,13 @@ impl StreamActor {
             parked: VecDeque::new(),
             short_pending: false,
             last_ask: None,
+            published_reserved: 0,
         }
+    }
+
+    /// The service's clock now.
+    pub(crate) fn now(&self) -> Duration {
+        self.device.clock.now()
     }
 
     /// Serve whatever control traffic is waiting.
@@ -101,7 +113,13 @@ impl StreamActor {
 
     /// Serve one request.
     pub(crate) fn handle(&mut self, request: Request, inbox: &Receiver<Request>) -> Flow {
-        self.shared.requests.fetch_add(1, Ordering::Relaxed);
+        if !matches!(request, Request::Wake) {
+            // The actor is the only writer: a plain store, no RMW.
+            let served = self.shared.requests.load(Ordering::Relaxed);
+            self.shared
+                .requests
+                .store(served.wrapping_add(1), Ordering::Relaxed);
+        }
         match request {
             Request::ReserveMany {
                 sizes,
@@ -114,7 +132,7 @@ impl StreamActor {
                 update,
                 mode,
                 reply,
-                deadline: wait.map(deadline_after),
+                deadline: wait.map(|wait| crate::clock::deadline(self.now(), wait)),
                 state: PendingState::Serving,
             }),
             Request::Run(job) => job(Ok(self)),
@@ -126,7 +144,6 @@ impl StreamActor {
             Request::Wake => {}
         }
         self.publish();
-        self.trim_to_headroom();
         Flow::Continue
     }
 
@@ -176,42 +193,45 @@ impl StreamActor {
         }
     }
 
-    #[cfg(not(streamalloc_loom))]
+    /// Wait up to `pin_wait` on the service's clock for pins to drop. A
+    /// manual clock does not move while the actor waits (nor does time
+    /// under loom): one look, then on.
     fn wait_for_pins(&mut self) {
-        let deadline = deadline_after(self.timing.pin_wait);
-        while self.memory.pinned_count() > 0 && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
+        if self.device.clock.as_manual().is_some() {
+            return;
+        }
+        let deadline = crate::clock::deadline(self.now(), self.timing.pin_wait);
+        while self.memory.pinned_count() > 0 && self.now() < deadline {
+            crate::sync::thread::sleep(Duration::from_millis(1));
         }
     }
 
-    #[cfg(streamalloc_loom)]
-    fn wait_for_pins(&mut self) {
-        // Time is not modelled: one look, then on.
-        let _ = self.timing.pin_wait;
-    }
-
-    /// Publish the counters handles read without a round trip, and move
-    /// the device's in-use total by the change.
-    pub(crate) fn publish(&self) {
+    /// Publish what handles and the other streams' decisions read without
+    /// a round trip: the pages held (bytes in use are counted as they
+    /// change, `memory/live.rs`). The actor is the only writer: plain
+    /// stores, and none when nothing changed.
+    pub(crate) fn publish(&mut self) {
         let reserved = self.memory.bytes_reserved();
-        let in_use = self.memory.bytes_in_use();
+        if reserved == self.published_reserved {
+            return;
+        }
+        self.published_reserved = reserved;
         self.shared
             .bytes_reserved
-            .store(reserved, Ordering::Relaxed);
-        let before_in_use = self.shared.bytes_in_use.swap(in_use, Ordering::Relaxed);
-        self.shared
-            .peak_bytes_reserved
-            .fetch_max(reserved, Ordering::Relaxed);
-        self.device.account_in_use(before_in_use, in_use);
+            .store(reserved, Ordering::Release);
+        if reserved > self.shared.peak_bytes_reserved.load(Ordering::Relaxed) {
+            self.shared
+                .peak_bytes_reserved
+                .store(reserved, Ordering::Relaxed);
+        }
     }
 
-    /// Free what clients dropped since the last request, so the bytes in
-    /// use that the device's headroom reads are not stale while this stream
-    /// waits for work. One load when nothing was dropped.
+    /// Free what clients dropped since the last request (one load when
+    /// nothing was dropped). Only the stream's own pools change: every
+    /// count another thread reads moved when the handles dropped.
     fn take_releases(&mut self) {
         if self.memory.releases_waiting() {
             self.memory.process_releases();
-            self.publish();
         }
     }
 
@@ -296,29 +316,16 @@ impl StreamActor {
         self.take_releases();
         loop {
             self.drain_control();
-            let received = if self.has_parked() {
+            let received = if self.polls_parked() {
                 inbox.recv_timeout(PARK_POLL)
             } else {
-                match self.timing.idle_tick {
-                    Some(tick) => inbox.recv_timeout(tick),
-                    None => inbox.recv(),
-                }
+                inbox.recv()
             };
             match received {
                 Ok(request) => return Some(request),
                 Err(RecvError::Disconnected) => return None,
-                Err(RecvError::Empty) if self.has_parked() => self.retry_parked(false),
-                Err(RecvError::Empty) => self.idle_tick(),
+                Err(RecvError::Empty) => self.retry_parked(false),
             }
         }
     }
-}
-
-/// `wait` from now; a wait too long for the clock to name (a caller's
-/// `Duration::MAX`) is a century, which no caller outlives.
-pub(crate) fn deadline_after(wait: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(wait)
-        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 24 * 3600)))
-        .unwrap_or(now)
 }

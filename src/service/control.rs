@@ -34,6 +34,7 @@ impl StreamActor {
                 self.retry_parked(true);
             }
             Control::Settle { keep } => self.settle(keep),
+            Control::Idle => self.idle_tick(),
             Control::Compact => {
                 if let Ok(report) = self.memory.relocate(RelocationReason::Compaction) {
                     self.shared

@@ -5,23 +5,32 @@
 //!
 //! - Running short (or growing past the headroom): a `Short` notice queues
 //!   a recovery *episode*; one runs at a time. The coordinator sends
-//!   `GiveBack` to every other running stream that may give back (it held
-//!   pages beyond its use when it last published, or releases wait that it
-//!   has not seen), counts their `GaveBack` answers (or gives up after a
-//!   timeout), then sends `Retry` to the short stream.
-//! - Compaction: on each tick, a stream whose reserved / in-use passed the
-//!   threshold is sent `Compact` (at most once a second per stream).
+//!   `GiveBack` to every other running stream that may give back (it holds
+//!   pages beyond the bytes its clients hold), and the episode ends when
+//!   every one of them has answered `GaveBack` (a stream that stops on the
+//!   way counts as answered); then the short stream is sent `Retry`. A
+//!   timeout on the service's clock is only a safety net in a server: on a
+//!   manual clock (a replay) it never fires, so answers decide every
+//!   outcome.
+//! - Timers, on each tick (every `supervise_tick` of the wall clock, or at
+//!   `Supervisor::tick` on a manual one), all read the service's clock:
+//!   a stream whose reserved / in-use passed the threshold is sent
+//!   `Compact` (at most once per `COMPACTION_INTERVAL` per stream); the
+//!   settle policy samples every stream (`settle.rs`); a stream that served
+//!   no request for `idle_tick` is sent `Idle` (once per quiet spell, and
+//!   again only if its clients released bytes since).
 //! - Events: passed on to every subscriber.
 
 use super::device::{DeviceShared, Notice};
 use super::events::SupervisorEvent;
 use super::message::Control;
 use super::settle::{Settle, SettleWatch};
+use crate::clock::SharedClock;
 use crate::memory::StreamId;
 use crate::sync::channel::{Receiver, RecvError, Sender};
 use crate::sync::{Arc, Mutex};
 use std::collections::{HashMap, VecDeque};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Compaction is not scheduled for less than this to win back.
 const MIN_COMPACTION_GAIN: u64 = 4 << 20;
@@ -42,8 +51,33 @@ struct Episode {
     waiting: Vec<StreamId>,
     /// Bytes the others returned so far.
     freed: u64,
-    /// When it began.
-    started: Instant,
+    /// When it began (on the service's clock).
+    started: Duration,
+}
+
+/// What the coordinator remembers of one stream for its idle tick.
+#[derive(Debug, Clone, Copy)]
+struct IdleWatch {
+    /// The stream's request count when last looked at.
+    requests: u64,
+    /// When that count last changed, or the stream was last told `Idle`.
+    since: Duration,
+    /// Told `Idle` in this quiet spell, with this many bytes released by
+    /// its clients then (told again only if they released more).
+    told: Option<u64>,
+}
+
+/// The coordinator's timing, all on the service's clock.
+#[derive(Debug, Clone)]
+pub(crate) struct Timers {
+    /// The clock.
+    pub(crate) clock: SharedClock,
+    /// An episode whose answers do not all come in this long ends anyway
+    /// (a safety net: a manual clock does not move while a replay waits,
+    /// so there it never fires).
+    pub(crate) episode_timeout: Duration,
+    /// A stream that served no request this long tidies up (`None`: never).
+    pub(crate) idle_tick: Option<Duration>,
 }
 
 /// The coordinator's state.
@@ -59,10 +93,12 @@ pub(crate) struct Coordinator {
     next_episode: u64,
     /// Reserved / in-use past which a stream is asked to compact.
     compaction_threshold: Option<f64>,
-    /// An episode whose answers do not all come in this long ends anyway.
-    episode_timeout: Duration,
+    /// The clock and the timeouts.
+    timers: Timers,
     /// When each stream was last asked to compact.
-    last_compaction: HashMap<StreamId, Instant>,
+    last_compaction: HashMap<StreamId, Duration>,
+    /// What the idle tick watches of each stream.
+    idle_watch: HashMap<StreamId, IdleWatch>,
     /// Settling, if on, and what it watches of each stream.
     settle: Option<Settle>,
     settle_watch: HashMap<StreamId, SettleWatch>,
@@ -73,7 +109,7 @@ impl Coordinator {
         device: Arc<DeviceShared>,
         subscribers: Subscribers,
         compaction_threshold: Option<f64>,
-        episode_timeout: Duration,
+        timers: Timers,
         settle: Option<Settle>,
     ) -> Self {
         Self {
@@ -83,8 +119,9 @@ impl Coordinator {
             active: None,
             next_episode: 1,
             compaction_threshold,
-            episode_timeout,
+            timers,
             last_compaction: HashMap::new(),
+            idle_watch: HashMap::new(),
             settle,
             settle_watch: HashMap::new(),
         }
@@ -115,18 +152,44 @@ impl Coordinator {
                 episode,
                 freed,
             } => {
-                if let Some(active) = self.active.as_mut().filter(|e| e.id == episode) {
-                    active.waiting.retain(|s| *s != stream);
-                    active.freed = active.freed.saturating_add(freed);
-                    if active.waiting.is_empty() {
-                        self.finish();
-                    }
+                if self.active.as_ref().is_some_and(|e| e.id == episode) {
+                    self.answered(stream, freed);
                 }
             }
-            Notice::Event(event) => self.emit(event),
+            Notice::Event(event) => {
+                // A stream that ended answers no more: it gave back all.
+                if let SupervisorEvent::StreamStopped(stream)
+                | SupervisorEvent::StreamFailed { stream, .. } = &event
+                {
+                    self.answered(*stream, 0);
+                }
+                self.emit(event)
+            }
+            Notice::Tick { done } => {
+                self.tick();
+                // The asker waits for this; gone, it waits no more.
+                let _ = done.send(());
+            }
             Notice::Stop => return false,
         }
         true
+    }
+
+    /// `stream` answered the active episode (or ended), returning `freed`
+    /// bytes; the last answer ends it.
+    fn answered(&mut self, stream: StreamId, freed: u64) {
+        let Some(active) = self.active.as_mut() else {
+            return;
+        };
+        let before = active.waiting.len();
+        active.waiting.retain(|s| *s != stream);
+        if active.waiting.len() == before {
+            return;
+        }
+        active.freed = active.freed.saturating_add(freed);
+        if active.waiting.is_empty() {
+            self.finish();
+        }
     }
 
     fn start_next(&mut self) {
@@ -159,7 +222,7 @@ impl Coordinator {
                 stream,
                 waiting: others,
                 freed: 0,
-                started: Instant::now(),
+                started: self.timers.clock.now(),
             });
             if self.active.as_ref().is_some_and(|e| e.waiting.is_empty()) {
                 self.finish();
@@ -182,17 +245,62 @@ impl Coordinator {
         self.start_next();
     }
 
-    /// Periodic work: end an episode that waited too long, schedule
-    /// compactions.
+    /// Periodic work, at the clock's time now: end an episode past its
+    /// safety deadline, settle, schedule compactions, tell quiet streams
+    /// they are idle.
     pub(crate) fn tick(&mut self) {
+        let now = self.timers.clock.now();
         if self
             .active
             .as_ref()
-            .is_some_and(|e| e.started.elapsed() > self.episode_timeout)
+            .is_some_and(|e| now.saturating_sub(e.started) > self.timers.episode_timeout)
         {
             self.finish();
         }
-        self.schedule_settles();
+        self.schedule_settles(now);
+        self.schedule_compactions(now);
+        self.schedule_idle(now);
+    }
+
+    /// Tell each stream that served nothing for `idle_tick` to tidy up:
+    /// once per quiet spell, again only if its clients released more since.
+    fn schedule_idle(&mut self, now: Duration) {
+        let Some(idle) = self.timers.idle_tick else {
+            return;
+        };
+        let streams = self.device.registry.lock();
+        self.idle_watch
+            .retain(|stream, _| streams.contains_key(stream));
+        for (stream, link) in streams.iter() {
+            let shared = link.shared();
+            let requests = shared.requests.load(crate::sync::atomic::Ordering::Relaxed);
+            let released = shared.released_bytes();
+            let watch = self.idle_watch.entry(*stream).or_insert(IdleWatch {
+                requests,
+                since: now,
+                told: None,
+            });
+            if watch.requests != requests {
+                *watch = IdleWatch {
+                    requests,
+                    since: now,
+                    told: None,
+                };
+                continue;
+            }
+            let quiet = now.saturating_sub(watch.since) >= idle;
+            let news = watch.told.is_none_or(|seen| released != seen);
+            if quiet && news && link.handle.is_running() {
+                link.send(Control::Idle);
+                watch.told = Some(released);
+                watch.since = now;
+            }
+        }
+    }
+
+    /// Ask each stream whose reserved / in-use passed the threshold (and
+    /// that would win back enough) to compact.
+    fn schedule_compactions(&mut self, now: Duration) {
         let Some(threshold) = self.compaction_threshold else {
             return;
         };
@@ -203,7 +311,7 @@ impl Coordinator {
             let recently = self
                 .last_compaction
                 .get(stream)
-                .is_some_and(|at| at.elapsed() < COMPACTION_INTERVAL);
+                .is_some_and(|at| now.saturating_sub(*at) < COMPACTION_INTERVAL);
             if link.handle.is_running()
                 && !recently
                 && gain >= MIN_COMPACTION_GAIN
@@ -214,18 +322,17 @@ impl Coordinator {
             }
         }
         for stream in scheduled {
-            self.last_compaction.insert(stream, Instant::now());
+            self.last_compaction.insert(stream, now);
             self.emit(SupervisorEvent::CompactionScheduled(stream));
         }
     }
 
     /// Tell each stream that holds more than it needed within the settle
     /// window to settle (see `settle.rs`).
-    fn schedule_settles(&mut self) {
+    fn schedule_settles(&mut self, now: Duration) {
         let Some(settle) = self.settle else {
             return;
         };
-        let now = Instant::now();
         let mut scheduled = Vec::new();
         {
             let streams = self.device.registry.lock();
@@ -256,11 +363,20 @@ impl Coordinator {
         subscribers.retain(|subscriber| subscriber.send(event.clone()).is_ok());
     }
 
-    /// The coordinator's loop.
+    /// The coordinator's loop. On the wall clock it wakes itself every
+    /// `tick` to run the timers; on a manual clock it only serves notices
+    /// (the timers run at `Notice::Tick`).
     pub(crate) fn run(mut self, notices: Receiver<Notice>, tick: Duration) {
-        let mut last_tick = Instant::now();
+        let clock = self.timers.clock.clone();
+        let ticks_itself = clock.as_manual().is_none();
+        let mut last_tick = clock.now();
         loop {
-            match notices.recv_timeout(tick) {
+            let received = if ticks_itself {
+                notices.recv_timeout(tick)
+            } else {
+                notices.recv()
+            };
+            match received {
                 Ok(notice) => {
                     if !self.handle(notice) {
                         return;
@@ -269,8 +385,8 @@ impl Coordinator {
                 Err(RecvError::Disconnected) => return,
                 Err(RecvError::Empty) => {}
             }
-            if last_tick.elapsed() >= tick {
-                last_tick = Instant::now();
+            if ticks_itself && clock.now().saturating_sub(last_tick) >= tick {
+                last_tick = clock.now();
                 self.tick();
             }
         }

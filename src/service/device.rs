@@ -6,10 +6,11 @@ use super::error::{OutOfMemoryReport, StreamUsage};
 use super::events::SupervisorEvent;
 use super::headroom::Headroom;
 use super::registry::{Registry, StreamEntry};
-use crate::memory::StreamId;
+use crate::clock::{ManualClock, SharedClock};
+use crate::memory::{LiveBytes, StreamId};
 use crate::saturating::SaturatingSum;
 use crate::storage::DeviceBudget;
-use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::atomic::Ordering;
 use crate::sync::channel::Sender;
 use crate::sync::{Arc, Mutex};
 use std::collections::BTreeMap;
@@ -38,6 +39,11 @@ pub(crate) enum Notice {
     },
     /// Pass on to subscribers.
     Event(SupervisorEvent),
+    /// Run the timers now (`Supervisor::tick`), then say so on `done`.
+    Tick {
+        /// Told once the tick ran.
+        done: Sender<()>,
+    },
     /// The supervisor is shutting down.
     Stop,
 }
@@ -56,12 +62,14 @@ pub(crate) struct DeviceShared {
     pub(crate) notices: Option<Sender<Notice>>,
     /// Whether short streams may ask the others for memory.
     pub(crate) recovery: bool,
-    /// Bytes in use on all streams, as last published.
-    pub(crate) in_use: AtomicU64,
-    /// The most of `in_use` at once.
-    pub(crate) peak_in_use: AtomicU64,
+    /// Bytes the clients of all streams hold, and the most at once: exact
+    /// at every moment (`memory/live.rs`), so no decision depends on when
+    /// a stream got round to its releases.
+    pub(crate) live: Arc<LiveBytes>,
     /// How far reserved may run ahead of live before growth trims first.
     pub(crate) headroom: Option<Headroom>,
+    /// The clock every time-driven policy reads (`clock.rs`).
+    pub(crate) clock: SharedClock,
 }
 
 /// The device's totals across streams.
@@ -93,10 +101,16 @@ impl DeviceShared {
             registry: Mutex::new(BTreeMap::new()),
             notices,
             recovery,
-            in_use: AtomicU64::new(0),
-            peak_in_use: AtomicU64::new(0),
+            live: Arc::new(LiveBytes::new()),
             headroom: None,
+            clock: ManualClock::shared(),
         }
+    }
+
+    /// The same, on `clock`.
+    pub(crate) fn with_clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// The same, growing under `headroom`.
@@ -112,43 +126,26 @@ impl DeviceShared {
     pub(crate) fn over_headroom(&self, requested: u64, page: u64) -> bool {
         self.headroom.is_some_and(|headroom| {
             let live = self
-                .in_use
-                .load(Ordering::Relaxed)
+                .live
+                .get()
                 .saturating_add(requested)
-                .max(self.peak_in_use.load(Ordering::Relaxed));
+                .max(self.live.peak());
             headroom.exceeded(self.meter.granted().saturating_add(page), live)
         })
-    }
-
-    /// A stream's published bytes in use moved from `before` to `after`:
-    /// move the total and its peak.
-    pub(crate) fn account_in_use(&self, before: u64, after: u64) {
-        let now = if after >= before {
-            let up = after.wrapping_sub(before);
-            self.in_use
-                .fetch_add(up, Ordering::Relaxed)
-                .saturating_add(up)
-        } else {
-            let down = before.wrapping_sub(after);
-            self.in_use
-                .fetch_sub(down, Ordering::Relaxed)
-                .saturating_sub(down)
-        };
-        self.peak_in_use.fetch_max(now, Ordering::Relaxed);
     }
 
     pub(crate) fn stats(&self) -> DeviceStats {
         DeviceStats {
             bytes_reserved: self.meter.held(),
             peak_bytes_reserved: self.meter.peak(),
-            bytes_in_use: self.in_use.load(Ordering::Relaxed),
-            peak_bytes_in_use: self.peak_in_use.load(Ordering::Relaxed),
+            bytes_in_use: self.live.get(),
+            peak_bytes_in_use: self.live.peak(),
         }
     }
 
-    /// Bytes the streams other than `stream` may hold beyond what they use
-    /// (as last published; all they hold when releases wait unseen): what
-    /// a recovery round could win back at most.
+    /// Bytes the streams other than `stream` hold beyond what their clients
+    /// hold (exact: pages as published before each answer, live bytes as
+    /// released): what a recovery round could win back at most.
     pub(crate) fn others_excess(&self, stream: StreamId) -> u64 {
         self.registry
             .lock()
@@ -181,7 +178,7 @@ impl DeviceShared {
             .map(|shared| StreamUsage {
                 stream: shared.stream,
                 reserved: shared.bytes_reserved.load(Ordering::Relaxed),
-                in_use: shared.bytes_in_use.load(Ordering::Relaxed),
+                in_use: shared.bytes_in_use(),
             })
             .collect();
         OutOfMemoryReport {

@@ -16,8 +16,6 @@
 use super::actor::StreamActor;
 use super::short::{Pending, PendingState};
 use crate::memory::{ADAPTIVE_MIN_PAGE_SIZE, Cleanup, RelocationReason};
-use crate::sync::atomic::Ordering;
-use std::time::Instant;
 
 /// How far reserved bytes may run ahead of live bytes (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -84,9 +82,7 @@ impl StreamActor {
         }
         if self.short_pending {
             // A round for this stream is under way: its `Retry` serves this.
-            pending.state = PendingState::ParkedForHeadroom {
-                since: Instant::now(),
-            };
+            pending.state = PendingState::ParkedForHeadroom { since: self.now() };
             return self.parked.push_back(pending);
         }
         // A round is worth its wake-ups only if the others hold at least
@@ -96,9 +92,7 @@ impl StreamActor {
             && self.over_headroom(&pending)
             && self.device.others_excess(self.shared.stream) >= requested.max(MIN_ROUND_GAIN)
         {
-            pending.state = PendingState::ParkedForHeadroom {
-                since: Instant::now(),
-            };
+            pending.state = PendingState::ParkedForHeadroom { since: self.now() };
             self.parked.push_back(pending);
             return self.ask_now(requested, true);
         }
@@ -143,13 +137,9 @@ impl StreamActor {
         let Some(headroom) = self.device.headroom else {
             return;
         };
-        // As just published (`handle` calls this right after `publish`).
-        let in_use = self.shared.bytes_in_use.load(Ordering::Relaxed);
-        let excess = self
-            .shared
-            .bytes_reserved
-            .load(Ordering::Relaxed)
-            .saturating_sub(in_use);
+        // The stream's own pools, against what its clients hold now.
+        let in_use = self.shared.bytes_in_use();
+        let excess = self.memory.bytes_reserved().saturating_sub(in_use);
         if excess < headroom.share(in_use) || !self.device.over_headroom(0, 0) {
             return;
         }

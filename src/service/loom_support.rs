@@ -4,7 +4,7 @@
 //! loom thread. Compiled only under `--cfg streamalloc_loom`.
 
 use super::actor::{ActorTiming, StreamActor};
-use super::coordinator::{Coordinator, Subscribers};
+use super::coordinator::{Coordinator, Subscribers, Timers};
 use super::device::{DeviceShared, Notice};
 use super::error::ServiceError;
 use super::handle::StreamHandle;
@@ -46,7 +46,6 @@ fn model_wiring(inbox_capacity: usize) -> Wiring {
     Wiring {
         timing: ActorTiming {
             spin: 0,
-            idle_tick: None,
             pin_wait: Duration::ZERO,
         },
         inbox_capacity,
@@ -117,7 +116,7 @@ impl ActorUnderTest {
     }
 
     /// Publish the counters handles and the coordinator read.
-    pub fn publish(&self) {
+    pub fn publish(&mut self) {
         self.actor.publish()
     }
 
@@ -232,7 +231,11 @@ pub fn device_with(
                 device.clone(),
                 subscribers,
                 None,
-                Duration::from_secs(3600),
+                Timers {
+                    clock: device.clock.clone(),
+                    episode_timeout: Duration::from_secs(3600),
+                    idle_tick: None,
+                },
                 None,
             ),
             notices: notices_rx,

@@ -142,6 +142,8 @@ pub(crate) enum Control {
     Retry,
     /// Reserved / in use passed the threshold: compact.
     Compact,
+    /// No request for the idle tick: tidy up as an idle stream does.
+    Idle,
     /// The stream holds more than it needed lately: return empty pages and
     /// compact, down towards `keep` bytes (see `settle.rs`).
     Settle {

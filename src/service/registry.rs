@@ -16,7 +16,7 @@ use super::error::ServiceError;
 use super::handle::{Connection, StreamHandle};
 use super::message::{Control, Request, ShutdownReport};
 use super::shared::StreamShared;
-use crate::memory::{MemoryConfig, MemoryManager, StreamId};
+use crate::memory::{LiveMeter, MemoryConfig, MemoryManager, StreamId};
 use crate::storage::{BudgetedStorage, DeviceStorage};
 use crate::sync::channel::{self, Receiver, Sender};
 use crate::sync::thread::JoinHandle;
@@ -91,11 +91,12 @@ pub(crate) fn wire(
 ) -> (StreamActor, Receiver<Request>, StreamEntry) {
     let storage: Box<dyn DeviceStorage> =
         Box::new(BudgetedStorage::new(storage, device.meter.clone()));
-    let mut memory = MemoryManager::for_stream(storage, memory, id);
+    let live = Arc::new(LiveMeter::new(device.live.clone()));
+    let mut memory = MemoryManager::metered(storage, memory, id, Some(live.clone()));
     if let Some(recorder) = recorder {
         memory.set_observer(TraceRecorder::observer(recorder));
     }
-    let shared = Arc::new(StreamShared::new(id, memory.release_probe()));
+    let shared = Arc::new(StreamShared::new(id, live));
     let (inbox_tx, inbox) = channel::bounded(wiring.inbox_capacity.max(1));
     let connection = Arc::new(Connection {
         inbox: inbox_tx,

@@ -18,7 +18,7 @@ use crate::memory::ADAPTIVE_MIN_PAGE_SIZE;
 use crate::memory::{Cleanup, RelocationReason};
 use crate::sync::atomic::Ordering;
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// When a stream holds more than it needed lately, it gives the excess back.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -56,9 +56,9 @@ impl Settle {
 #[derive(Debug, Default)]
 pub(crate) struct SettleWatch {
     /// `(when, bytes in use)` samples within the window, oldest first.
-    samples: VecDeque<(Instant, u64)>,
+    samples: VecDeque<(Duration, u64)>,
     /// When the stream was first watched or last told to settle.
-    since: Option<Instant>,
+    since: Option<Duration>,
 }
 
 impl SettleWatch {
@@ -68,19 +68,19 @@ impl SettleWatch {
         &mut self,
         settle: &Settle,
         stream: &StreamHandle,
-        now: Instant,
+        now: Duration,
     ) -> Option<(u64, u64)> {
         let stats = stream.stats();
         self.samples.push_back((now, stats.bytes_in_use));
         while self
             .samples
             .front()
-            .is_some_and(|(at, _)| now.duration_since(*at) > settle.window)
+            .is_some_and(|(at, _)| now.saturating_sub(*at) > settle.window)
         {
             self.samples.pop_front();
         }
         let since = *self.since.get_or_insert(now);
-        if now.duration_since(since) < settle.window {
+        if now.saturating_sub(since) < settle.window {
             return None;
         }
         let needed = self.samples.iter().map(|(_, bytes)| *bytes).max()?;

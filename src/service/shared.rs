@@ -1,7 +1,8 @@
 //! What a stream's actor publishes for its handles and the supervisor to
 //! read without a round trip: its state and its counters.
 
-use crate::memory::{ReleaseProbe, StreamId};
+use crate::memory::{LiveMeter, StreamId};
+use crate::sync::Arc;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -67,9 +68,9 @@ pub(crate) struct StreamShared {
     pub(crate) requests: AtomicU64,
     /// Allocations reserved.
     pub(crate) reservations: AtomicU64,
-    /// Bytes in use.
-    pub(crate) bytes_in_use: AtomicU64,
-    /// Bytes reserved.
+    /// Bytes the stream's clients hold, exact at every moment (`live.rs`).
+    pub(crate) live: Arc<LiveMeter>,
+    /// Bytes reserved (the actor publishes before it answers).
     pub(crate) bytes_reserved: AtomicU64,
     /// Peak bytes reserved.
     pub(crate) peak_bytes_reserved: AtomicU64,
@@ -79,22 +80,18 @@ pub(crate) struct StreamShared {
     pub(crate) idle_cleanups: AtomicU64,
     /// Settles.
     pub(crate) settles: AtomicU64,
-    /// Whether the manager has releases to process (then `bytes_in_use`
-    /// overstates what is live).
-    pub(crate) releases: ReleaseProbe,
 }
 
 impl StreamShared {
-    pub(crate) fn new(stream: StreamId, releases: ReleaseProbe) -> Self {
+    pub(crate) fn new(stream: StreamId, live: Arc<LiveMeter>) -> Self {
         Self {
             stream,
-            releases,
+            live,
             state: AtomicU64::new(RUNNING),
             failure: Mutex::new(None),
             exited: AtomicBool::new(false),
             requests: AtomicU64::new(0),
             reservations: AtomicU64::new(0),
-            bytes_in_use: AtomicU64::new(0),
             bytes_reserved: AtomicU64::new(0),
             peak_bytes_reserved: AtomicU64::new(0),
             relocated: AtomicU64::new(0),
@@ -103,16 +100,22 @@ impl StreamShared {
         }
     }
 
-    /// The most bytes the stream may hold beyond its use: its published
-    /// excess, or all it holds while releases wait unseen (its published
-    /// bytes in use then overstate what is live).
+    /// The bytes the stream holds beyond what its clients hold: what it
+    /// could give back at most (exact: releases count as they happen).
     pub(crate) fn unused_at_most(&self) -> u64 {
-        let reserved = self.bytes_reserved.load(Ordering::Relaxed);
-        if self.releases.waiting() {
-            reserved
-        } else {
-            reserved.saturating_sub(self.bytes_in_use.load(Ordering::Relaxed))
-        }
+        self.bytes_reserved
+            .load(Ordering::Acquire)
+            .saturating_sub(self.live.live())
+    }
+
+    /// Bytes the stream's clients hold now.
+    pub(crate) fn bytes_in_use(&self) -> u64 {
+        self.live.live()
+    }
+
+    /// Bytes its clients ever released (only grows).
+    pub(crate) fn released_bytes(&self) -> u64 {
+        self.live.released()
     }
 
     pub(crate) fn is_running(&self) -> bool {
@@ -166,7 +169,7 @@ impl StreamShared {
             state: self.state(),
             requests: self.requests.load(Ordering::Relaxed),
             reservations: self.reservations.load(Ordering::Relaxed),
-            bytes_in_use: self.bytes_in_use.load(Ordering::Relaxed),
+            bytes_in_use: self.bytes_in_use(),
             bytes_reserved: self.bytes_reserved.load(Ordering::Relaxed),
             peak_bytes_reserved: self.peak_bytes_reserved.load(Ordering::Relaxed),
             relocated: self.relocated.load(Ordering::Relaxed),

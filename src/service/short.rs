@@ -8,11 +8,18 @@
 //!    (`StreamHandle::may_give_back`) to return cached
 //!    pages and compact (`Control::GiveBack`), collects their answers, then
 //!    tells this stream to retry (`Control::Retry`).
-//! 3. On `Retry` every parked request is tried again: served, or answered
-//!    with an `OutOfMemory` breakdown. A request that asked to wait
-//!    (`reserve_timeout`) stays parked and is retried on a short poll until
-//!    its deadline, asking for further rounds (at most one per
-//!    `ASK_INTERVAL`).
+//!    When nothing can come of a round (a budget is set, and the others
+//!    hold less beyond their clients' bytes than the request lacks; or they
+//!    hold nothing beyond), the request fails at once instead: a trace that
+//!    does not fit replays as fast as one that does.
+//! 3. The round ends on answers (the coordinator sends `Retry` once every
+//!    stream it asked has answered), and only then is every parked request
+//!    tried again: served, or answered with an `OutOfMemory` breakdown. A
+//!    request that asked to wait (`reserve_timeout`) stays parked and is
+//!    retried on a short poll until its deadline (on the service's clock),
+//!    asking for further rounds (at most one per `ASK_INTERVAL`).
+//!    `RECOVERY_TIMEOUT` is a safety net for a server whose coordinator is
+//!    gone; on a manual clock it never fires while a replay waits.
 //!
 //! No actor ever waits on another actor or on the coordinator, and all
 //! control traffic is on unbounded channels: two streams short at once
@@ -26,7 +33,7 @@ use super::message::{Allocations, Answer, Sizes};
 use crate::memory::{AllocationMode, Cleanup, MemoryError, PageUpdate, RelocationReason};
 use crate::storage::StorageError;
 use crate::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How often a stream with waiting requests asks for another recovery round.
 const ASK_INTERVAL: Duration = Duration::from_millis(20);
@@ -45,8 +52,9 @@ pub(crate) struct Pending {
     pub(crate) mode: AllocationMode,
     /// Where the answer goes.
     pub(crate) reply: Answer<Allocations>,
-    /// Until when the caller waits for memory (`None`: one recovery round).
-    pub(crate) deadline: Option<Instant>,
+    /// Until when (on the service's clock) the caller waits for memory
+    /// (`None`: one recovery round).
+    pub(crate) deadline: Option<Duration>,
     /// Where it stands.
     pub(crate) state: PendingState,
 }
@@ -64,20 +72,20 @@ pub(crate) enum PendingState {
     /// the device's headroom: after the round it takes a page whatever the
     /// headroom says.
     ParkedForHeadroom {
-        /// When it was parked.
-        since: Instant,
+        /// When it was parked (on the service's clock).
+        since: Duration,
     },
     /// Parked because the device is short: tried again at each retry,
     /// answered `OutOfMemory` when its round (or its deadline) is over.
     ParkedShort {
-        /// When it was parked.
-        since: Instant,
+        /// When it was parked (on the service's clock).
+        since: Duration,
     },
 }
 
 impl PendingState {
     /// When it was parked, if it is.
-    fn parked_since(self) -> Option<Instant> {
+    fn parked_since(self) -> Option<Duration> {
         match self {
             PendingState::ParkedForHeadroom { since } | PendingState::ParkedShort { since } => {
                 Some(since)
@@ -180,12 +188,17 @@ impl StreamActor {
                     requested: pending.requested(),
                 }));
         }
+        // Everything another stream's decision reads is in place before
+        // the caller hears back (`actor.rs`).
+        self.trim_to_headroom();
+        self.publish();
         pending.answer(Ok(batch));
     }
 
     fn fail(&mut self, pending: Pending) {
         let requested = pending.requested();
         let stream = self.shared.stream;
+        self.publish();
         self.device
             .notify(Notice::Event(SupervisorEvent::OutOfMemory {
                 stream,
@@ -196,21 +209,47 @@ impl StreamActor {
     }
 
     fn park(&mut self, mut pending: Pending) {
-        if !self.device.has_coordinator() && pending.deadline.is_none() {
+        if pending.deadline.is_none() && (!self.device.has_coordinator() || self.hopeless(&pending))
+        {
             return self.fail(pending);
         }
-        pending.state = PendingState::ParkedShort {
-            since: Instant::now(),
-        };
+        pending.state = PendingState::ParkedShort { since: self.now() };
         let requested = pending.requested();
+        let waits = pending.deadline.is_some();
         self.parked.push_back(pending);
-        self.ask_for_memory(requested);
+        if waits {
+            self.ask_for_memory(requested);
+        } else {
+            self.ask_now(requested, false);
+        }
+    }
+
+    /// Whether no round could make `pending` fit: the others hold nothing
+    /// beyond their clients' bytes, or (under a budget) less than the
+    /// budget lacks for its smallest size. Both counts are exact at this
+    /// moment (`memory/live.rs`), so the outcome is the same on every run.
+    fn hopeless(&self, pending: &Pending) -> bool {
+        let others = self.device.others_excess(self.shared.stream);
+        if others == 0 {
+            return true;
+        }
+        let Some(budget) = &self.device.budget else {
+            return false;
+        };
+        let room = budget.limit().saturating_sub(budget.granted());
+        let smallest = pending.sizes.iter().copied().min().unwrap_or(0);
+        others < smallest.saturating_sub(room)
     }
 
     /// Tell the coordinator we are short, unless a round is under way or
-    /// one was asked for just now.
+    /// one was asked for just now (a request waiting for a deadline asks
+    /// again as it polls).
     fn ask_for_memory(&mut self, requested: u64) {
-        if self.last_ask.is_some_and(|at| at.elapsed() < ASK_INTERVAL) {
+        let now = self.now();
+        if self
+            .last_ask
+            .is_some_and(|at| now.saturating_sub(at) < ASK_INTERVAL)
+        {
             return;
         }
         self.ask_now(requested, false);
@@ -223,7 +262,7 @@ impl StreamActor {
             return;
         }
         self.short_pending = true;
-        self.last_ask = Some(Instant::now());
+        self.last_ask = Some(self.now());
         self.device.notify(Notice::Short {
             stream: self.shared.stream,
             requested,
@@ -231,9 +270,13 @@ impl StreamActor {
         });
     }
 
-    /// Whether requests are parked (the loop then polls).
-    pub(crate) fn has_parked(&self) -> bool {
-        !self.parked.is_empty()
+    /// Whether the loop should poll for parked requests: one waits for a
+    /// deadline, or (on the wall clock) a round's safety net may run out.
+    /// On a manual clock a request parked for a round waits for its
+    /// `Retry` alone.
+    pub(crate) fn polls_parked(&self) -> bool {
+        self.parked.iter().any(|pending| pending.deadline.is_some())
+            || (!self.parked.is_empty() && self.device.clock.as_manual().is_none())
     }
 
     /// Try every parked request again. `round_over`: the coordinator's
@@ -244,11 +287,14 @@ impl StreamActor {
             return;
         }
         self.memory.process_releases();
-        let now = Instant::now();
+        let now = self.now();
         let mut still_short = None;
         for mut pending in std::mem::take(&mut self.parked) {
-            if let PendingState::ParkedForHeadroom { since } = pending.state {
-                let waited_out = now.duration_since(since) >= RECOVERY_TIMEOUT;
+            let waited_out = pending
+                .state
+                .parked_since()
+                .is_some_and(|at| now.saturating_sub(at) >= RECOVERY_TIMEOUT);
+            if let PendingState::ParkedForHeadroom { .. } = pending.state {
                 if !round_over && self.short_pending && !waited_out {
                     self.parked.push_back(pending);
                     continue;
@@ -259,18 +305,20 @@ impl StreamActor {
                 self.serve_growing(pending);
                 continue;
             }
+            // A request that waits for its round's answers is tried only
+            // when they are in: its outcome must not depend on when a poll
+            // came round.
+            let recovering = pending.deadline.is_none() && !round_over && !waited_out;
+            if recovering {
+                self.parked.push_back(pending);
+                continue;
+            }
             match self.try_reserve(&pending) {
                 Ok(batch) => self.answer_served(pending, batch, true),
                 Err(err) if !is_out_of_memory(&err) => pending.answer(Err(err.into())),
                 Err(_) => {
                     let waiting = pending.deadline.is_some_and(|deadline| now < deadline);
-                    let recovering = pending.deadline.is_none()
-                        && !round_over
-                        && pending
-                            .state
-                            .parked_since()
-                            .is_some_and(|at| now.duration_since(at) < RECOVERY_TIMEOUT);
-                    if waiting || recovering {
+                    if waiting {
                         still_short.get_or_insert(pending.requested());
                         self.parked.push_back(pending);
                     } else {

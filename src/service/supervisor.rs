@@ -2,7 +2,7 @@
 //! lifecycles — and spawns one `StreamActor` per stream.
 
 use super::actor::ActorTiming;
-use super::coordinator::{Coordinator, Subscribers};
+use super::coordinator::{Coordinator, Subscribers, Timers};
 use super::device::{DeviceShared, DeviceStats, Notice};
 use super::error::ServiceError;
 use super::events::{Events, SupervisorEvent};
@@ -12,6 +12,7 @@ use super::message::ShutdownReport;
 use super::registry::{StreamEntry, Wiring, wire};
 use super::settle::Settle;
 use super::shared::StreamStats;
+use crate::clock::{SharedClock, WallClock};
 use crate::memory::{MemoryConfig, StreamId};
 use crate::storage::{DeviceBudget, DeviceStorage, HostStorage, StorageError, VirtualStorage};
 use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -33,7 +34,7 @@ pub struct ServiceConfig {
     /// Requests a stream's inbox holds before senders wait.
     pub inbox_capacity: usize,
     /// A stream with no request for this long runs an idle cleanup
-    /// (`None`: never).
+    /// (`None`: never). The supervisor tells it, on its tick.
     pub idle_tick: Option<Duration>,
     /// How long a shutdown waits for pinned allocations to be unpinned.
     pub pin_wait: Duration,
@@ -48,11 +49,19 @@ pub struct ServiceConfig {
     /// ([`DEFAULT_COMPACTION_THRESHOLD`](crate::memory::DEFAULT_COMPACTION_THRESHOLD),
     /// 1.5), so one number says when compaction pays, on a stream or device.
     pub compaction_threshold: Option<f64>,
-    /// How often the supervisor looks at its streams.
+    /// How often the supervisor runs its timers (settle, compaction, idle
+    /// cleanups) on the wall clock; on a manual clock they run at
+    /// [`Supervisor::tick`].
     pub supervise_tick: Duration,
-    /// A recovery round for a short stream ends after this long even if not
-    /// every other stream answered.
+    /// A recovery round for a short stream ends when every stream asked
+    /// has answered; after this long without all the answers it ends
+    /// anyway (a safety net: a manual clock does not move while a replay
+    /// waits, so there it never fires).
     pub recovery_timeout: Duration,
+    /// The clock every time-driven policy reads: the wall clock in a
+    /// server, a [`ManualClock`](crate::clock::ManualClock) in a replay or
+    /// a test (see [`clock`](crate::clock)).
+    pub clock: SharedClock,
     /// Whether a short stream may get memory from the others' cached pages
     /// (`false` shows what the device needs without that).
     pub cross_stream_cleanup: bool,
@@ -86,6 +95,7 @@ impl Default for ServiceConfig {
             compaction_threshold: Some(crate::memory::DEFAULT_COMPACTION_THRESHOLD),
             supervise_tick: Duration::from_millis(50),
             recovery_timeout: Duration::from_secs(1),
+            clock: WallClock::shared(),
             cross_stream_cleanup: true,
             headroom: Some(Headroom::default()),
             settle: Some(Settle::default()),
@@ -143,7 +153,8 @@ impl Supervisor {
         let device_with = |notices| {
             Arc::new(
                 DeviceShared::new(budget.clone(), notices, config.cross_stream_cleanup)
-                    .with_headroom(config.headroom),
+                    .with_headroom(config.headroom)
+                    .with_clock(config.clock.clone()),
             )
         };
         let mut device = device_with(Some(notices_tx));
@@ -151,7 +162,11 @@ impl Supervisor {
             device.clone(),
             subscribers.clone(),
             config.compaction_threshold,
-            config.recovery_timeout,
+            Timers {
+                clock: config.clock.clone(),
+                episode_timeout: config.recovery_timeout,
+                idle_tick: config.idle_tick,
+            },
             config.settle,
         );
         let tick = config.supervise_tick;
@@ -182,11 +197,39 @@ impl Supervisor {
         &self.config
     }
 
+    /// Run the timers now, at the clock's time (settle, compaction, idle
+    /// cleanups, a recovery round's safety net), and return once every
+    /// stream has done what they told it. This is how time passes for a
+    /// service on a [`ManualClock`](crate::clock::ManualClock): move the
+    /// clock, then tick. On the wall clock the supervisor also ticks by
+    /// itself every [`supervise_tick`](ServiceConfig::supervise_tick).
+    ///
+    /// # Errors
+    /// A stream that stopped or failed on the way.
+    pub fn tick(&self) -> Result<(), ServiceError> {
+        let (done, told) = channel::bounded(1);
+        if self.coordinator.lock().is_some() {
+            self.device.notify(Notice::Tick { done });
+            // Dropped unanswered only if the coordinator is gone.
+            let _ = told.recv();
+        }
+        // Control is served before any request behind it: one round trip
+        // to each stream and everything it was told is done.
+        for handle in self.handles() {
+            handle.report()?;
+        }
+        Ok(())
+    }
+
     /// Wait until every stream holds no more than the settle policy lets
-    /// it keep (or two settle windows passed), then every stream's releases
-    /// are processed and the device's totals returned: what the device
-    /// holds once the load has fallen, with no explicit cleanup. Without a
-    /// settle policy, the totals at once.
+    /// it keep (or two settle windows passed on the service's clock), then
+    /// every stream's releases are processed and the device's totals
+    /// returned: what the device holds once the load has fallen, with no
+    /// explicit cleanup. Without a settle policy, the totals at once.
+    ///
+    /// On a manual clock nothing passes while this waits: it looks once.
+    /// Move the clock past the window and [`tick`](Self::tick) first (a
+    /// replay does, `replay.rs`).
     ///
     /// # Errors
     /// A stream that stopped or failed on the way.
@@ -195,9 +238,11 @@ impl Supervisor {
         for handle in &handles {
             handle.report()?;
         }
-        if let Some(settling) = self.settling() {
+        if let Some(settling) = self.settling()
+            && self.config.clock.as_manual().is_none()
+        {
             while !settling.over(&handles) {
-                std::thread::sleep(self.config.supervise_tick);
+                crate::sync::thread::sleep(self.config.supervise_tick);
             }
             for handle in &handles {
                 handle.report()?;
@@ -223,9 +268,11 @@ impl Supervisor {
             .window
             .saturating_mul(2)
             .saturating_add(self.config.supervise_tick.saturating_mul(4));
+        let clock = self.config.clock.clone();
         Some(Settling {
             settle,
-            deadline: super::actor::deadline_after(wait),
+            deadline: crate::clock::deadline(clock.now(), wait),
+            clock,
         })
     }
 
@@ -312,7 +359,6 @@ impl Supervisor {
         let wiring = Wiring {
             timing: ActorTiming {
                 spin: self.config.spin,
-                idle_tick: self.config.idle_tick,
                 pin_wait: self.config.pin_wait,
             },
             inbox_capacity: self.config.inbox_capacity,
@@ -387,14 +433,15 @@ impl Supervisor {
 /// How long `settled` waits, and for what.
 pub(crate) struct Settling {
     settle: Settle,
-    deadline: std::time::Instant,
+    deadline: Duration,
+    clock: SharedClock,
 }
 
 impl Settling {
     /// Whether the wait is over: every stream within what the policy lets
     /// it keep, or two settle windows passed.
     pub(crate) fn over(&self, handles: &[StreamHandle]) -> bool {
-        std::time::Instant::now() >= self.deadline
+        self.clock.now() >= self.deadline
             || handles.iter().all(|handle| {
                 let stats = handle.stats();
                 stats.bytes_reserved <= self.settle.keep(stats.bytes_in_use)

@@ -25,6 +25,11 @@ impl<T> Mutex<T> {
 pub(crate) mod thread {
     pub(crate) use loom::thread::{JoinHandle, yield_now};
 
+    /// Time is not modelled: a sleep is a yield.
+    pub(crate) fn sleep(_: std::time::Duration) {
+        loom::thread::yield_now();
+    }
+
     /// Spawn a loom thread (names are not modelled).
     pub(crate) fn spawn<F, T>(_name: String, f: F) -> std::io::Result<JoinHandle<T>>
     where

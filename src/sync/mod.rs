@@ -26,6 +26,14 @@ pub(crate) mod foreign {
     pub(crate) use std::sync::Arc;
 }
 
+/// State no model needs to explore, `std`'s on both sides: the manual
+/// clock's time (time is not modelled: under loom it never moves, so no
+/// timer fires) and the `Arc` that public configuration holds it in.
+pub(crate) mod unmodelled {
+    pub(crate) use std::sync::Arc;
+    pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+}
+
 /// A number no other call in this process got (the identities managers
 /// stamp on their handles). A process-wide counter that no model needs to
 /// explore, so `std`'s atomic on both sides.

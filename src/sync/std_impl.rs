@@ -36,7 +36,7 @@ impl<T> Mutex<T> {
 }
 
 pub(crate) mod thread {
-    pub(crate) use std::thread::{JoinHandle, yield_now};
+    pub(crate) use std::thread::{JoinHandle, sleep, yield_now};
 
     /// Spawn a named thread.
     pub(crate) fn spawn<F, T>(name: String, f: F) -> std::io::Result<JoinHandle<T>>

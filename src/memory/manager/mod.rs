@@ -9,6 +9,7 @@ use super::error::{HandedBack, MemoryError};
 use super::handle::{
     Allocation, AllocationCell, AllocationId, OwnerId, SlotKey, StreamId, pack, unpack,
 };
+use super::live::LiveMeter;
 use super::observer::MemoryObserver;
 use super::policy::{Cleanup, PageUpdate};
 use super::pool::{Growth, Placement, Pool, WholePagePool, align_up};
@@ -105,6 +106,17 @@ impl<S: DeviceStorage> MemoryManager<S> {
 
     /// A manager whose allocation ids name `stream`.
     pub fn for_stream(storage: S, config: MemoryConfig, stream: StreamId) -> Self {
+        Self::metered(storage, config, stream, None)
+    }
+
+    /// [`for_stream`](Self::for_stream), its live bytes also counted on
+    /// `meter` for other threads to read (`live.rs`).
+    pub(crate) fn metered(
+        storage: S,
+        config: MemoryConfig,
+        stream: StreamId,
+        meter: Option<Arc<LiveMeter>>,
+    ) -> Self {
         let device = config.device;
         let alignment = device.alignment.max(1);
         let mut pools = vec![
@@ -136,7 +148,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
             alignment,
             pools,
             slots: SlotTable::default(),
-            releases: ReleaseInbox::new(),
+            releases: ReleaseInbox::new(meter),
             release_buf: Vec::new(),
             tick: 0,
             persistent: config.persistent,
@@ -237,6 +249,18 @@ impl<S: DeviceStorage> MemoryManager<S> {
         self.in_use = self.in_use.saturating_sub(bytes);
     }
 
+    /// The live meter, if this manager is metered (`live.rs`).
+    pub(crate) fn meter(&self) -> Option<&Arc<LiveMeter>> {
+        self.releases.meter.as_ref()
+    }
+
+    /// The binding of `cell` ended here, not by a drop: off the meter.
+    pub(crate) fn unmeter(meter: Option<&Arc<LiveMeter>>, cell: &AllocationCell) {
+        if let Some(meter) = meter {
+            meter.ended(cell.metered.swap(0, Ordering::AcqRel));
+        }
+    }
+
     /// A handle bound to nothing yet, for [`bind`](Self::bind) to give an
     /// allocation to (the seed's `ManagedMemoryHandle::new()`).
     pub fn unbound(&self) -> Allocation {
@@ -246,11 +270,6 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// The queue this manager's handles release to.
     pub(crate) fn release_queue(&self) -> &Arc<super::release::ReleaseQueue> {
         self.releases.queue()
-    }
-
-    /// A probe other threads can ask whether releases wait here.
-    pub(crate) fn release_probe(&self) -> super::ReleaseProbe {
-        self.releases.probe()
     }
 
     /// Whether dropped handles or guards wait to be processed.
@@ -403,6 +422,9 @@ impl<S: DeviceStorage> MemoryManager<S> {
         let live = self.slots.get_mut(slot).expect("checked");
         live.cursor = cursor;
         let addr = live.cell.addr.swap(0, Ordering::AcqRel);
+        // The bytes stay counted, now by the handle that holds them.
+        let metered = live.cell.metered.swap(0, Ordering::AcqRel);
+        assigned.cell.metered.store(metered, Ordering::Release);
         assigned.cell.len.store(live.size, Ordering::Release);
         assigned.cell.addr.store(addr, Ordering::Release);
         live.rebind(Arc::clone(&assigned.cell));

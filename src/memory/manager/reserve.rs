@@ -210,6 +210,10 @@ impl<S: DeviceStorage> MemoryManager<S> {
             .map_or(0, |base| base + placement.offset);
         allocation.cell.addr.store(addr, Ordering::Release);
         allocation.cell.len.store(size, Ordering::Release);
+        if let Some(meter) = self.releases.meter.as_ref() {
+            allocation.cell.metered.store(size, Ordering::Release);
+            meter.handed_out(size);
+        }
         self.slots.fill(
             slot,
             Live {
@@ -237,6 +241,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
             pins: AtomicU64::new(0),
             addr: AtomicU64::new(0),
             len: AtomicU64::new(0),
+            metered: AtomicU64::new(0),
             releases: Arc::clone(self.releases.queue()),
             next_release: AtomicPtr::new(std::ptr::null_mut()),
         }

@@ -1,0 +1,146 @@
+//! Live bytes counted where they change, so a thread other than the owner
+//! reads them exact.
+//!
+//! A manager's own `bytes_in_use` moves only when its owner processes the
+//! releases that dropped handles queued, which happens when the owner gets
+//! round to it. A decision made on another thread (the device's headroom,
+//! which stream can give back, whether a request can ever fit) must not
+//! depend on that timing, or the same trace gives different answers on
+//! different runs. So a metered manager counts twice more, at the moments
+//! bytes change hands:
+//!
+//! - the owner adds an allocation's bytes when it hands it out;
+//! - whoever ends the binding takes them off at once: the last handle's
+//!   drop (on the dropper's thread, before the release is queued), or the
+//!   owner when it moves the binding to another handle or frees
+//!   allocations whose handles live on (the end of a stream). The bytes a
+//!   cell still counts sit in [`AllocationCell::metered`], and each side
+//!   takes them with one swap, so they come off exactly once.
+//!
+//! Every release made before a decision (in happens-before order) is in
+//! the count the decision reads. Bytes under a pin whose handles all went
+//! count as released: they come back when the pin drops.
+//!
+//! [`AllocationCell::metered`]: super::handle::AllocationCell::metered
+
+use crate::sync::Arc;
+use crate::sync::atomic::{AtomicU64, Ordering};
+
+/// The bytes a whole device's clients hold, and the most at once.
+#[derive(Debug, Default)]
+pub(crate) struct LiveBytes {
+    bytes: AtomicU64,
+    peak: AtomicU64,
+}
+
+impl LiveBytes {
+    /// Nothing live yet.
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    /// Bytes live now.
+    pub(crate) fn get(&self) -> u64 {
+        self.bytes.load(Ordering::Acquire)
+    }
+
+    /// The most bytes live at once.
+    pub(crate) fn peak(&self) -> u64 {
+        self.peak.load(Ordering::Acquire)
+    }
+
+    fn add(&self, bytes: u64) {
+        let now = self
+            .bytes
+            .fetch_add(bytes, Ordering::AcqRel)
+            .saturating_add(bytes);
+        // A load first: the peak moves rarely, and a failed max is a write.
+        if now > self.peak.load(Ordering::Relaxed) {
+            self.peak.fetch_max(now, Ordering::AcqRel);
+        }
+    }
+
+    fn sub(&self, bytes: u64) {
+        // Never below zero: every byte taken off was added first (by the
+        // owner, before the handle existed).
+        let _ = self
+            .bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
+                Some(now.saturating_sub(bytes))
+            });
+    }
+}
+
+/// One stream's count, and the device's it adds to.
+#[derive(Debug)]
+pub(crate) struct LiveMeter {
+    /// Bytes the owner ever handed out (written by the owner alone).
+    handed_out: AtomicU64,
+    /// Bytes whose bindings ever ended (by any thread).
+    released: AtomicU64,
+    /// The device's count.
+    device: Arc<LiveBytes>,
+}
+
+impl LiveMeter {
+    /// A stream's meter adding to `device`.
+    pub(crate) fn new(device: Arc<LiveBytes>) -> Self {
+        Self {
+            handed_out: AtomicU64::new(0),
+            released: AtomicU64::new(0),
+            device,
+        }
+    }
+
+    /// Bytes this stream's clients hold now.
+    pub(crate) fn live(&self) -> u64 {
+        // Released first: a byte released was handed out before, so the
+        // later read of what was handed out covers it (never below zero).
+        let released = self.released.load(Ordering::Acquire);
+        self.handed_out
+            .load(Ordering::Acquire)
+            .saturating_sub(released)
+    }
+
+    /// Bytes this stream's clients ever released (it only grows).
+    pub(crate) fn released(&self) -> u64 {
+        self.released.load(Ordering::Acquire)
+    }
+
+    /// The owner handed out `bytes`.
+    pub(crate) fn handed_out(&self, bytes: u64) {
+        let now = self
+            .handed_out
+            .load(Ordering::Relaxed)
+            .saturating_add(bytes);
+        self.handed_out.store(now, Ordering::Release);
+        self.device.add(bytes);
+    }
+
+    /// A binding of `bytes` ended.
+    pub(crate) fn ended(&self, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        self.released.fetch_add(bytes, Ordering::AcqRel);
+        self.device.sub(bytes);
+    }
+}
+
+#[cfg(all(test, not(streamalloc_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_and_its_device_count_what_is_held() {
+        let device = Arc::new(LiveBytes::new());
+        let a = LiveMeter::new(device.clone());
+        let b = LiveMeter::new(device.clone());
+        a.handed_out(100);
+        b.handed_out(50);
+        a.ended(40);
+        assert_eq!((a.live(), b.live(), device.get()), (60, 50, 110));
+        assert_eq!(device.peak(), 150);
+        assert_eq!(a.released(), 40);
+    }
+}
