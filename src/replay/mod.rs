@@ -9,13 +9,26 @@
 //! Events are taken one at a time ([`Replayer::event`]), so a trace read as
 //! a stream replays in memory proportional to what it holds live, not to
 //! its length.
+//!
+//! Time is the trace's: on a supervisor whose clock is a
+//! [`ManualClock`](crate::clock::ManualClock) (the CLI's), the replay moves
+//! the clock to each event's timestamp (one microsecond per event where the
+//! trace has none) and runs the supervisor's timers as each
+//! `supervise_tick` of trace time passes; at the end it moves the clock on
+//! past the settle window (and the idle tick) before it reads what the
+//! device holds "after the load fell". Every decision then reads exact
+//! counts at a moment fixed by the trace, so one trace gives one report,
+//! on any machine, under any load (the timings aside: `ns_per_op`).
 
 use crate::memory::{Allocation, StreamId};
 use crate::service::{ServiceError, StreamHandle, Supervisor};
 use crate::timeline::Timeline;
 use crate::trace::{TraceAction, TraceEvent};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// How far the trace's clock moves for an event without a timestamp.
+pub const EVENT_STEP: Duration = Duration::from_micros(1);
 
 mod report;
 
@@ -52,6 +65,8 @@ struct DeviceRun<'s> {
     /// The recording allocator's reserved bytes now (`None` until the
     /// trace says).
     recorded: Option<i128>,
+    /// When the supervisor's timers run next (trace time).
+    next_tick: Duration,
     report: ReplayReport,
 }
 
@@ -74,6 +89,51 @@ impl DeviceRun<'_> {
     fn reserved(&self) -> u64 {
         self.supervisor.device_stats().bytes_reserved
     }
+
+    /// Move a manual clock to `time`, and run the timers if a tick of
+    /// trace time passed (one tick however far the clock jumped: the
+    /// timers look at the time, not at how often they ran).
+    fn keep_time(&mut self, time: Duration) -> Result<(), ServiceError> {
+        let Some(clock) = self.supervisor.config().clock.as_manual() else {
+            return Ok(());
+        };
+        clock.advance_to(time);
+        if time >= self.next_tick {
+            self.supervisor.tick()?;
+            self.next_tick = next_tick(time, self.supervisor.config().supervise_tick);
+        }
+        Ok(())
+    }
+
+    /// The trace ended: let time pass on a manual clock until the settle
+    /// window (and the idle tick) lies wholly after the last event, so
+    /// "after the load fell" means the same on every run.
+    fn let_load_fall(&mut self, time: Duration) -> Result<(), ServiceError> {
+        let config = self.supervisor.config();
+        let Some(clock) = config.clock.as_manual() else {
+            return Ok(());
+        };
+        let tick = config.supervise_tick.max(Duration::from_millis(1));
+        let window = config.settle.map_or(Duration::ZERO, |s| s.window);
+        let idle = config.idle_tick.unwrap_or(Duration::ZERO);
+        let end = time
+            .saturating_add(window.max(idle))
+            .saturating_add(tick.saturating_mul(2));
+        let mut now = time;
+        while now < end {
+            now = now.saturating_add(tick);
+            clock.advance_to(now);
+            self.supervisor.tick()?;
+        }
+        Ok(())
+    }
+}
+
+/// The first multiple of `tick` after `time`.
+fn next_tick(time: Duration, tick: Duration) -> Duration {
+    let tick_ns = tick.as_nanos().max(1);
+    let ticks = time.as_nanos() / tick_ns + 1;
+    Duration::from_nanos(u64::try_from(ticks.saturating_mul(tick_ns)).unwrap_or(u64::MAX))
 }
 
 /// Drives trace events through one supervisor per device, one event at a
@@ -93,6 +153,8 @@ pub struct Replayer<'s> {
     /// Meter peaks already marked on the timeline, per device.
     peaks_seen: BTreeMap<u32, u64>,
     events: u64,
+    /// Trace time of the last event.
+    time: Duration,
     started: Instant,
 }
 
@@ -132,6 +194,7 @@ impl<'s> Replayer<'s> {
             relocated_seen: 0,
             peaks_seen: BTreeMap::new(),
             events: 0,
+            time: Duration::ZERO,
             started: Instant::now(),
         }
     }
@@ -145,6 +208,7 @@ impl<'s> Replayer<'s> {
             live_bytes: Vec::new(),
             live: 0,
             recorded: None,
+            next_tick: Duration::ZERO,
             report: ReplayReport::empty(Some(device), budget),
         }
     }
@@ -187,6 +251,17 @@ impl<'s> Replayer<'s> {
     /// serve are not errors: they are counted as failures.
     pub fn event(&mut self, event: &TraceEvent) -> Result<(), ServiceError> {
         self.events += 1;
+        self.time = if event.time_ns > 0 {
+            self.time.max(Duration::from_nanos(event.time_ns))
+        } else {
+            self.time.saturating_add(EVENT_STEP)
+        };
+        // The event's device first (made here if new), then the others.
+        let time = self.time;
+        self.device(event.device).keep_time(time)?;
+        for run in self.devices.values_mut() {
+            run.keep_time(time)?;
+        }
         let key = (event.device, event.id);
         let mut failed_now = false;
         match event.action {
@@ -362,6 +437,7 @@ impl<'s> Replayer<'s> {
         let ns_per_op = elapsed.as_nanos() as f64 / self.events.max(1) as f64;
         let mut reports = Vec::new();
         for run in self.devices.values_mut() {
+            run.let_load_fall(self.time)?;
             for handle in &run.handles {
                 handle.report()?;
             }

@@ -135,7 +135,7 @@ impl StreamActor {
                 deadline: wait.map(|wait| crate::clock::deadline(self.now(), wait)),
                 state: PendingState::Serving,
             }),
-            Request::Run(job) => job(Ok(self)),
+            Request::Run(job) => job.run(Ok(self)),
             Request::Shutdown { reply } => {
                 let report = self.shutdown(inbox);
                 reply.send(Ok(report));
@@ -282,8 +282,7 @@ impl StreamActor {
         while let Ok(request) = inbox.try_recv() {
             request.reject(refusal.clone());
         }
-        drop(inbox);
-        shared.set_exited();
+        shared.set_exited(inbox);
         self.device.notify(Notice::Event(event));
         // Last: the pages pins still hold go with the last pin (a failed
         // stream's too: a pinned address never dangles).

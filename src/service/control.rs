@@ -23,6 +23,8 @@ impl StreamActor {
                 }
                 self.memory.flush();
                 let freed = before.saturating_sub(self.memory.bytes_allocated());
+                self.publish();
+                self.shared.gave_back_all();
                 self.device.notify(Notice::GaveBack {
                     stream: self.shared.stream,
                     episode,

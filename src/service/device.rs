@@ -10,7 +10,7 @@ use crate::clock::{ManualClock, SharedClock};
 use crate::memory::{LiveBytes, StreamId};
 use crate::saturating::SaturatingSum;
 use crate::storage::DeviceBudget;
-use crate::sync::atomic::Ordering;
+use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::channel::Sender;
 use crate::sync::{Arc, Mutex};
 use std::collections::BTreeMap;
@@ -70,6 +70,10 @@ pub(crate) struct DeviceShared {
     pub(crate) headroom: Option<Headroom>,
     /// The clock every time-driven policy reads (`clock.rs`).
     pub(crate) clock: SharedClock,
+    /// Someone subscribed to the supervisor's events: only then do
+    /// streams send the events nobody else acts on (a replay's thousands
+    /// of out-of-memory answers would each wake the coordinator).
+    pub(crate) watched: AtomicBool,
 }
 
 /// The device's totals across streams.
@@ -104,6 +108,7 @@ impl DeviceShared {
             live: Arc::new(LiveBytes::new()),
             headroom: None,
             clock: ManualClock::shared(),
+            watched: AtomicBool::new(false),
         }
     }
 
@@ -160,6 +165,14 @@ impl DeviceShared {
     pub(crate) fn notify(&self, notice: Notice) {
         if let Some(notices) = &self.notices {
             let _ = notices.send(notice);
+        }
+    }
+
+    /// Tell subscribers `event`, which nothing but them acts on: not sent
+    /// when there are none.
+    pub(crate) fn tell(&self, event: SupervisorEvent) {
+        if self.watched.load(Ordering::Acquire) {
+            self.notify(Notice::Event(event));
         }
     }
 

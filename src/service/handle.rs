@@ -234,7 +234,13 @@ impl StreamHandle {
                 Err(RecvError::Disconnected) => return None,
                 // A request that reached the inbox just as the actor left
                 // is never answered; the exit flag says so.
-                Err(RecvError::Empty) if self.connection.shared.has_exited() => return None,
+                Err(RecvError::Empty) if self.connection.shared.has_exited() => {
+                    // Ours may be among them: refused, it answers here.
+                    self.connection
+                        .shared
+                        .refuse_leftovers(&self.terminal_error());
+                    return rx.try_recv().ok();
+                }
                 Err(RecvError::Empty) => {}
             }
         }
@@ -279,7 +285,7 @@ impl StreamHandle {
         &self,
         op: impl FnOnce(&mut StreamActor) -> Result<T, ServiceError> + Send + 'static,
     ) -> Result<T, ServiceError> {
-        self.call(|reply| job(op, reply))
+        self.call(|reply| job(self.stream(), op, reply))
     }
 
     /// Reserve `size` bytes in this client's mode.
@@ -442,7 +448,7 @@ mod nonblocking {
             &self,
             op: impl FnOnce(&mut StreamActor) -> Result<T, ServiceError> + Send + 'static,
         ) -> Result<T, ServiceError> {
-            self.call_async(|reply| job(op, reply)).await
+            self.call_async(|reply| job(self.stream(), op, reply)).await
         }
 
         /// [`reserve`](Self::reserve), awaited.

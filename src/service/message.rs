@@ -4,7 +4,7 @@
 
 use super::actor::StreamActor;
 use super::error::ServiceError;
-use crate::memory::{Allocation, AllocationMode, PageUpdate};
+use crate::memory::{Allocation, AllocationMode, PageUpdate, StreamId};
 use crate::sync::channel;
 use std::time::Duration;
 
@@ -117,15 +117,55 @@ impl std::fmt::Debug for Request {
 
 /// An operation for a stream's actor. It is given the actor to run on, or
 /// the error that refuses it (the stream stopped or failed), and answers its
-/// caller itself either way, so a refused job still answers.
-pub(crate) type Job = Box<dyn FnOnce(Result<&mut StreamActor, ServiceError>) + Send>;
+/// caller itself either way, so a refused job still answers. A job dropped
+/// without running (it reached the inbox as the actor left, and went with
+/// the channel) refuses itself with `StreamStopped`: what it carried (a
+/// bind's reservation) goes back to its caller, never lost.
+pub(crate) struct Job {
+    run: Option<JobFn>,
+    stream: StreamId,
+}
 
-/// The job that runs `op` and sends its result to `reply`.
+type JobFn = Box<dyn FnOnce(Result<&mut StreamActor, ServiceError>) + Send>;
+
+impl Job {
+    /// A job for `stream`'s actor.
+    pub(crate) fn new(
+        stream: StreamId,
+        run: impl FnOnce(Result<&mut StreamActor, ServiceError>) + Send + 'static,
+    ) -> Self {
+        Self {
+            run: Some(Box::new(run)),
+            stream,
+        }
+    }
+
+    /// Run it on the actor, or refuse it with `error`.
+    pub(crate) fn run(mut self, actor: Result<&mut StreamActor, ServiceError>) {
+        if let Some(run) = self.run.take() {
+            run(actor);
+        }
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        if let Some(run) = self.run.take() {
+            run(Err(ServiceError::StreamStopped(self.stream)));
+        }
+    }
+}
+
+/// The job that runs `op` on `stream`'s actor and sends its result to
+/// `reply`.
 pub(crate) fn job<T: Send + 'static>(
+    stream: StreamId,
     op: impl FnOnce(&mut StreamActor) -> Result<T, ServiceError> + Send + 'static,
     reply: Answer<T>,
 ) -> Request {
-    Request::Run(Box::new(move |actor| reply.send(actor.and_then(op))))
+    Request::Run(Job::new(stream, move |actor| {
+        reply.send(actor.and_then(op))
+    }))
 }
 
 /// Control traffic from the supervisor's coordinator to a stream actor, on
@@ -157,7 +197,7 @@ impl Request {
     pub(crate) fn reject(self, error: ServiceError) {
         match self {
             Request::ReserveMany { reply, .. } => reply.send(Err(error)),
-            Request::Run(job) => job(Err(error)),
+            Request::Run(job) => job.run(Err(error)),
             Request::Shutdown { reply } => reply.send(Err(error)),
             Request::Wake => {}
         }

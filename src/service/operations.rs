@@ -12,10 +12,10 @@
 use super::actor::StreamActor;
 use super::error::ServiceError;
 use super::handle::StreamHandle;
-use super::message::{Answer, Request};
+use super::message::{Answer, Job, Request};
 use crate::memory::{
     Allocation, Cleanup, FailureId, HandedBack, MemoryReport, PageGuard, RelocationReason,
-    RelocationReport,
+    RelocationReport, StreamId,
 };
 use crate::sync::atomic::Ordering;
 use std::ops::Range;
@@ -173,7 +173,7 @@ impl StreamHandle {
         cursor: u64,
     ) -> Result<(), HandedBack<ServiceError>> {
         let (reserved, assigned) = self.bind_checked(reserved, assigned)?;
-        let answer = self.call(|reply| bind_job(reserved, assigned, cursor, reply));
+        let answer = self.call(|reply| bind_job(self.stream(), reserved, assigned, cursor, reply));
         flatten(answer)
     }
 
@@ -216,7 +216,7 @@ impl StreamHandle {
     ) -> Result<(), HandedBack<ServiceError>> {
         let (reserved, to) = self.bind_checked(reserved, to)?;
         let answer = self
-            .call_async(|reply| bind_job(reserved, to, cursor, reply))
+            .call_async(|reply| bind_job(self.stream(), reserved, to, cursor, reply))
             .await;
         flatten(answer)
     }
@@ -228,12 +228,13 @@ type BindAnswer = Result<(), HandedBack<ServiceError>>;
 /// The bind job: on the actor, or refused, it answers with the
 /// reservation in hand.
 fn bind_job(
+    stream: StreamId,
     reserved: Allocation,
     assigned: Allocation,
     cursor: u64,
     reply: Answer<BindAnswer>,
 ) -> Request {
-    Request::Run(Box::new(move |actor| {
+    Request::Run(Job::new(stream, move |actor| {
         let answer = match actor {
             Ok(actor) => actor
                 .memory

@@ -1,10 +1,13 @@
 //! What a stream's actor publishes for its handles and the supervisor to
 //! read without a round trip: its state and its counters.
 
+use super::error::ServiceError;
+use super::message::Request;
 use crate::memory::{LiveMeter, StreamId};
 use crate::sync::Arc;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::channel::Receiver;
 
 /// Serving requests.
 const RUNNING: u64 = 0;
@@ -62,8 +65,15 @@ pub(crate) struct StreamShared {
     state: AtomicU64,
     /// The panic message once failed.
     failure: Mutex<Option<String>>,
-    /// The actor dropped its inbox: nothing queued will be answered.
+    /// The actor left: it will answer nothing more. What reaches its inbox
+    /// from now on is refused by the callers themselves (`leftovers`).
     exited: AtomicBool,
+    /// The inbox, handed over by the actor as it left: a request that
+    /// reached it after the actor's last look is still there (a bounded
+    /// channel keeps its messages until every sender goes), so a caller
+    /// that finds the actor gone refuses whatever waits there, its own
+    /// included, and every refused job answers its own caller.
+    leftovers: Mutex<Option<Receiver<Request>>>,
     /// Requests served.
     pub(crate) requests: AtomicU64,
     /// Allocations reserved.
@@ -80,6 +90,10 @@ pub(crate) struct StreamShared {
     pub(crate) idle_cleanups: AtomicU64,
     /// Settles.
     pub(crate) settles: AtomicU64,
+    /// [`stamp`](Self::stamp) when the stream last gave back all it could
+    /// (`u64::MAX`: never): until it serves a request or its clients
+    /// release bytes, a round cannot win anything more from it.
+    gave_back_at: AtomicU64,
 }
 
 impl StreamShared {
@@ -90,6 +104,7 @@ impl StreamShared {
             state: AtomicU64::new(RUNNING),
             failure: Mutex::new(None),
             exited: AtomicBool::new(false),
+            leftovers: Mutex::new(None),
             requests: AtomicU64::new(0),
             reservations: AtomicU64::new(0),
             bytes_reserved: AtomicU64::new(0),
@@ -97,15 +112,34 @@ impl StreamShared {
             relocated: AtomicU64::new(0),
             idle_cleanups: AtomicU64::new(0),
             settles: AtomicU64::new(0),
+            gave_back_at: AtomicU64::new(u64::MAX),
         }
     }
 
     /// The bytes the stream holds beyond what its clients hold: what it
     /// could give back at most (exact: releases count as they happen).
     pub(crate) fn unused_at_most(&self) -> u64 {
+        if self.gave_back_at.load(Ordering::Acquire) == self.stamp() {
+            // What it holds beyond its clients' bytes is the fragmentation
+            // its last give-back (cleanup and compaction) could not undo.
+            return 0;
+        }
         self.bytes_reserved
             .load(Ordering::Acquire)
             .saturating_sub(self.live.live())
+    }
+
+    /// Changes whenever the stream serves a request or its clients release
+    /// bytes (both only grow, so their sum does too).
+    fn stamp(&self) -> u64 {
+        self.requests
+            .load(Ordering::Acquire)
+            .wrapping_add(self.live.released())
+    }
+
+    /// The stream just gave back all a round can win from it.
+    pub(crate) fn gave_back_all(&self) {
+        self.gave_back_at.store(self.stamp(), Ordering::Release);
     }
 
     /// Bytes the stream's clients hold now.
@@ -141,8 +175,19 @@ impl StreamShared {
         self.state.store(FAILED, Ordering::Release);
     }
 
-    pub(crate) fn set_exited(&self) {
+    /// The actor leaves, handing over its inbox (see `leftovers`).
+    pub(crate) fn set_exited(&self, inbox: Receiver<Request>) {
+        *self.leftovers.lock() = Some(inbox);
         self.exited.store(true, Ordering::Release);
+    }
+
+    /// Refuse every request left in the inbox of an actor that left.
+    pub(crate) fn refuse_leftovers(&self, error: &ServiceError) {
+        if let Some(inbox) = self.leftovers.lock().as_ref() {
+            while let Ok(request) = inbox.try_recv() {
+                request.reject(error.clone());
+            }
+        }
     }
 
     pub(crate) fn has_exited(&self) -> bool {

@@ -182,11 +182,10 @@ impl StreamActor {
             .reservations
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
         if recovered {
-            self.device
-                .notify(Notice::Event(SupervisorEvent::Recovered {
-                    stream: self.shared.stream,
-                    requested: pending.requested(),
-                }));
+            self.device.tell(SupervisorEvent::Recovered {
+                stream: self.shared.stream,
+                requested: pending.requested(),
+            });
         }
         // Everything another stream's decision reads is in place before
         // the caller hears back (`actor.rs`).
@@ -200,10 +199,7 @@ impl StreamActor {
         let stream = self.shared.stream;
         self.publish();
         self.device
-            .notify(Notice::Event(SupervisorEvent::OutOfMemory {
-                stream,
-                requested,
-            }));
+            .tell(SupervisorEvent::OutOfMemory { stream, requested });
         let report = self.device.out_of_memory(stream, requested);
         pending.answer(Err(ServiceError::OutOfMemory(Box::new(report))));
     }

@@ -290,6 +290,7 @@ impl Supervisor {
     pub fn events(&self) -> Events {
         let (tx, events) = Events::channel();
         self.subscribers.lock().push(tx);
+        self.device.watched.store(true, Ordering::Release);
         events
     }
 

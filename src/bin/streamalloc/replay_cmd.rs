@@ -4,6 +4,7 @@
 use crate::cli::{ConvertArgs, Outcome, ReplayArgs, StorageKind, factory, plot, service_config};
 use crate::progress::Progress;
 use serde::Serialize;
+use streamalloc::clock::ManualClock;
 use streamalloc::memory::{Bytes, DeviceProperties};
 use streamalloc::plot::check_output;
 use streamalloc::replay::{ReplayReport, Replayer};
@@ -50,8 +51,10 @@ pub(crate) fn replay(args: ReplayArgs) -> Result<Outcome, String> {
     let mut reader = open(&args.file, args.format, &progress)?;
     let kind = args.common.storage.unwrap_or(StorageKind::Virtual);
     // A replayed trace may hold allocations as large as its device.
+    // On the trace's clock: the same trace gives the same report on every
+    // run (`replay/mod.rs`).
     let config = ServiceConfig {
-        idle_tick: None,
+        clock: ManualClock::shared(),
         ..service_config(&args.common, DeviceProperties::new(1 << 40, 256))
     };
     let mut factory_error = None;
