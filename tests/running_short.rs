@@ -127,17 +127,32 @@ fn two_streams_short_at_once_never_deadlock() {
 
 #[test]
 fn reserve_waits_for_memory_up_to_its_timeout() {
-    let device = device(64 * MIB);
+    let clock = streamalloc::clock::ManualClock::shared();
+    let device = Supervisor::virtual_device(ServiceConfig {
+        budget: Some(64 * MIB),
+        clock: clock.clone(),
+        ..common::quiet()
+    });
+    let events = device.events();
     let a = device.stream(StreamId(0)).unwrap();
     let b = device.stream(StreamId(1)).unwrap();
     let held = a.reserve_many(&[MIB; 50]).unwrap();
-    // Times out while a holds everything.
-    let start = Instant::now();
-    let err = b
-        .reserve_timeout(32 * MIB, Duration::from_millis(100))
-        .unwrap_err();
+    // Times out while a holds everything, once its wait has passed on the
+    // service's clock (which moves only here).
+    let waiter = {
+        let b = b.clone();
+        std::thread::spawn(move || b.reserve_timeout(32 * MIB, Duration::from_millis(100)))
+    };
+    assert!(wait_for(&events, |e| matches!(
+        e,
+        SupervisorEvent::RanShort {
+            stream: StreamId(1),
+            ..
+        }
+    )));
+    clock.advance(Duration::from_millis(100));
+    let err = waiter.join().unwrap().unwrap_err();
     assert!(matches!(err, ServiceError::OutOfMemory(_)), "{err:?}");
-    assert!(start.elapsed() >= Duration::from_millis(100));
     // Served once a lets go.
     let waiter = std::thread::spawn(move || b.reserve_timeout(32 * MIB, Duration::from_secs(5)));
     std::thread::sleep(Duration::from_millis(50));
@@ -216,10 +231,8 @@ fn bytes_held_never_exceed_the_budget_under_load() {
 #[test]
 fn the_supervisor_schedules_compaction_past_the_threshold() {
     let device = Supervisor::host(ServiceConfig {
-        idle_tick: None,
         compaction_threshold: Some(1.5),
-        supervise_tick: Duration::from_millis(10),
-        ..ServiceConfig::default()
+        ..common::quiet()
     });
     let events = device.events();
     let stream = device.stream(StreamId(0)).unwrap();
@@ -227,12 +240,13 @@ fn the_supervisor_schedules_compaction_past_the_threshold() {
     let kept: Vec<_> = all.into_iter().step_by(4).collect();
     stream.report().unwrap(); // processes the releases
     let before = stream.stats().bytes_reserved;
-    assert!(wait_for(&events, |e| *e
-        == SupervisorEvent::CompactionScheduled(StreamId(0))));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while stream.stats().bytes_reserved >= before && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    // One tick of the timers: scheduled, and done when `tick` returns.
+    device.tick().unwrap();
+    assert!(
+        events
+            .drain()
+            .contains(&SupervisorEvent::CompactionScheduled(StreamId(0)))
+    );
     assert!(
         stream.stats().bytes_reserved < before,
         "compaction gave nothing back"

@@ -1,7 +1,12 @@
 //! Settling: a stream whose load fell gives back what it no longer needs,
 //! without an explicit cleanup; one under steady load keeps its cache.
+//! On a manual clock: time passes only as each test moves it, and the
+//! supervisor's timers run only at `tick`, so every outcome is decided by
+//! the policy, never by how fast the machine is.
 
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
+use streamalloc::clock::ManualClock;
 use streamalloc::memory::{Allocation, StreamId};
 use streamalloc::service::{ServiceConfig, Settle, StreamHandle, Supervisor, SupervisorEvent};
 
@@ -9,14 +14,28 @@ mod common;
 use common::MIB;
 
 const WINDOW: Duration = Duration::from_millis(200);
+const TICK: Duration = Duration::from_millis(10);
 
-fn device(settle: Option<Settle>) -> Supervisor {
+fn device(settle: Option<Settle>) -> (Supervisor, Arc<ManualClock>) {
+    let clock = ManualClock::shared();
     // Nothing else gives pages back: no idle tick, no compaction.
-    Supervisor::virtual_device(ServiceConfig {
-        supervise_tick: Duration::from_millis(10),
+    let device = Supervisor::virtual_device(ServiceConfig {
+        supervise_tick: TICK,
         settle,
+        clock: clock.clone(),
         ..common::quiet()
-    })
+    });
+    (device, clock)
+}
+
+/// Let `span` pass, one tick at a time.
+fn pass(device: &Supervisor, clock: &ManualClock, span: Duration) {
+    let mut passed = Duration::ZERO;
+    while passed < span {
+        clock.advance(TICK);
+        device.tick().unwrap();
+        passed += TICK;
+    }
 }
 
 fn settle() -> Option<Settle> {
@@ -37,33 +56,27 @@ fn load_then_fall(stream: &StreamHandle) -> Vec<Allocation> {
     kept
 }
 
-/// Poll the stream's published counters until `done` or a deadline.
-fn eventually(stream: &StreamHandle, done: impl Fn(u64, u64) -> bool) -> bool {
-    let deadline = Instant::now() + WINDOW * 20;
-    while Instant::now() < deadline {
-        let stats = stream.stats();
-        if done(stats.bytes_reserved, stats.bytes_in_use) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    false
-}
-
 #[test]
 fn a_stream_whose_load_fell_gives_the_excess_back() {
-    let device = device(settle());
+    let (device, clock) = device(settle());
     let events = device.events();
     let stream = device.stream(StreamId(0)).unwrap();
+    device.tick().unwrap(); // the stream is watched from now
     let kept = load_then_fall(&stream);
 
+    // Not within the window: the load may come back.
+    pass(&device, &clock, WINDOW - TICK);
+    assert_eq!(stream.stats().settles, 0, "settled early");
+    assert!(stream.stats().bytes_reserved >= 48 * MIB);
+    // A window after it fell: settled, down to what the policy keeps.
+    pass(&device, &clock, 2 * TICK);
     let limit = |in_use: u64| (in_use as f64 * 1.10) as u64 + Settle::default().slack;
+    let stats = stream.stats();
+    assert_eq!(stats.settles, 1, "{stats:?}");
     assert!(
-        eventually(&stream, |reserved, in_use| reserved <= limit(in_use)),
-        "still {:?}",
-        stream.stats()
+        stats.bytes_reserved <= limit(stats.bytes_in_use),
+        "still {stats:?}"
     );
-    assert!(stream.stats().settles >= 1);
     assert!(events.drain().iter().any(|e| matches!(
         e,
         SupervisorEvent::SettleScheduled {
@@ -80,11 +93,10 @@ fn a_stream_whose_load_fell_gives_the_excess_back() {
 
 #[test]
 fn without_settling_the_cache_stays() {
-    let device = device(None);
+    let (device, clock) = device(None);
     let stream = device.stream(StreamId(0)).unwrap();
     let _kept = load_then_fall(&stream);
-    std::thread::sleep(WINDOW * 3);
-    stream.report().unwrap();
+    pass(&device, &clock, WINDOW * 3);
     assert!(stream.stats().bytes_reserved >= 48 * MIB);
     assert_eq!(stream.stats().settles, 0);
     device.shutdown();
@@ -92,18 +104,14 @@ fn without_settling_the_cache_stays() {
 
 #[test]
 fn a_stream_under_steady_load_keeps_its_cache() {
-    let device = device(settle());
+    let (device, clock) = device(settle());
     let stream = device.stream(StreamId(0)).unwrap();
     let mut held = stream.reserve_many(&[MIB; 48]).unwrap();
-    let until = Instant::now() + WINDOW * 4;
-    let mut i = 0;
-    while Instant::now() < until {
-        // Churn one piece at a time: 47 to 48 MiB in use all along.
-        held[i % 48] = stream.reserve(MIB).unwrap();
-        i += 1;
-        std::thread::sleep(Duration::from_micros(200));
+    for i in 0..(WINDOW * 4).as_millis() / TICK.as_millis() {
+        // Churn one piece a tick: 47 to 48 MiB in use all along.
+        held[i as usize % 48] = stream.reserve(MIB).unwrap();
+        pass(&device, &clock, TICK);
     }
-    stream.report().unwrap();
     assert_eq!(stream.stats().settles, 0, "{:?}", stream.stats());
     device.shutdown();
 }

@@ -113,7 +113,7 @@ impl StreamActor {
 
     /// Serve one request.
     pub(crate) fn handle(&mut self, request: Request, inbox: &Receiver<Request>) -> Flow {
-        if !matches!(request, Request::Wake) {
+        if !matches!(request, Request::Wake | Request::Barrier { .. }) {
             // The actor is the only writer: a plain store, no RMW.
             let served = self.shared.requests.load(Ordering::Relaxed);
             self.shared
@@ -142,6 +142,7 @@ impl StreamActor {
                 return Flow::Stop;
             }
             Request::Wake => {}
+            Request::Barrier { reply } => reply.send(Ok(())),
         }
         self.publish();
         Flow::Continue
@@ -267,8 +268,8 @@ impl StreamActor {
             },
             _ => SupervisorEvent::StreamStopped(shared.stream),
         };
-        // Refuse what is queued, then close: a request that slips in
-        // between is seen by its caller through the exit flag.
+        // Refuse what is queued and hand the inbox over: a request sent
+        // after that is refused by its own caller (`StreamShared::leftovers`).
         let refusal = match shared.state() {
             super::shared::StreamState::Failed(message) => ServiceError::StreamFailed {
                 stream: shared.stream,
@@ -279,10 +280,7 @@ impl StreamActor {
         for pending in std::mem::take(&mut self.parked) {
             pending.answer(Err(refusal.clone()));
         }
-        while let Ok(request) = inbox.try_recv() {
-            request.reject(refusal.clone());
-        }
-        shared.set_exited(inbox);
+        shared.set_exited(inbox, &refusal);
         self.device.notify(Notice::Event(event));
         // Last: the pages pins still hold go with the last pin (a failed
         // stream's too: a pinned address never dangles).

@@ -221,6 +221,13 @@ impl StreamHandle {
             request.reject(self.terminal_error());
             return rx.try_recv().ok();
         }
+        if self.connection.shared.has_exited() {
+            // Sent past the actor's last look: ours is among the leftovers,
+            // and refused it answers on `rx` (`StreamShared::set_exited`).
+            self.connection
+                .shared
+                .refuse_leftovers(&self.terminal_error());
+        }
         for attempt in 0..self.connection.spin {
             match rx.try_recv() {
                 Ok(answer) => return Some(answer),
@@ -318,6 +325,12 @@ impl StreamHandle {
     /// last published, or releases wait that it has not seen.
     pub(crate) fn may_give_back(&self) -> bool {
         self.connection.shared.unused_at_most() > 0
+    }
+
+    /// Wait until the actor has served everything sent before, its control
+    /// traffic included, without counting as a request of its clients.
+    pub(crate) fn barrier(&self) -> Result<(), ServiceError> {
+        self.call(|reply| Request::Barrier { reply })
     }
 
     /// Nudge the actor to look at its control channel (never blocks; if the
@@ -428,13 +441,28 @@ mod nonblocking {
             let (tx, rx) = crate::sync::async_channel::bounded(1);
             let mut request = make(Reply::Async(tx));
             loop {
+                let shared = &self.connection.shared;
                 match self.connection.inbox.try_send(request) {
-                    Ok(()) => break,
+                    Ok(()) => {
+                        if shared.has_exited() {
+                            // As in `send_and_wait`: refused, ours answers.
+                            shared.refuse_leftovers(&self.terminal_error());
+                        }
+                        break;
+                    }
                     Err(TrySendError::Full(back)) => {
+                        if shared.has_exited() {
+                            // Nobody serves this inbox: refused here.
+                            back.reject(self.terminal_error());
+                            break;
+                        }
                         request = back;
                         YieldNow(false).await;
                     }
-                    Err(TrySendError::Disconnected(_)) => return Err(self.terminal_error()),
+                    Err(TrySendError::Disconnected(back)) => {
+                        back.reject(self.terminal_error());
+                        break;
+                    }
                 }
             }
             match rx.recv_async().await {

@@ -98,6 +98,12 @@ pub(crate) enum Request {
     },
     /// Wakes an idle actor to look at its control channel; carries nothing.
     Wake,
+    /// Answered once the actor has served everything before it, control
+    /// traffic included (`Supervisor::tick`'s wait). Like `Wake`, not a
+    /// request of the stream's clients: it leaves the stream idle.
+    Barrier {
+        reply: Answer<()>,
+    },
 }
 
 impl std::fmt::Debug for Request {
@@ -111,6 +117,7 @@ impl std::fmt::Debug for Request {
             Request::Run(_) => f.write_str("Run"),
             Request::Shutdown { .. } => f.write_str("Shutdown"),
             Request::Wake => f.write_str("Wake"),
+            Request::Barrier { .. } => f.write_str("Barrier"),
         }
     }
 }
@@ -200,6 +207,7 @@ impl Request {
             Request::Run(job) => job.run(Err(error)),
             Request::Shutdown { reply } => reply.send(Err(error)),
             Request::Wake => {}
+            Request::Barrier { reply } => reply.send(Err(error)),
         }
     }
 }

@@ -175,10 +175,20 @@ impl StreamShared {
         self.state.store(FAILED, Ordering::Release);
     }
 
-    /// The actor leaves, handing over its inbox (see `leftovers`).
-    pub(crate) fn set_exited(&self, inbox: Receiver<Request>) {
-        *self.leftovers.lock() = Some(inbox);
-        self.exited.store(true, Ordering::Release);
+    /// The actor leaves: it says so first, then refuses what waits in its
+    /// inbox and hands the inbox over (see `leftovers`), under the lock a
+    /// caller refusing leftovers takes. A caller checks the flag after its
+    /// send (both sides `SeqCst`: a store then a load on each side, so at
+    /// least one of them sees the other): either the flag was not yet set
+    /// and this drain finds the request, or the caller sees the flag and
+    /// refuses what is left itself.
+    pub(crate) fn set_exited(&self, inbox: Receiver<Request>, refusal: &ServiceError) {
+        self.exited.store(true, Ordering::SeqCst);
+        let mut leftovers = self.leftovers.lock();
+        while let Ok(request) = inbox.try_recv() {
+            request.reject(refusal.clone());
+        }
+        *leftovers = Some(inbox);
     }
 
     /// Refuse every request left in the inbox of an actor that left.
@@ -191,7 +201,7 @@ impl StreamShared {
     }
 
     pub(crate) fn has_exited(&self) -> bool {
-        self.exited.load(Ordering::Acquire)
+        self.exited.load(Ordering::SeqCst)
     }
 
     pub(crate) fn state(&self) -> StreamState {

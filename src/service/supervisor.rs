@@ -216,7 +216,7 @@ impl Supervisor {
         // Control is served before any request behind it: one round trip
         // to each stream and everything it was told is done.
         for handle in self.handles() {
-            handle.report()?;
+            handle.barrier()?;
         }
         Ok(())
     }
