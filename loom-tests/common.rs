@@ -50,6 +50,10 @@ pub fn run_wide_model(name: &str, env: &str, f: impl Fn() + Sync + Send + 'stati
 pub fn run_model_with(name: &str, env: &str, bound: usize, f: impl Fn() + Sync + Send + 'static) {
     eprintln!("loom model: {name}");
     let mut builder = loom::model::Builder::new();
+    // A round of give-back is a long execution (two actors, the
+    // coordinator, every count they keep): more than loom's default of a
+    // thousand branches, none of them a spin.
+    builder.max_branches = 20_000;
     builder.preemption_bound = Some(
         std::env::var(env)
             .ok()

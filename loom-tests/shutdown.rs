@@ -5,8 +5,11 @@
 //! page goes back.
 //!
 //! Fails when `StreamActor::shutdown` does not call `release_unpinned`
-//! (bytes are left), or when queued requests are neither answered nor
-//! dropped with the inbox (the client waits forever).
+//! (bytes are left), or when a request that reached the inbox as the
+//! actor left is refused by nobody (the client waits forever): both halves
+//! of that hand-over are guards, the actor's last drain in
+//! `StreamShared::set_exited` and the caller's look at the exit flag after
+//! its send in `StreamHandle::send_and_wait` (each removal checked).
 
 #![cfg(streamalloc_loom)]
 

@@ -33,8 +33,10 @@ fn two_streams_short_at_once_are_served_or_fail_cleanly() {
             let (a_handle, mut a_actor) = device.streams.pop().unwrap();
             drop(a_actor.reserve(PAGE).unwrap());
             drop(b_actor.reserve(PAGE).unwrap());
-            a_actor.memory().process_releases();
-            b_actor.memory().process_releases();
+            // Published, as an actor does before it answers: each sees
+            // the other's cached page, so a round is worth asking for.
+            a_actor.process_and_publish();
+            b_actor.process_and_publish();
             assert_eq!(budget.granted(), 2 * PAGE, "both pages cached");
 
             let a_answer = submit_reserve_many(&a_handle, vec![PAGE, PAGE]);

@@ -134,6 +134,11 @@ pub(crate) struct ReplayArgs {
     /// Its format (detected when not given).
     #[arg(long, value_parser = format_parser())]
     pub(crate) format: Option<TraceFormat>,
+    /// Find the smallest budget the trace fits: bisect over replays (each
+    /// the same on every run) to 1 MiB or 0.1 %, whichever is larger, and
+    /// report the bracket (fits in X, not in Y) with the replay at X.
+    #[arg(long, conflicts_with = "budget")]
+    pub(crate) min_budget: bool,
     #[command(flatten)]
     pub(crate) common: Common,
 }

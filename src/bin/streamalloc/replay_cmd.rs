@@ -38,23 +38,33 @@ fn open(
     TraceReader::open(path, args_format).map_err(|e| named(&e))
 }
 
-pub(crate) fn replay(args: ReplayArgs) -> Result<Outcome, String> {
-    // Checked first: a bad output path fails before the work, not after.
-    if let Some(path) = &args.common.plot {
-        check_output(path)?;
-    }
-    let quiet = args.common.quiet || args.common.json;
+/// One replay's outcome: the report and what the trace said of itself.
+struct Replayed {
+    report: ReplayReport,
+    meta: TraceMeta,
+}
+
+/// Replay the trace once under `budget` (the command's own when `None` is
+/// not asked for), drawing the plot if `draw`.
+fn replay_once(
+    args: &ReplayArgs,
+    budget: Option<u64>,
+    draw: bool,
+    label: &str,
+    quiet: bool,
+) -> Result<Replayed, String> {
     let size = std::fs::metadata(&args.file)
         .map_err(|e| format!("{}: {e}", args.file.display()))?
         .len();
-    let mut progress = Progress::bytes(size, &format!("replay {}", args.file.display()), quiet);
+    let mut progress = Progress::bytes(size, label, quiet);
     let mut reader = open(&args.file, args.format, &progress)?;
     let kind = args.common.storage.unwrap_or(StorageKind::Virtual);
-    // A replayed trace may hold allocations as large as its device.
-    // On the trace's clock: the same trace gives the same report on every
-    // run (`replay/mod.rs`).
+    // A replayed trace may hold allocations as large as its device. On the
+    // trace's clock: the same trace gives the same report on every run
+    // (`replay/mod.rs`).
     let config = ServiceConfig {
         clock: ManualClock::shared(),
+        budget,
         ..service_config(&args.common, DeviceProperties::new(1 << 40, 256))
     };
     let mut factory_error = None;
@@ -66,7 +76,7 @@ pub(crate) fn replay(args: ReplayArgs) -> Result<Outcome, String> {
             });
             Supervisor::new(config.clone(), storage)
         });
-        if args.common.plot.is_some() {
+        if draw {
             replayer.record_timeline();
         }
         while let Some(event) = reader.next() {
@@ -101,17 +111,40 @@ pub(crate) fn replay(args: ReplayArgs) -> Result<Outcome, String> {
     if let Some(err) = factory_error {
         return Err(err);
     }
+    Ok(Replayed {
+        report,
+        meta: reader.meta().clone(),
+    })
+}
+
+pub(crate) fn replay(args: ReplayArgs) -> Result<Outcome, String> {
+    // Checked first: a bad output path fails before the work, not after.
+    if let Some(path) = &args.common.plot {
+        check_output(path)?;
+    }
+    let quiet = args.common.quiet || args.common.json;
+    if args.min_budget {
+        return min_budget(&args, quiet);
+    }
+    let label = format!("replay {}", args.file.display());
+    let Replayed { report, meta } = replay_once(
+        &args,
+        args.common.budget,
+        args.common.plot.is_some(),
+        &label,
+        quiet,
+    )?;
     if args.common.json {
         let json = ReplayJson {
             report: &report,
-            trace: reader.meta(),
+            trace: &meta,
         };
         println!(
             "{}",
             serde_json::to_string(&json).map_err(|e| e.to_string())?
         );
     } else {
-        print_report(&report, reader.meta());
+        print_report(&report, &meta);
     }
     if report.fits == Some(false) {
         eprintln!(
@@ -126,6 +159,114 @@ pub(crate) fn replay(args: ReplayArgs) -> Result<Outcome, String> {
                 .unwrap_or_default()
         );
         return Ok(Outcome::DoesNotFit);
+    }
+    Ok(Outcome::Done)
+}
+
+/// The smallest budget found, as `--min-budget --json` prints it.
+#[derive(Serialize)]
+struct MinBudget {
+    /// The trace fits a budget of this many bytes...
+    fits: u64,
+    /// ... and not one of this many (known without a replay when it is
+    /// one byte under the peak live bytes, which no budget below can hold).
+    does_not_fit: u64,
+    /// The bracket is at most this wide: 1 MiB or 0.1 % of `fits`,
+    /// whichever is larger.
+    precision: u64,
+    /// Replays it took.
+    replays: u32,
+}
+
+#[derive(Serialize)]
+struct MinBudgetJson<'a> {
+    min_budget: &'a MinBudget,
+    /// The replay under the smallest budget that fits.
+    #[serde(flatten)]
+    report: &'a ReplayReport,
+    trace: &'a TraceMeta,
+}
+
+/// The bracket's width at which bisection stops.
+fn precision(fits: u64) -> u64 {
+    (1u64 << 20).max(fits / 1000)
+}
+
+/// `replay --min-budget`: bisect over replays (each the same on every run,
+/// so the answer is too) for the smallest budget the trace fits.
+fn min_budget(args: &ReplayArgs, quiet: bool) -> Result<Outcome, String> {
+    let replays = std::cell::Cell::new(0u32);
+    let once = |budget: Option<u64>, draw: bool| {
+        replays.set(replays.get() + 1);
+        let n = replays.get();
+        let label = match budget {
+            Some(budget) => format!("min-budget: replay {n} at {}", Bytes(budget)),
+            None => format!("min-budget: replay {n} without a budget"),
+        };
+        replay_once(args, budget, draw, &label, quiet)
+    };
+    let free = once(None, false)?;
+    // No budget under the most bytes live at once can hold them.
+    let mut does_not_fit = free.report.peak_live_bytes.saturating_sub(1);
+    let mut fits = free.report.peak_reserved_bytes.max(1);
+    let mut best = loop {
+        let tried = once(Some(fits), false)?;
+        if tried.report.fits != Some(false) {
+            break tried;
+        }
+        // Tighter than unbudgeted growth can be worse: widen the bracket.
+        does_not_fit = fits;
+        fits = fits
+            .saturating_add(fits / 4)
+            .max(fits.saturating_add(1 << 20));
+        if replays.get() > 64 {
+            return Err(format!(
+                "{}: no budget up to {} fits",
+                args.file.display(),
+                Bytes(fits)
+            ));
+        }
+    };
+    while fits - does_not_fit > precision(fits) {
+        let mid = does_not_fit + (fits - does_not_fit) / 2;
+        let tried = once(Some(mid), false)?;
+        if tried.report.fits == Some(false) {
+            does_not_fit = mid;
+        } else {
+            fits = mid;
+            best = tried;
+        }
+    }
+    if args.common.plot.is_some() {
+        best = once(Some(fits), true)?;
+    }
+    let found = MinBudget {
+        fits,
+        does_not_fit,
+        precision: precision(fits),
+        replays: replays.get(),
+    };
+    if args.common.json {
+        let json = MinBudgetJson {
+            min_budget: &found,
+            report: &best.report,
+            trace: &best.meta,
+        };
+        println!(
+            "{}",
+            serde_json::to_string(&json).map_err(|e| e.to_string())?
+        );
+    } else {
+        println!(
+            "smallest budget: fits in {}, not in {} ({} bytes / {} bytes; within {}, {} replays)",
+            Bytes(found.fits),
+            Bytes(found.does_not_fit),
+            found.fits,
+            found.does_not_fit,
+            Bytes(found.precision),
+            found.replays
+        );
+        print_report(&best.report, &best.meta);
     }
     Ok(Outcome::Done)
 }
