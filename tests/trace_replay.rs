@@ -339,3 +339,48 @@ fn cli_simulate_reports_per_stream() {
     );
     let _unused: Option<TraceEvent> = None;
 }
+
+#[test]
+fn cli_min_budget_brackets_the_smallest_budget_that_fits() {
+    let dir = std::env::temp_dir().join(format!("streamalloc-min-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let csv = dir.join("trace.csv");
+    std::fs::write(&csv, rmm_csv()).unwrap();
+    let path = csv.to_str().unwrap();
+    let run = || {
+        let out = cli(&["replay", path, "--min-budget", "--json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let found = run();
+    let bracket = &found["min_budget"];
+    let fits = bracket["fits"].as_u64().unwrap();
+    let does_not_fit = bracket["does_not_fit"].as_u64().unwrap();
+    let precision = bracket["precision"].as_u64().unwrap();
+    assert!(
+        does_not_fit < fits && fits - does_not_fit <= precision,
+        "{bracket}"
+    );
+    assert_eq!(precision, MIB, "1 MiB is larger than 0.1 % of this trace");
+    // No budget under the peak live bytes can hold them.
+    assert!(does_not_fit + 1 >= (3 + 4 + 5 + 6) * MIB, "{bracket}");
+    assert_eq!(found["fits"], true);
+    assert_eq!(found["budget"].as_u64(), Some(fits));
+    // Each end checked by a plain replay: the one fits, the other does not.
+    let at = |budget: u64| cli(&["replay", path, "--budget", &budget.to_string(), "--quiet"]);
+    assert!(at(fits).status.success());
+    assert_eq!(at(does_not_fit).status.code(), Some(3));
+    // And the same answer again.
+    assert_eq!(run()["min_budget"], *bracket);
+    // Not with a budget of its own.
+    assert!(
+        !cli(&["replay", path, "--min-budget", "--budget", "1G"])
+            .status
+            .success()
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
