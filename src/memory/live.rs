@@ -62,12 +62,9 @@ impl LiveBytes {
 
     fn sub(&self, bytes: u64) {
         // Never below zero: every byte taken off was added first (by the
-        // owner, before the handle existed).
-        let _ = self
-            .bytes
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
-                Some(now.saturating_sub(bytes))
-            });
+        // owner, before the handle existed), and comes off once (`metered`
+        // is swapped out).
+        self.bytes.fetch_sub(bytes, Ordering::AcqRel);
     }
 }
 
