@@ -96,7 +96,9 @@ fn ours(events: &[TraceEvent], pools: MemoryConfiguration, policies: bool) -> Fi
             device: DeviceProperties::new(MAX_PAGE, 256),
             ..MemoryConfig::with_pools(pools)
         },
-        idle_tick: None,
+        // On the trace's clock, as the CLI replays: the same figures on
+        // every run.
+        clock: streamalloc::clock::ManualClock::shared(),
         headroom: if policies { defaults.headroom } else { None },
         settle: if policies { defaults.settle } else { None },
         ..defaults
