@@ -182,7 +182,14 @@ fn a_cancelled_wait_releases_what_it_was_served() {
                 .poll(&mut std::task::Context::from_waker(waker))
                 .is_pending()
         );
-    } // dropped while parked
+    } // dropped while parked (or about to be: parked once it asks)
+    assert!(wait_for(&events, |e| matches!(
+        e,
+        SupervisorEvent::RanShort {
+            stream: StreamId(1),
+            ..
+        }
+    )));
     drop(held);
     a.cleanup(streamalloc::memory::Cleanup::Explicit).unwrap();
     // Served on one of its polls (to nobody: the answer drops, and with

@@ -156,11 +156,9 @@ impl StreamActor {
         if self.memory.relocation_need() != RelocationNeed::None
             && let Ok(report) = self.memory.relocate(RelocationReason::Compaction)
         {
-            self.shared
-                .relocated
-                .fetch_add(report.moved, Ordering::Relaxed);
+            super::shared::bump(&self.shared.relocated, report.moved);
         }
-        self.shared.idle_cleanups.fetch_add(1, Ordering::Relaxed);
+        super::shared::bump(&self.shared.idle_cleanups, 1);
         self.publish();
     }
 

@@ -7,7 +7,6 @@ use super::actor::StreamActor;
 use super::device::Notice;
 use super::message::Control;
 use crate::memory::{Cleanup, RelocationReason};
-use crate::sync::atomic::Ordering;
 
 impl StreamActor {
     /// Serve what the coordinator sent.
@@ -17,9 +16,7 @@ impl StreamActor {
                 let before = self.memory.bytes_allocated();
                 self.memory.cleanup(Cleanup::Explicit);
                 if let Ok(report) = self.memory.relocate(RelocationReason::Short) {
-                    self.shared
-                        .relocated
-                        .fetch_add(report.moved, Ordering::Relaxed);
+                    super::shared::bump(&self.shared.relocated, report.moved);
                 }
                 self.memory.flush();
                 let freed = before.saturating_sub(self.memory.bytes_allocated());
@@ -39,9 +36,7 @@ impl StreamActor {
             Control::Idle => self.idle_tick(),
             Control::Compact => {
                 if let Ok(report) = self.memory.relocate(RelocationReason::Compaction) {
-                    self.shared
-                        .relocated
-                        .fetch_add(report.moved, Ordering::Relaxed);
+                    super::shared::bump(&self.shared.relocated, report.moved);
                 }
             }
         }

@@ -17,7 +17,6 @@ use crate::memory::{
     Allocation, Cleanup, FailureId, HandedBack, MemoryReport, PageGuard, RelocationReason,
     RelocationReport, StreamId,
 };
-use crate::sync::atomic::Ordering;
 use std::ops::Range;
 
 /// Each entry: doc, `fn blocking / awaitable (&self, args) -> Output`, and a
@@ -55,10 +54,7 @@ fn relocating(
 ) -> impl FnOnce(&mut StreamActor) -> Result<RelocationReport, ServiceError> + Send + 'static {
     move |actor: &mut StreamActor| {
         let report = actor.memory.relocate(reason)?;
-        actor
-            .shared
-            .relocated
-            .fetch_add(report.moved, Ordering::Relaxed);
+        super::shared::bump(&actor.shared.relocated, report.moved);
         Ok(report)
     }
 }

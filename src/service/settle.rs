@@ -16,7 +16,6 @@ use super::actor::StreamActor;
 use super::handle::StreamHandle;
 use crate::memory::ADAPTIVE_MIN_PAGE_SIZE;
 use crate::memory::{Cleanup, RelocationReason};
-use crate::sync::atomic::Ordering;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -102,11 +101,9 @@ impl StreamActor {
         if self.memory.bytes_reserved() > keep
             && let Ok(report) = self.memory.relocate(RelocationReason::Settle)
         {
-            self.shared
-                .relocated
-                .fetch_add(report.moved, Ordering::Relaxed);
+            super::shared::bump(&self.shared.relocated, report.moved);
         }
         self.memory.flush();
-        self.shared.settles.fetch_add(1, Ordering::Relaxed);
+        super::shared::bump(&self.shared.settles, 1);
     }
 }

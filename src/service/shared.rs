@@ -96,6 +96,15 @@ pub(crate) struct StreamShared {
     gave_back_at: AtomicU64,
 }
 
+/// Add `by` to a counter only the stream's actor writes: a load and a
+/// store, no read-modify-write (readers only ever see whole values).
+pub(crate) fn bump(counter: &AtomicU64, by: u64) {
+    counter.store(
+        counter.load(Ordering::Relaxed).wrapping_add(by),
+        Ordering::Relaxed,
+    );
+}
+
 impl StreamShared {
     pub(crate) fn new(stream: StreamId, live: Arc<LiveMeter>) -> Self {
         Self {

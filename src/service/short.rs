@@ -32,7 +32,6 @@ use super::events::SupervisorEvent;
 use super::message::{Allocations, Answer, Sizes};
 use crate::memory::{AllocationMode, Cleanup, MemoryError, PageUpdate, RelocationReason};
 use crate::storage::StorageError;
-use crate::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// How often a stream with waiting requests asks for another recovery round.
@@ -178,9 +177,7 @@ impl StreamActor {
     }
 
     pub(crate) fn answer_served(&mut self, pending: Pending, batch: Allocations, recovered: bool) {
-        self.shared
-            .reservations
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        super::shared::bump(&self.shared.reservations, batch.len() as u64);
         if recovered {
             self.device.tell(SupervisorEvent::Recovered {
                 stream: self.shared.stream,
