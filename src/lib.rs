@@ -73,6 +73,33 @@
 //! # Ok::<(), streamalloc::service::ServiceError>(())
 //! ```
 //!
+//! Time-driven policies (idle cleanups, settle windows, compaction intervals,
+//! `reserve_timeout` deadlines) read one [`clock`]: the wall clock by default,
+//! a [`ManualClock`](clock::ManualClock) that only moves when told in a replay
+//! or a test, where [`Supervisor::tick`](service::Supervisor::tick) runs the
+//! timers. Replays on a manual clock give the same report on every run:
+//!
+//! ```
+//! use std::time::Duration;
+//! use streamalloc::clock::ManualClock;
+//! use streamalloc::memory::StreamId;
+//! use streamalloc::service::{ServiceConfig, Supervisor};
+//!
+//! let clock = ManualClock::shared();
+//! let device = Supervisor::virtual_device(ServiceConfig {
+//!     clock: clock.clone(),
+//!     idle_tick: Some(Duration::from_millis(100)),
+//!     ..ServiceConfig::default()
+//! });
+//! let stream = device.stream(StreamId(0))?;
+//! drop(stream.reserve_many(&[1 << 20; 8])?);
+//! device.tick()?; // the stream is watched from now
+//! clock.advance(Duration::from_millis(100));
+//! device.tick()?; // quiet for an idle tick: it gave its pages back
+//! assert_eq!(stream.stats().bytes_reserved, 0);
+//! # Ok::<(), streamalloc::service::ServiceError>(())
+//! ```
+//!
 //! Features: `cli` (default) builds the `streamalloc` command and
 //! `streamalloc::plot` (clap, indicatif, plotters); a server embedding the
 //! library sets `default-features = false`. `cuda` adds
