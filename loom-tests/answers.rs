@@ -16,7 +16,7 @@
 
 mod common;
 
-use common::{caching_pages, run_wide_model};
+use common::{caching_pages, run_wide_model, start};
 use streamalloc::service::loom_support::{device_on, submit_reserve_many};
 
 const PAGE: u64 = 4096;
@@ -37,9 +37,7 @@ fn a_round_ends_only_when_every_stream_asked_has_answered() {
             assert_eq!(budget.granted(), PAGE, "B caches the only page");
 
             let a_answer = submit_reserve_many(&a_handle, vec![PAGE]);
-            let coordinator = loom::thread::spawn(move || device.coordinator.run());
-            let a_thread = loom::thread::spawn(move || a_actor.run());
-            let b_thread = loom::thread::spawn(move || b_actor.run());
+            let running = start(device.coordinator, device.stop, vec![a_actor, b_actor]);
 
             let batch = a_answer
                 .wait()
@@ -47,11 +45,7 @@ fn a_round_ends_only_when_every_stream_asked_has_answered() {
             assert_eq!(batch.len(), 1);
             assert!(budget.peak() <= PAGE);
             drop(batch);
-            device.stop.stop();
-            coordinator.join().unwrap();
-            drop((a_handle, b_handle));
-            a_thread.join().unwrap();
-            b_thread.join().unwrap();
+            running.end(vec![a_handle, b_handle]);
             assert_eq!(budget.granted(), 0, "every byte back after the streams end");
         },
     );

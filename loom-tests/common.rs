@@ -6,6 +6,8 @@
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicBool, Ordering};
 use streamalloc::memory::{MemoryConfig, MemoryConfiguration, PoolConfig, PoolKind};
+use streamalloc::service::StreamHandle;
+use streamalloc::service::loom_support::{ActorUnderTest, CoordinatorUnderTest, StopSignal};
 use streamalloc::storage::{
     DeviceStorage, Resource, StorageError, StorageHandle, StorageId, VirtualStorage,
 };
@@ -115,5 +117,44 @@ impl DeviceStorage for WatchedStorage {
     }
     fn bytes_allocated(&self) -> u64 {
         self.inner.bytes_allocated()
+    }
+}
+
+/// A device's actors and coordinator running their real loops on loom
+/// threads ([`start`]), until [`Running::end`].
+pub struct Running {
+    coordinator: loom::thread::JoinHandle<()>,
+    actors: Vec<loom::thread::JoinHandle<()>>,
+    stop: StopSignal,
+}
+
+/// Run the coordinator and every actor, each on a loom thread of its own.
+pub fn start(
+    coordinator: CoordinatorUnderTest,
+    stop: StopSignal,
+    actors: Vec<ActorUnderTest>,
+) -> Running {
+    let coordinator = loom::thread::spawn(move || coordinator.run());
+    let actors = actors
+        .into_iter()
+        .map(|actor| loom::thread::spawn(move || actor.run()))
+        .collect();
+    Running {
+        coordinator,
+        actors,
+        stop,
+    }
+}
+
+impl Running {
+    /// Stop the coordinator (emptying the registry, as shutdown does), let
+    /// go of the callers' `handles`, and wait for every actor to end.
+    pub fn end(self, handles: Vec<StreamHandle>) {
+        self.stop.stop();
+        self.coordinator.join().unwrap();
+        drop(handles);
+        for actor in self.actors {
+            actor.join().unwrap();
+        }
     }
 }

@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{caching_pages, run_wide_model};
+use common::{caching_pages, run_wide_model, start};
 use streamalloc::service::Headroom;
 use streamalloc::service::loom_support::{device_with, submit_reserve_many};
 
@@ -39,19 +39,13 @@ fn a_growing_stream_gets_another_streams_cache_back_first() {
         assert_eq!(meter.granted(), PAGE, "A caches its page");
 
         let b_answer = submit_reserve_many(&b_handle, vec![PAGE]);
-        let coordinator = loom::thread::spawn(move || device.coordinator.run());
-        let a_thread = loom::thread::spawn(move || a_actor.run());
-        let b_thread = loom::thread::spawn(move || b_actor.run());
+        let running = start(device.coordinator, device.stop, vec![a_actor, b_actor]);
 
         let batch = b_answer.wait().expect("growth is never refused");
         assert_eq!(batch.len(), 1);
         assert_eq!(meter.peak(), PAGE, "the device held two pages");
         drop(batch);
-        device.stop.stop();
-        coordinator.join().unwrap();
-        drop((a_handle, b_handle));
-        a_thread.join().unwrap();
-        b_thread.join().unwrap();
+        running.end(vec![a_handle, b_handle]);
         assert_eq!(meter.granted(), 0, "every byte back after the streams end");
     });
 }

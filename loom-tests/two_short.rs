@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{caching_pages, run_wide_model};
+use common::{caching_pages, run_wide_model, start};
 use streamalloc::service::ServiceError;
 use streamalloc::service::loom_support::{device_on, submit_reserve_many};
 
@@ -41,9 +41,7 @@ fn two_streams_short_at_once_are_served_or_fail_cleanly() {
 
             let a_answer = submit_reserve_many(&a_handle, vec![PAGE, PAGE]);
             let b_answer = submit_reserve_many(&b_handle, vec![PAGE, PAGE]);
-            let coordinator = loom::thread::spawn(move || device.coordinator.run());
-            let a_thread = loom::thread::spawn(move || a_actor.run());
-            let b_thread = loom::thread::spawn(move || b_actor.run());
+            let running = start(device.coordinator, device.stop, vec![a_actor, b_actor]);
 
             let mut served = 0;
             for answer in [a_answer.wait(), b_answer.wait()] {
@@ -60,11 +58,7 @@ fn two_streams_short_at_once_are_served_or_fail_cleanly() {
                 assert!(budget.granted() <= 2 * PAGE);
             }
             assert!(served <= 1, "two pages each cannot both fit in two pages");
-            device.stop.stop();
-            coordinator.join().unwrap();
-            drop((a_handle, b_handle));
-            a_thread.join().unwrap();
-            b_thread.join().unwrap();
+            running.end(vec![a_handle, b_handle]);
             assert!(budget.peak() <= 2 * PAGE);
             assert_eq!(budget.granted(), 0, "every byte back after the streams end");
         },
