@@ -281,3 +281,21 @@ fn lifecycle_events_are_reported() {
     assert!(wait_for(&events, |e| *e
         == SupervisorEvent::StreamStopped(StreamId(4))));
 }
+
+#[test]
+fn a_stream_that_gave_back_all_it_could_is_asked_again_once_a_pin_lets_go() {
+    let device = device(64 * MIB);
+    let a = device.stream(StreamId(0)).unwrap();
+    let b = device.stream(StreamId(1)).unwrap();
+    let held = a.reserve(40 * MIB).unwrap();
+    let pin = a.resolve(&held).unwrap();
+    drop(held); // released, but the pin keeps its page
+    // a is asked, gives back what it can (nothing: the page is pinned).
+    let err = b.reserve(40 * MIB).unwrap_err();
+    assert!(matches!(err, ServiceError::OutOfMemory(_)), "{err:?}");
+    // The pin lets go: the page is free to give, so a must be asked again
+    // (its clients gave something back since its last give-back).
+    drop(pin);
+    let served = b.reserve(40 * MIB).unwrap();
+    assert_eq!(served.size(), 40 * MIB);
+}

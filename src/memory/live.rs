@@ -75,6 +75,10 @@ pub(crate) struct LiveMeter {
     handed_out: AtomicU64,
     /// Bytes whose bindings ever ended (by any thread).
     released: AtomicU64,
+    /// Releases queued that are not a binding's end: the last unpin of an
+    /// allocation whose handles had gone (its bytes counted as released at
+    /// the drop, its room comes back only now), a page guard's drop.
+    late: AtomicU64,
     /// The device's count.
     device: Arc<LiveBytes>,
 }
@@ -85,6 +89,7 @@ impl LiveMeter {
         Self {
             handed_out: AtomicU64::new(0),
             released: AtomicU64::new(0),
+            late: AtomicU64::new(0),
             device,
         }
     }
@@ -102,6 +107,18 @@ impl LiveMeter {
     /// Bytes this stream's clients ever released (it only grows).
     pub(crate) fn released(&self) -> u64 {
         self.released.load(Ordering::Acquire)
+    }
+
+    /// Changes whenever clients give anything back: bytes released, or a
+    /// late release queued (only grows).
+    pub(crate) fn returns(&self) -> u64 {
+        self.released()
+            .wrapping_add(self.late.load(Ordering::Acquire))
+    }
+
+    /// A release that is not a binding's end was queued.
+    pub(crate) fn returned_late(&self) {
+        self.late.fetch_add(1, Ordering::AcqRel);
     }
 
     /// The owner handed out `bytes`.

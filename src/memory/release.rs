@@ -136,6 +136,9 @@ impl ReleaseQueue {
         others.push(release);
         // Under the lock: a drain cannot zero the count over this item.
         self.others_waiting.store(others.len(), Ordering::Release);
+        if let Some(meter) = &self.meter {
+            meter.returned_late();
+        }
     }
 
     /// Move everything waiting into `out`, cells in the order their handles

@@ -62,8 +62,8 @@ struct IdleWatch {
     requests: u64,
     /// When that count last changed, or the stream was last told `Idle`.
     since: Duration,
-    /// Told `Idle` in this quiet spell, with this many bytes released by
-    /// its clients then (told again only if they released more).
+    /// Told `Idle` in this quiet spell, with its clients' returns counted
+    /// then (told again only if they gave more back).
     told: Option<u64>,
 }
 
@@ -274,7 +274,7 @@ impl Coordinator {
         for (stream, link) in streams.iter() {
             let shared = link.shared();
             let requests = shared.requests.load(crate::sync::atomic::Ordering::Relaxed);
-            let released = shared.released_bytes();
+            let released = shared.returns();
             let watch = self.idle_watch.entry(*stream).or_insert(IdleWatch {
                 requests,
                 since: now,

@@ -138,12 +138,12 @@ impl StreamShared {
             .saturating_sub(self.live.live())
     }
 
-    /// Changes whenever the stream serves a request or its clients release
-    /// bytes (both only grow, so their sum does too).
+    /// Changes whenever the stream serves a request or its clients give
+    /// anything back (each only grows, so their sum does too).
     fn stamp(&self) -> u64 {
         self.requests
             .load(Ordering::Acquire)
-            .wrapping_add(self.live.released())
+            .wrapping_add(self.live.returns())
     }
 
     /// The stream just gave back all a round can win from it.
@@ -156,9 +156,9 @@ impl StreamShared {
         self.live.live()
     }
 
-    /// Bytes its clients ever released (only grows).
-    pub(crate) fn released_bytes(&self) -> u64 {
-        self.live.released()
+    /// Changes whenever its clients give anything back (only grows).
+    pub(crate) fn returns(&self) -> u64 {
+        self.live.returns()
     }
 
     pub(crate) fn is_running(&self) -> bool {
