@@ -246,12 +246,19 @@ fn cli(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-#[test]
-fn cli_replay_json_has_the_fields_for_all_three_formats() {
-    let dir = std::env::temp_dir().join(format!("streamalloc-cli-{}", std::process::id()));
+/// A scratch folder `name` of this test process holding the generated RMM
+/// log as `trace.csv`: the folder and the log's path.
+fn scratch_with_rmm_csv(name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("streamalloc-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let csv = dir.join("trace.csv");
     std::fs::write(&csv, rmm_csv()).unwrap();
+    (dir, csv)
+}
+
+#[test]
+fn cli_replay_json_has_the_fields_for_all_three_formats() {
+    let (dir, csv) = scratch_with_rmm_csv("cli");
     let pickle = dir.join("snapshot.pickle");
     std::fs::write(&pickle, torch_pickle()).unwrap();
     let jsonl = dir.join("trace.jsonl");
@@ -342,10 +349,7 @@ fn cli_simulate_reports_per_stream() {
 
 #[test]
 fn cli_min_budget_brackets_the_smallest_budget_that_fits() {
-    let dir = std::env::temp_dir().join(format!("streamalloc-min-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let csv = dir.join("trace.csv");
-    std::fs::write(&csv, rmm_csv()).unwrap();
+    let (dir, csv) = scratch_with_rmm_csv("min");
     let path = csv.to_str().unwrap();
     let run = || {
         let out = cli(&["replay", path, "--min-budget", "--json"]);

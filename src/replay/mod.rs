@@ -256,9 +256,9 @@ impl<'s> Replayer<'s> {
         } else {
             self.time.saturating_add(EVENT_STEP)
         };
-        // The event's device first (made here if new), then the others.
+        // The event's device made first if new, then every device's clock.
         let time = self.time;
-        self.device(event.device).keep_time(time)?;
+        self.device(event.device);
         for run in self.devices.values_mut() {
             run.keep_time(time)?;
         }

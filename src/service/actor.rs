@@ -62,8 +62,6 @@ pub(crate) struct StreamActor {
     pub(crate) short_pending: bool,
     /// When the last `Short` notice went out.
     pub(crate) last_ask: Option<Duration>,
-    /// Bytes reserved as last published.
-    published_reserved: u64,
 }
 
 /// How often an actor whose parked requests wait for a deadline (or for a
@@ -95,7 +93,6 @@ impl StreamActor {
             parked: VecDeque::new(),
             short_pending: false,
             last_ask: None,
-            published_reserved: 0,
         }
     }
 
@@ -114,11 +111,7 @@ impl StreamActor {
     /// Serve one request.
     pub(crate) fn handle(&mut self, request: Request, inbox: &Receiver<Request>) -> Flow {
         if !matches!(request, Request::Wake | Request::Barrier { .. }) {
-            // The actor is the only writer: a plain store, no RMW.
-            let served = self.shared.requests.load(Ordering::Relaxed);
-            self.shared
-                .requests
-                .store(served.wrapping_add(1), Ordering::Relaxed);
+            super::shared::bump(&self.shared.requests, 1);
         }
         match request {
             Request::ReserveMany {
@@ -211,10 +204,10 @@ impl StreamActor {
     /// stores, and none when nothing changed.
     pub(crate) fn publish(&mut self) {
         let reserved = self.memory.bytes_reserved();
-        if reserved == self.published_reserved {
+        // Its own last store: what it published is what the counter holds.
+        if reserved == self.shared.bytes_reserved.load(Ordering::Relaxed) {
             return;
         }
-        self.published_reserved = reserved;
         self.shared
             .bytes_reserved
             .store(reserved, Ordering::Release);

@@ -203,9 +203,8 @@ impl Coordinator {
             }
             let id = self.next_episode;
             self.next_episode = self.next_episode.wrapping_add(1);
-            // Only streams that hold pages beyond their use can give back
-            // (or have releases waiting that may free some): the others
-            // are not woken.
+            // Only streams that hold pages beyond their clients' bytes can
+            // give back: the others are not woken.
             let others: Vec<StreamId> = streams
                 .iter()
                 .filter(|(other, link)| {

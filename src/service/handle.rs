@@ -321,8 +321,8 @@ impl StreamHandle {
         self.connection.shared.is_running()
     }
 
-    /// Whether the stream may hold pages beyond its use: it did when it
-    /// last published, or releases wait that it has not seen.
+    /// Whether the stream holds pages beyond its clients' bytes (exact:
+    /// `StreamShared::unused_at_most`).
     pub(crate) fn may_give_back(&self) -> bool {
         self.connection.shared.unused_at_most() > 0
     }
