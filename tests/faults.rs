@@ -4,7 +4,8 @@
 //! manager consistent, and loses no written byte.
 
 use streamalloc::memory::{
-    Allocation, Cleanup, MemoryConfig, MemoryError, MemoryManager, PageUpdate, RelocationReason,
+    Allocation, Cleanup, MemoryConfig, MemoryConfiguration, MemoryError, MemoryManager, PageUpdate,
+    RelocationReason,
 };
 use streamalloc::storage::{FaultPlan, HostStorage, LimitedStorage, StorageError};
 
@@ -16,7 +17,7 @@ type Memory = MemoryManager<LimitedStorage<HostStorage>>;
 fn memory(capacity: u64, faults: FaultPlan) -> Memory {
     MemoryManager::new(
         LimitedStorage::new(HostStorage::new(), capacity).with_faults(faults),
-        MemoryConfig::default(),
+        MemoryConfig::with_pools(MemoryConfiguration::Adaptive),
     )
 }
 

@@ -161,7 +161,7 @@ fn idle_pages_return_after_their_period_but_not_on_add_only() {
 
 #[test]
 fn default_pools_return_idle_pages_without_an_explicit_cleanup() {
-    let mut memory = host(MemoryConfig::default());
+    let mut memory = host(MemoryConfig::with_pools(MemoryConfiguration::Adaptive));
     let burst: Vec<_> = (0..8)
         .map(|_| memory.reserve(MIB, PageUpdate::Allow).unwrap())
         .collect();
@@ -255,7 +255,10 @@ fn a_forced_base_mode_holds_outside_windows() {
 fn storage_failures_are_typed_and_leave_the_manager_usable() {
     let storage = LimitedStorage::new(HostStorage::new(), 10 * MIB)
         .with_faults(FaultPlan::none().fail_allocation(2));
-    let mut memory = MemoryManager::new(storage, MemoryConfig::default());
+    let mut memory = MemoryManager::new(
+        storage,
+        MemoryConfig::with_pools(MemoryConfiguration::Adaptive),
+    );
     let a = memory.reserve(100, PageUpdate::Allow).unwrap(); // 8 MiB metadata page
     let err = memory.reserve(MIB, PageUpdate::Allow).unwrap_err();
     assert!(
@@ -346,7 +349,7 @@ fn handles_dropped_on_other_threads_are_released() {
 
 #[test]
 fn the_report_displays_every_pool() {
-    let mut memory = host(MemoryConfig::default());
+    let mut memory = host(MemoryConfig::with_pools(MemoryConfiguration::Adaptive));
     let _a = memory.reserve(3 * MIB, PageUpdate::Allow).unwrap();
     let text = memory.to_string();
     assert!(text.contains("adaptive"), "{text}");
@@ -359,7 +362,10 @@ fn the_report_displays_every_pool() {
 #[test]
 fn a_tight_reservation_takes_a_page_just_large_enough() {
     use streamalloc::memory::AllocationMode;
-    let mut memory = MemoryManager::new(VirtualStorage::new(), MemoryConfig::default());
+    let mut memory = MemoryManager::new(
+        VirtualStorage::new(),
+        MemoryConfig::with_pools(MemoryConfiguration::Adaptive),
+    );
     // Below the adaptive arena's 2 MiB first page: one 1 MiB growth step.
     let small = memory
         .reserve_tight(300 << 10, AllocationMode::Auto)

@@ -2,8 +2,8 @@
 //! pinned, guarded, persistent and dedicated allocations where they are.
 
 use streamalloc::memory::{
-    Allocation, AllocationMode, Cleanup, MemoryConfig, MemoryManager, PageUpdate, RelocationNeed,
-    RelocationReason,
+    Allocation, AllocationMode, Cleanup, MemoryConfig, MemoryConfiguration, MemoryManager,
+    PageUpdate, RelocationNeed, RelocationReason,
 };
 use streamalloc::storage::{DeviceStorage, FaultPlan, HostStorage, LimitedStorage};
 
@@ -50,7 +50,10 @@ fn fragmented(memory: &mut MemoryManager<impl DeviceStorage>) -> Vec<(Allocation
 
 #[test]
 fn compaction_keeps_bytes_and_gives_pages_back() {
-    let mut memory = MemoryManager::new(HostStorage::new(), MemoryConfig::default());
+    let mut memory = MemoryManager::new(
+        HostStorage::new(),
+        MemoryConfig::with_pools(MemoryConfiguration::Adaptive),
+    );
     let kept = fragmented(&mut memory);
     let ids: Vec<_> = kept.iter().map(|(a, _)| a.id()).collect();
     let before = memory.memory_report().usage();
@@ -80,7 +83,10 @@ fn compaction_keeps_bytes_and_gives_pages_back() {
 
 #[test]
 fn outdated_pages_are_emptied_into_current_ones() {
-    let mut memory = MemoryManager::new(HostStorage::new(), MemoryConfig::default());
+    let mut memory = MemoryManager::new(
+        HostStorage::new(),
+        MemoryConfig::with_pools(MemoryConfiguration::Adaptive),
+    );
     let small: Vec<_> = (0..6u64)
         .map(|i| {
             let a = memory.reserve(700 * KIB, PageUpdate::Allow).unwrap();
@@ -106,7 +112,10 @@ fn outdated_pages_are_emptied_into_current_ones() {
 
 #[test]
 fn pinned_and_guarded_allocations_stay() {
-    let mut memory = MemoryManager::new(HostStorage::new(), MemoryConfig::default());
+    let mut memory = MemoryManager::new(
+        HostStorage::new(),
+        MemoryConfig::with_pools(MemoryConfiguration::Adaptive),
+    );
     let kept = fragmented(&mut memory);
     let pinned = memory.pin(&kept[0].0).unwrap();
     let guard = memory.guard(&kept[1].0).unwrap();
@@ -138,7 +147,10 @@ fn pinned_and_guarded_allocations_stay() {
 
 #[test]
 fn a_pin_outliving_its_handles_keeps_the_bytes_until_it_drops() {
-    let mut memory = MemoryManager::new(HostStorage::new(), MemoryConfig::default());
+    let mut memory = MemoryManager::new(
+        HostStorage::new(),
+        MemoryConfig::with_pools(MemoryConfiguration::Adaptive),
+    );
     let a = memory.reserve(1000, PageUpdate::Allow).unwrap();
     memory.write(&a, 0, &[7; 1000]).unwrap();
     let pinned = memory.pin(&a).unwrap();
@@ -159,7 +171,10 @@ fn a_pin_outliving_its_handles_keeps_the_bytes_until_it_drops() {
 
 #[test]
 fn persistent_and_dedicated_allocations_never_move() {
-    let mut memory = MemoryManager::new(HostStorage::new(), MemoryConfig::default());
+    let mut memory = MemoryManager::new(
+        HostStorage::new(),
+        MemoryConfig::with_pools(MemoryConfiguration::Adaptive),
+    );
     memory.mode(AllocationMode::Persistent);
     let weight = memory.reserve(300 * KIB, PageUpdate::Allow).unwrap();
     memory.mode(AllocationMode::Auto);
@@ -180,7 +195,10 @@ fn persistent_and_dedicated_allocations_never_move() {
 fn a_copy_failure_mid_relocation_loses_nothing() {
     let storage = LimitedStorage::new(HostStorage::new(), u64::MAX)
         .with_faults(FaultPlan::none().fail_copy(3));
-    let mut memory = MemoryManager::new(storage, MemoryConfig::default());
+    let mut memory = MemoryManager::new(
+        storage,
+        MemoryConfig::with_pools(MemoryConfiguration::Adaptive),
+    );
     let kept = fragmented(&mut memory);
     let in_use = memory.memory_report().usage().bytes_in_use;
     let err = memory.compact().unwrap_err();
@@ -206,7 +224,10 @@ fn a_copy_failure_mid_relocation_loses_nothing() {
 
 #[test]
 fn stale_ids_stay_stale_after_relocation() {
-    let mut memory = MemoryManager::new(HostStorage::new(), MemoryConfig::default());
+    let mut memory = MemoryManager::new(
+        HostStorage::new(),
+        MemoryConfig::with_pools(MemoryConfiguration::Adaptive),
+    );
     let kept = fragmented(&mut memory);
     let reserved = memory.reserve(300 * KIB, PageUpdate::Allow).unwrap();
     let stale = reserved.clone();
@@ -220,7 +241,10 @@ fn stale_ids_stay_stale_after_relocation() {
 
 #[test]
 fn lazy_backing_materialises_on_first_dereference() {
-    let mut memory = MemoryManager::new(HostStorage::new(), MemoryConfig::default());
+    let mut memory = MemoryManager::new(
+        HostStorage::new(),
+        MemoryConfig::with_pools(MemoryConfiguration::Adaptive),
+    );
     memory.set_dry_run(true);
     let planned: Vec<_> = (0..4)
         .map(|_| memory.reserve(MIB, PageUpdate::Allow).unwrap())
@@ -247,7 +271,10 @@ fn lazy_backing_materialises_on_first_dereference() {
 
 #[test]
 fn taint_ranges_follow_writes() {
-    let mut memory = MemoryManager::new(HostStorage::new(), MemoryConfig::default());
+    let mut memory = MemoryManager::new(
+        HostStorage::new(),
+        MemoryConfig::with_pools(MemoryConfiguration::Adaptive),
+    );
     let a = memory.reserve(1000, PageUpdate::Allow).unwrap();
     let copy = memory.record_failure("copy failed", &[]);
     let kernel = memory.record_failure("kernel read tainted input", &[copy]);
@@ -272,7 +299,10 @@ fn taint_ranges_follow_writes() {
 
 #[test]
 fn settling_moves_a_sparse_page_into_a_smaller_one_and_keeps_the_bytes() {
-    let mut memory = MemoryManager::new(HostStorage::new(), MemoryConfig::default());
+    let mut memory = MemoryManager::new(
+        HostStorage::new(),
+        MemoryConfig::with_pools(MemoryConfiguration::Adaptive),
+    );
     // A 6 MiB reservation grows the arena's pages to 8 MiB; a 1 MiB one
     // shares that page, and stays when the big one goes.
     let big = memory.reserve(6 * MIB, PageUpdate::Allow).unwrap();
@@ -303,7 +333,10 @@ fn settling_moves_a_sparse_page_into_a_smaller_one_and_keeps_the_bytes() {
 
 #[test]
 fn settling_leaves_a_page_with_a_pinned_allocation() {
-    let mut memory = MemoryManager::new(HostStorage::new(), MemoryConfig::default());
+    let mut memory = MemoryManager::new(
+        HostStorage::new(),
+        MemoryConfig::with_pools(MemoryConfiguration::Adaptive),
+    );
     let big = memory.reserve(6 * MIB, PageUpdate::Allow).unwrap();
     let small = memory.reserve(MIB, PageUpdate::Allow).unwrap();
     drop(big);

@@ -244,8 +244,12 @@ fn bytes_held_never_exceed_the_budget_under_load() {
 
 #[test]
 fn the_supervisor_schedules_compaction_past_the_threshold() {
+    // Pages: the threshold weighs what pages hold against what is carved.
     let device = Supervisor::host(ServiceConfig {
         compaction_threshold: Some(1.5),
+        memory: streamalloc::memory::MemoryConfig::with_pools(
+            streamalloc::memory::MemoryConfiguration::Adaptive,
+        ),
         ..common::quiet()
     });
     let events = device.events();

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 use streamalloc::memory::{
-    AllocationMode, Cleanup, MemoryConfig, MemoryError, MemoryManager, PageUpdate,
-    RelocationReason, StreamId,
+    AllocationMode, Cleanup, MemoryConfig, MemoryConfiguration, MemoryError, MemoryManager,
+    PageUpdate, RelocationReason, StreamId,
 };
 use streamalloc::service::{ServiceConfig, ServiceError, StreamState, Supervisor};
 use streamalloc::storage::{
@@ -398,7 +398,11 @@ fn async_calls_work_and_cancellation_releases() {
 
 #[test]
 fn a_borrowed_pin_holds_the_address_until_it_drops() {
-    let device = host();
+    // Pages: settling moves a page's survivor into a smaller page.
+    let device = Supervisor::host(ServiceConfig {
+        memory: MemoryConfig::with_pools(MemoryConfiguration::Adaptive),
+        ..ServiceConfig::default()
+    });
     let stream = device.stream(StreamId(0)).unwrap();
     // A sparse 8 MiB page: settling moves the survivor into a smaller one.
     let big = stream.reserve(6 << 20).unwrap();

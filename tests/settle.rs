@@ -18,8 +18,12 @@ const TICK: Duration = Duration::from_millis(10);
 
 fn device(settle: Option<Settle>) -> (Supervisor, Arc<ManualClock>) {
     let clock = ManualClock::shared();
-    // Nothing else gives pages back: no idle tick, no compaction.
+    // Nothing else gives pages back: no idle tick, no compaction. Pages:
+    // what settling moves and returns here are pages.
     let device = Supervisor::virtual_device(ServiceConfig {
+        memory: streamalloc::memory::MemoryConfig::with_pools(
+            streamalloc::memory::MemoryConfiguration::Adaptive,
+        ),
         supervise_tick: TICK,
         settle,
         clock: clock.clone(),

@@ -42,6 +42,8 @@ struct Block {
     listed: bool,
     /// The slot of the allocation carved here (meaningful while `used`).
     owner: u32,
+    /// On the spare list: the node names no block.
+    dead: bool,
 }
 
 /// Free space of a pool's pages, indexed by size class.
@@ -86,6 +88,7 @@ impl Arena {
             used: false,
             listed: false,
             owner: NONE,
+            dead: false,
         });
         if listed {
             self.list(node);
@@ -99,6 +102,7 @@ impl Arena {
         if self.blocks[first as usize].listed {
             self.unlist(first);
         }
+        self.blocks[first as usize].dead = true;
         self.spare.push(first);
     }
 
@@ -148,6 +152,7 @@ impl Arena {
                 used: false,
                 listed: false,
                 owner: NONE,
+                dead: false,
             });
             if next != NONE {
                 self.blocks[next as usize].prev = tail;
@@ -159,7 +164,7 @@ impl Arena {
 
     /// Free the carved block `node`, merging it with free neighbours. The
     /// merged block is listed when `listed` (its page is not withdrawn).
-    pub(crate) fn free(&mut self, node: u32, listed: bool) {
+    pub(crate) fn free(&mut self, node: u32, listed: bool) -> u32 {
         let mut node = node;
         self.blocks[node as usize].used = false;
         let next = self.blocks[node as usize].next;
@@ -174,6 +179,7 @@ impl Arena {
         if listed && !self.blocks[node as usize].listed {
             self.list(node);
         }
+        node
     }
 
     /// Merge the free block after `node` into `node`.
@@ -195,6 +201,7 @@ impl Arena {
         if after != NONE {
             self.blocks[after as usize].prev = node;
         }
+        self.blocks[next as usize].dead = true;
         self.spare.push(next);
     }
 
@@ -233,6 +240,119 @@ impl Arena {
             node = self.blocks[node as usize].next;
         }
         out
+    }
+
+    /// Split the block `node` at `at` bytes from its start (`0 < at <
+    /// size`); the second part, a block of the same kind, is returned. A free
+    /// block's two parts are listed as it was.
+    pub(crate) fn split(&mut self, node: u32, at: u64) -> u32 {
+        let listed = self.blocks[node as usize].listed;
+        if listed {
+            self.unlist(node);
+        }
+        let block = &mut self.blocks[node as usize];
+        debug_assert!(at > 0 && at < block.size);
+        let (page, offset, size, next, used, owner) = (
+            block.page,
+            block.offset,
+            block.size,
+            block.next,
+            block.used,
+            block.owner,
+        );
+        block.size = at;
+        let tail = self.new_block(Block {
+            page,
+            offset: offset + at,
+            size: size - at,
+            prev: node,
+            next,
+            class_prev: NONE,
+            class_next: NONE,
+            used,
+            listed: false,
+            owner,
+            dead: false,
+        });
+        if next != NONE {
+            self.blocks[next as usize].prev = tail;
+        }
+        self.blocks[node as usize].next = tail;
+        if listed {
+            self.list(node);
+            self.list(tail);
+        }
+        tail
+    }
+
+    /// Make the free block `node` carved, owned by `owner` (what marks
+    /// address space with no memory behind it: see `pool/expandable.rs`).
+    pub(crate) fn occupy(&mut self, node: u32, owner: u32) {
+        if self.blocks[node as usize].listed {
+            self.unlist(node);
+        }
+        let block = &mut self.blocks[node as usize];
+        debug_assert!(!block.used);
+        block.used = true;
+        block.owner = owner;
+    }
+
+    /// Merge the carved block after `node` into the carved block `node`
+    /// (two neighbouring runs of unmapped address space become one).
+    pub(crate) fn merge_carved_next(&mut self, node: u32) {
+        let next = self.blocks[node as usize].next;
+        debug_assert!(
+            next != NONE && self.blocks[node as usize].used && self.blocks[next as usize].used
+        );
+        self.absorb_next(node);
+    }
+
+    /// The block before `node` in its page, or `NONE`.
+    pub(crate) fn prev(&self, node: u32) -> u32 {
+        self.blocks[node as usize].prev
+    }
+
+    /// The block after `node` in its page, or `NONE`.
+    pub(crate) fn next(&self, node: u32) -> u32 {
+        self.blocks[node as usize].next
+    }
+
+    /// Whether `node` names a free (not carved) block: false for a node
+    /// that names no block any more (merged away, or its page removed).
+    pub(crate) fn is_free(&self, node: u32) -> bool {
+        let block = &self.blocks[node as usize];
+        !block.used && !block.dead
+    }
+
+    /// Whether `node` names a carved block owned by `owner`.
+    pub(crate) fn is_carved_by(&self, node: u32, owner: u32) -> bool {
+        let block = &self.blocks[node as usize];
+        block.used && !block.dead && block.owner == owner
+    }
+
+    /// Bytes of the block `node`.
+    pub(crate) fn size(&self, node: u32) -> u64 {
+        self.blocks[node as usize].size
+    }
+
+    /// Carve `size` bytes from the start of the free block `node` (which
+    /// holds them).
+    pub(crate) fn carve_at(&mut self, node: u32, size: u64) {
+        self.take(node, size);
+    }
+
+    /// Take a free block off its class list, or put it back, one at a time
+    /// (a compaction keeps the room it is clearing from being carved).
+    pub(crate) fn set_listed(&mut self, node: u32, listed: bool) {
+        let block = &self.blocks[node as usize];
+        if block.used || block.listed == listed {
+            return;
+        }
+        if listed {
+            self.list(node);
+        } else {
+            self.unlist(node);
+        }
     }
 
     /// Record which slot owns the carved block `node`.

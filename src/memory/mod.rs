@@ -5,6 +5,7 @@
 mod access;
 mod arena;
 mod bins;
+mod compaction;
 mod config;
 mod error;
 mod guard;
@@ -22,11 +23,12 @@ mod slots;
 mod taint;
 
 pub use access::ManagedResource;
+pub use compaction::MOVE_PER_BYTE_SAVED;
 pub use config::{
     ADAPTIVE_MIN_PAGE_SIZE, AllocationMode, ConfigError, DEFAULT_COMPACTION_THRESHOLD,
     DEFAULT_DEALLOC_PERIOD, DeviceProperties, ENV_MEMORY_LOG, ENV_PERSISTENT_MEMORY,
-    METADATA_MAX_ALLOC, METADATA_PAGE_SIZE, MemoryConfig, MemoryConfiguration, MemoryLogLevel,
-    PersistentMemory, PoolConfig, PoolKind,
+    EXPANDABLE_DEALLOC_PERIOD, EXPANDABLE_RANGE_SIZE, METADATA_MAX_ALLOC, METADATA_PAGE_SIZE,
+    MemoryConfig, MemoryConfiguration, MemoryLogLevel, PersistentMemory, PoolConfig, PoolKind,
 };
 pub use error::{HandedBack, MemoryError};
 pub use guard::{PageGuard, Pinned, PinnedRef};

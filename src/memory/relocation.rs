@@ -97,7 +97,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
         let sliced = || {
             self.pools.iter().filter_map(|pool| match pool {
                 Pool::Sliced(pool) => Some(pool),
-                Pool::Whole(_) => None,
+                Pool::Whole(_) | Pool::Expandable(_) => None,
             })
         };
         if sliced().any(|pool| {
@@ -118,7 +118,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
     pub fn has_outdated(&self) -> bool {
         self.pools.iter().any(|pool| match pool {
             Pool::Sliced(pool) => pool.has_outdated(),
-            Pool::Whole(_) => false,
+            Pool::Whole(_) | Pool::Expandable(_) => false,
         })
     }
 
@@ -140,6 +140,14 @@ impl<S: DeviceStorage> MemoryManager<S> {
         self.process_releases();
         let mut report = RelocationReport::default();
         for pool in 0..self.pools.len() {
+            if let Pool::Expandable(expandable) = &mut self.pools[pool] {
+                // Every reason gives back the free granules (nothing moves
+                // for it: the holes cost nothing once unmapped).
+                let before = expandable.stats().usage.bytes_reserved;
+                expandable.unmap_all_free(&mut self.storage);
+                report.bytes_released += before - expandable.stats().usage.bytes_reserved;
+                continue;
+            }
             if !matches!(self.pools[pool], Pool::Sliced(_)) {
                 continue;
             }
@@ -149,10 +157,10 @@ impl<S: DeviceStorage> MemoryManager<S> {
                 return Err(RelocationError { report, error });
             }
         }
-        if report.pages_released > 0 {
+        if report.pages_released > 0 || report.bytes_released > 0 {
             self.storage.flush();
         }
-        self.futile_at = (report.moved == 0 && report.pages_released == 0).then_some(self.tick);
+        self.futile_at = (report.moved == 0 && report.bytes_released == 0).then_some(self.tick);
         Ok(report)
     }
 
@@ -297,7 +305,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// Move one allocation to another place in its pool. `Ok(None)` when it
     /// is pinned (or no room and no new page allowed), `Ok(Some(bytes))`
     /// when moved.
-    fn move_slot(
+    pub(crate) fn move_slot(
         &mut self,
         pool: usize,
         slot: u32,

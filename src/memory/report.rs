@@ -90,6 +90,9 @@ pub struct PoolReport {
     pub peak_bytes_reserved: u64,
     /// The largest allocation served.
     pub largest_alloc: u64,
+    /// Bytes of address space an expandable pool holds (its reserved bytes
+    /// are the mapped part); 0 for pools of pages.
+    pub address_space: u64,
 }
 
 impl fmt::Display for PoolReport {
@@ -107,6 +110,9 @@ impl fmt::Display for PoolReport {
         )?;
         if self.outdated_pages > 0 {
             write!(f, "; {} outdated", self.outdated_pages)?;
+        }
+        if self.address_space > 0 {
+            write!(f, "; {} of address space", Bytes(self.address_space))?;
         }
         Ok(())
     }
@@ -206,5 +212,24 @@ impl PoolStats {
     pub(crate) fn page_removed(&mut self, size: u64) {
         self.pages -= 1;
         self.usage.bytes_reserved -= size;
+    }
+
+    /// A range of address space (no bytes until mapped).
+    pub(crate) fn range_added(&mut self) {
+        self.page_added(0);
+    }
+
+    pub(crate) fn range_removed(&mut self) {
+        self.page_removed(0);
+    }
+
+    /// Bytes mapped in a range: reserved from now on.
+    pub(crate) fn mapped(&mut self, bytes: u64) {
+        self.usage.bytes_reserved += bytes;
+        self.peak_reserved = self.peak_reserved.max(self.usage.bytes_reserved);
+    }
+
+    pub(crate) fn unmapped(&mut self, bytes: u64) {
+        self.usage.bytes_reserved -= bytes;
     }
 }

@@ -218,15 +218,6 @@ impl StreamActor {
         }
     }
 
-    /// Free what clients dropped since the last request (one load when
-    /// nothing was dropped). Only the stream's own pools change: every
-    /// count another thread reads moved when the handles dropped.
-    fn take_releases(&mut self) {
-        if self.memory.releases_waiting() {
-            self.memory.process_releases();
-        }
-    }
-
     /// The loop: serve until shut down or every handle is gone; a panic
     /// marks the stream failed (its clients get `StreamFailed`, never a hang).
     pub(crate) fn run(mut self, inbox: Receiver<Request>) {
@@ -295,13 +286,13 @@ impl StreamActor {
             match inbox.try_recv() {
                 Ok(request) => return Some(request),
                 Err(RecvError::Disconnected) => return None,
-                Err(RecvError::Empty) => {
-                    self.take_releases();
-                    super::backoff(attempt);
-                }
+                // Releases are not taken while waiting: which of a client's
+                // drops would land before the next request would then be a
+                // race, and placement (and so a replay) would differ from run
+                // to run. Every request takes them first, all at once.
+                Err(RecvError::Empty) => super::backoff(attempt),
             }
         }
-        self.take_releases();
         loop {
             self.drain_control();
             let received = if self.polls_parked() {

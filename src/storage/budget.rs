@@ -197,6 +197,41 @@ impl<S: DeviceStorage> DeviceStorage for BudgetedStorage<S> {
     fn bytes_allocated(&self) -> u64 {
         self.inner.bytes_allocated()
     }
+
+    fn granule(&self) -> Option<u64> {
+        self.inner.granule()
+    }
+
+    /// Address space costs nothing: only mapped bytes are granted.
+    fn reserve_range(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
+        self.inner.reserve_range(size)
+    }
+
+    /// Granted before it is mapped, as a page is before it is allocated.
+    fn map(&mut self, range: &StorageHandle) -> Result<(), StorageError> {
+        if !self.budget.try_reserve(range.size) {
+            return Err(StorageError::OutOfMemory {
+                requested: range.size,
+                held: self.budget.granted(),
+                capacity: self.budget.limit(),
+            });
+        }
+        match self.inner.map(range) {
+            Ok(()) => {
+                self.budget.commit(range.size);
+                Ok(())
+            }
+            Err(err) => {
+                self.budget.release(range.size);
+                Err(err)
+            }
+        }
+    }
+
+    /// The bytes go back at the flush that unmaps them (`flush` counts them).
+    fn unmap(&mut self, range: &StorageHandle) {
+        self.inner.unmap(range)
+    }
 }
 
 impl<S: DeviceStorage> Drop for BudgetedStorage<S> {

@@ -1,7 +1,9 @@
 //! Pages of real host memory: the default storage, so that everything runs
 //! on a machine without a GPU and every byte written can be read back.
 
-use super::{DeviceStorage, Resource, StorageError, StorageHandle, StorageId, check_range};
+use super::{
+    DeviceStorage, GranuleMap, Resource, StorageError, StorageHandle, StorageId, check_range,
+};
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::collections::HashMap;
 use std::ptr::NonNull;
@@ -110,6 +112,115 @@ impl Drop for HostPage {
 // it to another thread moves that ownership.
 unsafe impl Send for HostPage {}
 
+/// The granule host ranges map in: a CUDA device's, so that placement on
+/// host memory is what it would be on a GPU (and a multiple of every MMU
+/// page size in use).
+#[cfg(unix)]
+pub const HOST_GRANULE: u64 = 2 * 1024 * 1024;
+
+/// A reserved range of address space: `mmap(PROT_NONE)`, its granules made
+/// accessible with `mprotect` as they are mapped and emptied with
+/// `madvise(MADV_DONTNEED)` (their memory goes back to the kernel) as they
+/// are unmapped.
+#[cfg(unix)]
+#[derive(Debug)]
+struct HostRange {
+    /// Start of the reservation; valid address space for `map.size()` bytes.
+    ptr: NonNull<u8>,
+    /// What is mapped.
+    map: GranuleMap,
+}
+
+#[cfg(unix)]
+impl HostRange {
+    fn reserve(size: u64, granule: u64) -> Result<Self, StorageError> {
+        let map = GranuleMap::new(granule, size)?;
+        let bytes = usize::try_from(size).map_err(|_| StorageError::InvalidSize(size))?;
+        // SAFETY: an anonymous private reservation of a non-zero length with
+        // no access: nothing can touch it until a granule is made accessible.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(StorageError::OutOfMemory {
+                requested: size,
+                held: 0,
+                capacity: 0,
+            });
+        }
+        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or(StorageError::InvalidSize(size))?;
+        Ok(Self { ptr, map })
+    }
+
+    /// The first byte of `handle`'s granules (checked against the range).
+    fn at(&self, handle: &StorageHandle) -> *mut u8 {
+        // SAFETY: callers checked the handle against `map`, whose size is
+        // the reservation's.
+        unsafe { self.ptr.as_ptr().add(handle.offset as usize) }
+    }
+
+    fn protect(&self, handle: &StorageHandle, prot: libc::c_int) -> Result<(), StorageError> {
+        // SAFETY: whole granules inside our own reservation (checked by the
+        // granule map before every call).
+        let rc = unsafe { libc::mprotect(self.at(handle).cast(), handle.size as usize, prot) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(StorageError::OutOfMemory {
+                requested: handle.size,
+                held: self.map.mapped_bytes(),
+                capacity: 0,
+            })
+        }
+    }
+
+    fn map(&mut self, handle: &StorageHandle) -> Result<(), StorageError> {
+        let mut next = self.map.clone();
+        next.map(handle)?;
+        self.protect(handle, libc::PROT_READ | libc::PROT_WRITE)?;
+        self.map = next;
+        Ok(())
+    }
+
+    fn unmap(&mut self, handle: &StorageHandle) -> bool {
+        if !self.map.unmap(handle) {
+            return false;
+        }
+        // SAFETY: whole granules of our reservation that no allocation holds
+        // (the manager unmaps only free granules); their pages go back to the
+        // kernel and read as zero if mapped again.
+        unsafe {
+            libc::madvise(
+                self.at(handle).cast(),
+                handle.size as usize,
+                libc::MADV_DONTNEED,
+            )
+        };
+        let _ = self.protect(handle, libc::PROT_NONE);
+        true
+    }
+}
+
+#[cfg(unix)]
+impl Drop for HostRange {
+    fn drop(&mut self) {
+        // SAFETY: the reservation is ours and unmapped once; no reference
+        // into it outlives the range.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.map.size() as usize) };
+    }
+}
+
+// SAFETY: as `HostPage`: the range owns its reservation exclusively.
+#[cfg(unix)]
+unsafe impl Send for HostRange {}
+
 /// Page-aligned host memory.
 #[derive(Debug, Default)]
 pub struct HostStorage {
@@ -121,7 +232,16 @@ pub struct HostStorage {
     next_id: u64,
     /// Bytes held, pending pages included.
     bytes: u64,
+    /// Reserved ranges.
+    #[cfg(unix)]
+    ranges: HashMap<StorageId, HostRange>,
+    /// Unmappings queued by `unmap`.
+    #[cfg(unix)]
+    pending_unmaps: Vec<StorageHandle>,
 }
+
+/// Where an access lands: the first byte, after the range was checked.
+struct Place(*mut u8);
 
 impl HostStorage {
     /// An empty storage.
@@ -131,6 +251,20 @@ impl HostStorage {
 
     fn page(&self, id: StorageId) -> Result<&HostPage, StorageError> {
         self.pages.get(&id).ok_or(StorageError::UnknownPage(id))
+    }
+
+    /// The first byte of an access of `len` bytes at `handle` (or of the
+    /// whole handle), checked against its page or the mapped granules of
+    /// its range.
+    fn place(&self, handle: &StorageHandle, len: u64) -> Result<Place, StorageError> {
+        #[cfg(unix)]
+        if let Some(range) = self.ranges.get(&handle.id) {
+            range.map.check_access(handle, len)?;
+            return Ok(Place(range.at(handle)));
+        }
+        let page = self.page(handle.id)?;
+        check_range(handle, page.size(), len)?;
+        Ok(Place(page.at(handle)))
     }
 }
 
@@ -156,20 +290,45 @@ impl DeviceStorage for HostStorage {
     }
 
     fn deallocate(&mut self, id: StorageId) {
-        if self.pages.contains_key(&id) && !self.pending.contains(&id) {
+        #[cfg(unix)]
+        let known = self.pages.contains_key(&id) || self.ranges.contains_key(&id);
+        #[cfg(not(unix))]
+        let known = self.pages.contains_key(&id);
+        if known && !self.pending.contains(&id) {
             self.pending.push(id);
         }
     }
 
     fn flush(&mut self) {
-        for id in self.pending.drain(..) {
+        #[cfg(unix)]
+        for handle in std::mem::take(&mut self.pending_unmaps) {
+            if let Some(range) = self.ranges.get_mut(&handle.id)
+                && range.unmap(&handle)
+            {
+                self.bytes = self.bytes.saturating_sub(handle.size);
+            }
+        }
+        for id in std::mem::take(&mut self.pending) {
             if let Some(page) = self.pages.remove(&id) {
                 self.bytes = self.bytes.saturating_sub(page.size());
+            }
+            #[cfg(unix)]
+            if let Some(range) = self.ranges.remove(&id) {
+                self.bytes = self.bytes.saturating_sub(range.map.mapped_bytes());
             }
         }
     }
 
     fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError> {
+        #[cfg(unix)]
+        if let Some(range) = self.ranges.get(&handle.id) {
+            // The address of a range's bytes is known before they are mapped.
+            check_range(handle, range.map.size(), 0)?;
+            return Ok(Resource {
+                addr: range.at(handle) as u64,
+                len: handle.size,
+            });
+        }
         let page = self.page(handle.id)?;
         check_range(handle, page.size(), 0)?;
         Ok(Resource {
@@ -180,22 +339,17 @@ impl DeviceStorage for HostStorage {
     }
 
     fn write(&mut self, handle: &StorageHandle, data: &[u8]) -> Result<(), StorageError> {
-        let page = self
-            .pages
-            .get_mut(&handle.id)
-            .ok_or(StorageError::UnknownPage(handle.id))?;
-        check_range(handle, page.size(), data.len() as u64)?;
-        // SAFETY: the range was checked to lie inside the live block, and
-        // `data` is caller memory, never page memory: they cannot overlap.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), page.at(handle), data.len()) };
+        let Place(at) = self.place(handle, data.len() as u64)?;
+        // SAFETY: the range was checked to lie inside live (mapped) memory,
+        // and `data` is caller memory, never page memory: they cannot overlap.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), at, data.len()) };
         Ok(())
     }
 
     fn read(&mut self, handle: &StorageHandle, out: &mut [u8]) -> Result<(), StorageError> {
-        let page = self.page(handle.id)?;
-        check_range(handle, page.size(), out.len() as u64)?;
+        let Place(at) = self.place(handle, out.len() as u64)?;
         // SAFETY: as in `write`, the other way round.
-        unsafe { std::ptr::copy_nonoverlapping(page.at(handle), out.as_mut_ptr(), out.len()) };
+        unsafe { std::ptr::copy_nonoverlapping(at, out.as_mut_ptr(), out.len()) };
         Ok(())
     }
 
@@ -206,20 +360,50 @@ impl DeviceStorage for HostStorage {
                 to: to.size,
             });
         }
-        let source = self.page(from.id)?;
-        check_range(from, source.size(), 0)?;
-        let target = self.page(to.id)?;
-        check_range(to, target.size(), 0)?;
-        // SAFETY: both ranges were checked to lie inside live blocks of
-        // their pages. `ptr::copy` allows the ranges to overlap (a move
-        // within one page), and raw pointers assert nothing about the rest
-        // of either page, which pinned clients may be using meanwhile.
-        unsafe { std::ptr::copy(source.at(from), target.at(to), from.size as usize) };
+        let Place(source) = self.place(from, 0)?;
+        let Place(target) = self.place(to, 0)?;
+        // SAFETY: both ranges were checked to lie inside live (mapped)
+        // memory. `ptr::copy` allows the ranges to overlap (a move within
+        // one page or range), and raw pointers assert nothing about the
+        // rest of either, which pinned clients may be using meanwhile.
+        unsafe { std::ptr::copy(source, target, from.size as usize) };
         Ok(())
     }
 
     fn bytes_allocated(&self) -> u64 {
         self.bytes
+    }
+
+    #[cfg(unix)]
+    fn granule(&self) -> Option<u64> {
+        Some(HOST_GRANULE)
+    }
+
+    #[cfg(unix)]
+    fn reserve_range(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
+        let range = HostRange::reserve(size, HOST_GRANULE)?;
+        let id = StorageId(self.next_id);
+        self.next_id = self.next_id.wrapping_add(1);
+        self.ranges.insert(id, range);
+        Ok(StorageHandle::whole(id, size))
+    }
+
+    #[cfg(unix)]
+    fn map(&mut self, handle: &StorageHandle) -> Result<(), StorageError> {
+        let range = self
+            .ranges
+            .get_mut(&handle.id)
+            .ok_or(StorageError::UnknownPage(handle.id))?;
+        range.map(handle)?;
+        self.bytes = self.bytes.saturating_add(handle.size);
+        Ok(())
+    }
+
+    #[cfg(unix)]
+    fn unmap(&mut self, handle: &StorageHandle) {
+        if self.ranges.contains_key(&handle.id) {
+            self.pending_unmaps.push(*handle);
+        }
     }
 }
 
@@ -266,6 +450,51 @@ mod tests {
         storage.flush();
         assert_eq!(storage.bytes_allocated(), 0);
         assert_eq!(storage.resource(&a), Err(StorageError::UnknownPage(a.id)));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_range_holds_bytes_where_mapped_and_forgets_them_when_unmapped() {
+        let mut storage = HostStorage::new();
+        let g = HOST_GRANULE;
+        let range = storage.reserve_range(4 * g).unwrap();
+        let base = storage.resource(&range).unwrap().addr;
+        assert_eq!(base % 4096, 0);
+        let second = range.sub_range(g, 2 * g).unwrap();
+        // Not mapped yet: refused, not a fault.
+        let bytes = range.sub_range(g + 10, g + 14).unwrap();
+        assert!(matches!(
+            storage.write(&bytes, &[1, 2, 3, 4]),
+            Err(StorageError::Unmapped { .. })
+        ));
+        storage.map(&second).unwrap();
+        assert_eq!(storage.bytes_allocated(), g);
+        storage.write(&bytes, &[1, 2, 3, 4]).unwrap();
+        let third = range.sub_range(2 * g, 3 * g).unwrap();
+        storage.map(&third).unwrap();
+        let moved = range.sub_range(2 * g + 8, 2 * g + 12).unwrap();
+        storage.copy(&bytes, &moved).unwrap();
+        // A copy across the two mapped granules.
+        let across = range.sub_range(2 * g - 2, 2 * g + 2).unwrap();
+        storage.write(&across, &[9, 8, 7, 6]).unwrap();
+        let mut out = [0u8; 4];
+        storage.read(&moved, &mut out).unwrap();
+        assert_eq!(out, [1, 2, 3, 4]);
+        storage.read(&across, &mut out).unwrap();
+        assert_eq!(out, [9, 8, 7, 6]);
+        storage.unmap(&second);
+        storage.flush();
+        assert_eq!(storage.bytes_allocated(), g);
+        assert!(storage.read(&bytes, &mut out).is_err());
+        // Mapped again: zero, as fresh memory.
+        storage.map(&second).unwrap();
+        storage.read(&bytes, &mut out).unwrap();
+        assert_eq!(out, [0; 4]);
+        storage.read(&moved, &mut out).unwrap();
+        assert_eq!(out, [1, 2, 3, 4]);
+        storage.deallocate(range.id);
+        storage.flush();
+        assert_eq!(storage.bytes_allocated(), 0);
     }
 
     #[test]

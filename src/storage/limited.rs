@@ -98,21 +98,7 @@ impl<S: DeviceStorage> DeviceStorage for LimitedStorage<S> {
     }
 
     fn allocate(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
-        self.allocations = self.allocations.saturating_add(1);
-        if self.faults.allocations.contains(&self.allocations) {
-            return Err(StorageError::InjectedFault(format!(
-                "allocation #{} of {size} bytes",
-                self.allocations
-            )));
-        }
-        let held = self.inner.bytes_allocated();
-        if held.saturating_add(size) > self.capacity {
-            return Err(StorageError::OutOfMemory {
-                requested: size,
-                held,
-                capacity: self.capacity,
-            });
-        }
+        self.admit(size)?;
         self.inner.allocate(size)
     }
 
@@ -149,5 +135,46 @@ impl<S: DeviceStorage> DeviceStorage for LimitedStorage<S> {
 
     fn bytes_allocated(&self) -> u64 {
         self.inner.bytes_allocated()
+    }
+
+    fn granule(&self) -> Option<u64> {
+        self.inner.granule()
+    }
+
+    fn reserve_range(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
+        self.inner.reserve_range(size)
+    }
+
+    /// A mapping is an allocation: counted, faulted and capped alike.
+    fn map(&mut self, range: &StorageHandle) -> Result<(), StorageError> {
+        self.admit(range.size)?;
+        self.inner.map(range)
+    }
+
+    fn unmap(&mut self, range: &StorageHandle) {
+        self.inner.unmap(range)
+    }
+}
+
+impl<S: DeviceStorage> LimitedStorage<S> {
+    /// Count an allocation (or mapping) of `size` bytes and refuse it if the
+    /// plan says so or the cap would be passed.
+    fn admit(&mut self, size: u64) -> Result<(), StorageError> {
+        self.allocations = self.allocations.saturating_add(1);
+        if self.faults.allocations.contains(&self.allocations) {
+            return Err(StorageError::InjectedFault(format!(
+                "allocation #{} of {size} bytes",
+                self.allocations
+            )));
+        }
+        let held = self.inner.bytes_allocated();
+        if held.saturating_add(size) > self.capacity {
+            return Err(StorageError::OutOfMemory {
+                requested: size,
+                held,
+                capacity: self.capacity,
+            });
+        }
+        Ok(())
     }
 }

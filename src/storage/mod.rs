@@ -13,6 +13,7 @@
 mod budget;
 #[cfg(feature = "cuda")]
 mod cuda;
+mod granules;
 mod host;
 mod limited;
 mod virtual_storage;
@@ -20,9 +21,12 @@ mod virtual_storage;
 pub use budget::{BudgetedStorage, DeviceBudget};
 #[cfg(feature = "cuda")]
 pub use cuda::{CudaStorage, cuda_available};
+pub(crate) use granules::GranuleMap;
+#[cfg(unix)]
+pub use host::HOST_GRANULE;
 pub use host::HostStorage;
 pub use limited::{FaultPlan, LimitedStorage};
-pub use virtual_storage::VirtualStorage;
+pub use virtual_storage::{DEFAULT_GRANULE, VirtualStorage};
 
 use std::fmt;
 
@@ -139,6 +143,23 @@ pub enum StorageError {
     /// The driver refused, with its message (CUDA).
     #[error("driver error: {0}")]
     Driver(String),
+    /// The storage cannot reserve address space and back it piecewise
+    /// ([`DeviceStorage::granule`] is `None`).
+    #[error("this storage has no virtual memory (no expandable ranges)")]
+    NoVirtualMemory,
+    /// A range to map or unmap that does not start and end on granules of
+    /// a reserved range, or an access to bytes with no memory behind them.
+    #[error("{len} bytes at offset {offset} of {id} are not {expected}")]
+    Unmapped {
+        /// The range.
+        id: StorageId,
+        /// Start of the bytes.
+        offset: u64,
+        /// Their length.
+        len: u64,
+        /// What they should have been ("mapped", "whole unmapped granules", ...).
+        expected: &'static str,
+    },
 }
 
 /// A source of device pages.
@@ -172,8 +193,40 @@ pub trait DeviceStorage: Send {
     /// Copy the bytes of `from` into `to` (same lengths), as a relocation does.
     fn copy(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError>;
 
-    /// Bytes the storage holds from the driver now, queued deallocations included.
+    /// Bytes the storage holds from the driver now, queued deallocations
+    /// (and unmappings) included; a reserved range counts its mapped bytes.
     fn bytes_allocated(&self) -> u64;
+
+    /// The granule of this storage's virtual memory, when it can reserve
+    /// address space and back it piecewise (what an expandable arena needs):
+    /// `None` when it cannot.
+    fn granule(&self) -> Option<u64> {
+        None
+    }
+
+    /// Reserve `size` bytes of address space (a multiple of the granule)
+    /// with no memory behind them. The range is given back with
+    /// [`deallocate`](Self::deallocate) like a page, whatever is still
+    /// mapped in it going with it.
+    fn reserve_range(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
+        let _ = size;
+        Err(StorageError::NoVirtualMemory)
+    }
+
+    /// Put memory behind `range`: whole, unmapped granules of a reserved
+    /// range. Its bytes read as zero until written.
+    fn map(&mut self, range: &StorageHandle) -> Result<(), StorageError> {
+        let _ = range;
+        Err(StorageError::NoVirtualMemory)
+    }
+
+    /// Queue `range` (whole, mapped granules of a reserved range) to lose
+    /// its memory at the next [`flush`](Self::flush); its bytes count in
+    /// [`bytes_allocated`](Self::bytes_allocated) until then, and it must
+    /// not be mapped again before.
+    fn unmap(&mut self, range: &StorageHandle) {
+        let _ = range;
+    }
 }
 
 impl<S: DeviceStorage + ?Sized> DeviceStorage for Box<S> {
@@ -203,6 +256,18 @@ impl<S: DeviceStorage + ?Sized> DeviceStorage for Box<S> {
     }
     fn bytes_allocated(&self) -> u64 {
         (**self).bytes_allocated()
+    }
+    fn granule(&self) -> Option<u64> {
+        (**self).granule()
+    }
+    fn reserve_range(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
+        (**self).reserve_range(size)
+    }
+    fn map(&mut self, range: &StorageHandle) -> Result<(), StorageError> {
+        (**self).map(range)
+    }
+    fn unmap(&mut self, range: &StorageHandle) {
+        (**self).unmap(range)
     }
 }
 

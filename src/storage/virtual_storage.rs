@@ -2,8 +2,15 @@
 //! the scaling benches use, so a trace that peaks at 80 GB replays on a
 //! machine with 24 GB (as RMM's replay simulates a GPU of a given size).
 
-use super::{DeviceStorage, Resource, StorageError, StorageHandle, StorageId, check_range};
+use super::{
+    DeviceStorage, GranuleMap, Resource, StorageError, StorageHandle, StorageId, check_range,
+};
 use std::collections::HashMap;
+
+/// The granule a `VirtualStorage` maps in by default: a CUDA device's
+/// (`cuMemGetAllocationGranularity` answers 2 MiB on current GPUs), so a
+/// replay counts what a GPU would map.
+pub const DEFAULT_GRANULE: u64 = 2 * 1024 * 1024;
 
 /// Synthetic addresses put each page in its own 1 TiB window, so addresses
 /// of different pages never overlap and an offset reads off directly.
@@ -24,6 +31,12 @@ pub struct VirtualStorage {
     alignment: u64,
     /// Bytes moved by `copy` so far.
     bytes_copied: u64,
+    /// The granule of its virtual memory; `None`: pages only.
+    granule: Option<u64>,
+    /// Reserved ranges and what is mapped in them.
+    ranges: HashMap<StorageId, GranuleMap>,
+    /// Unmappings queued by `unmap`.
+    pending_unmaps: Vec<StorageHandle>,
 }
 
 impl Default for VirtualStorage {
@@ -42,6 +55,19 @@ impl VirtualStorage {
             bytes: 0,
             alignment: 256,
             bytes_copied: 0,
+            granule: Some(DEFAULT_GRANULE),
+            ranges: HashMap::new(),
+            pending_unmaps: Vec::new(),
+        }
+    }
+
+    /// An empty storage whose virtual memory maps `granule` bytes at a
+    /// time (a multiple of the alignment), or has none (`None`: pages only,
+    /// as a device without virtual memory management).
+    pub fn with_granule(granule: Option<u64>) -> Self {
+        Self {
+            granule: granule.filter(|&g| g > 0),
+            ..Self::new()
         }
     }
 
@@ -55,6 +81,14 @@ impl VirtualStorage {
             .get(&id)
             .copied()
             .ok_or(StorageError::UnknownPage(id))
+    }
+
+    /// Check an access of `handle` (a page's bytes, or mapped bytes of a range).
+    fn check(&self, handle: &StorageHandle) -> Result<(), StorageError> {
+        match self.ranges.get(&handle.id) {
+            Some(range) => range.check_access(handle, 0),
+            None => check_range(handle, self.page_size(handle.id)?, 0),
+        }
     }
 }
 
@@ -75,21 +109,36 @@ impl DeviceStorage for VirtualStorage {
     }
 
     fn deallocate(&mut self, id: StorageId) {
-        if self.pages.contains_key(&id) && !self.pending.contains(&id) {
+        let known = self.pages.contains_key(&id) || self.ranges.contains_key(&id);
+        if known && !self.pending.contains(&id) {
             self.pending.push(id);
         }
     }
 
     fn flush(&mut self) {
+        for handle in self.pending_unmaps.drain(..) {
+            if let Some(range) = self.ranges.get_mut(&handle.id)
+                && range.unmap(&handle)
+            {
+                self.bytes = self.bytes.saturating_sub(handle.size);
+            }
+        }
         for id in self.pending.drain(..) {
             if let Some(size) = self.pages.remove(&id) {
                 self.bytes = self.bytes.saturating_sub(size);
+            }
+            if let Some(range) = self.ranges.remove(&id) {
+                self.bytes = self.bytes.saturating_sub(range.mapped_bytes());
             }
         }
     }
 
     fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError> {
-        check_range(handle, self.page_size(handle.id)?, 0)?;
+        match self.ranges.get(&handle.id) {
+            // The address of a range's bytes is known before they are mapped.
+            Some(range) => check_range(handle, range.size(), 0)?,
+            None => check_range(handle, self.page_size(handle.id)?, 0)?,
+        }
         Ok(Resource {
             // `check_range` kept the offset below the window's size.
             addr: (handle.id.0 << ADDRESS_WINDOW_BITS).wrapping_add(handle.offset),
@@ -112,13 +161,91 @@ impl DeviceStorage for VirtualStorage {
                 to: to.size,
             });
         }
-        check_range(from, self.page_size(from.id)?, 0)?;
-        check_range(to, self.page_size(to.id)?, 0)?;
+        self.check(from)?;
+        self.check(to)?;
         self.bytes_copied = self.bytes_copied.saturating_add(from.size);
         Ok(())
     }
 
     fn bytes_allocated(&self) -> u64 {
         self.bytes
+    }
+
+    fn granule(&self) -> Option<u64> {
+        self.granule
+    }
+
+    fn reserve_range(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
+        let granule = self.granule.ok_or(StorageError::NoVirtualMemory)?;
+        if size > 1 << ADDRESS_WINDOW_BITS {
+            return Err(StorageError::InvalidSize(size));
+        }
+        let range = GranuleMap::new(granule, size)?;
+        let id = StorageId(self.next_id);
+        self.next_id = self.next_id.wrapping_add(1);
+        self.ranges.insert(id, range);
+        Ok(StorageHandle::whole(id, size))
+    }
+
+    fn map(&mut self, handle: &StorageHandle) -> Result<(), StorageError> {
+        let range = self
+            .ranges
+            .get_mut(&handle.id)
+            .ok_or(StorageError::UnknownPage(handle.id))?;
+        range.map(handle)?;
+        self.bytes = self.bytes.saturating_add(handle.size);
+        Ok(())
+    }
+
+    fn unmap(&mut self, handle: &StorageHandle) {
+        if self.ranges.contains_key(&handle.id) {
+            self.pending_unmaps.push(*handle);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_range_counts_what_is_mapped_and_refuses_the_rest() {
+        let mut storage = VirtualStorage::with_granule(Some(1024));
+        let range = storage.reserve_range(8 * 1024).unwrap();
+        assert_eq!(storage.bytes_allocated(), 0);
+        let two = range.sub_range(1024, 3072).unwrap();
+        storage.map(&two).unwrap();
+        assert_eq!(storage.bytes_allocated(), 2048);
+        // Mapped twice, or not on granules: refused.
+        assert!(matches!(
+            storage.map(&two),
+            Err(StorageError::Unmapped { .. })
+        ));
+        let odd = range.sub_range(100, 1024).unwrap();
+        assert!(matches!(
+            storage.map(&odd),
+            Err(StorageError::Unmapped { .. })
+        ));
+        // Copies touch mapped bytes only.
+        let inside = range.sub_range(1100, 1200).unwrap();
+        let outside = range.sub_range(3000, 3100).unwrap();
+        assert!(storage.copy(&inside, &inside).is_ok());
+        assert!(matches!(
+            storage.copy(&inside, &outside),
+            Err(StorageError::Unmapped { .. })
+        ));
+        // Unmapping waits for the flush; the range goes with what it holds.
+        storage.unmap(&range.sub_range(1024, 2048).unwrap());
+        assert_eq!(storage.bytes_allocated(), 2048);
+        storage.flush();
+        assert_eq!(storage.bytes_allocated(), 1024);
+        storage.deallocate(range.id);
+        storage.flush();
+        assert_eq!(storage.bytes_allocated(), 0);
+        assert!(
+            VirtualStorage::with_granule(None)
+                .reserve_range(1024)
+                .is_err()
+        );
     }
 }

@@ -46,6 +46,9 @@ pub(crate) enum StorageKind {
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub(crate) enum Preset {
+    /// Expandable arenas: address space mapped a granule at a time (the
+    /// adaptive layout on a storage without virtual memory).
+    Expandable,
     /// Metadata pages plus the adaptive arena.
     Adaptive,
     /// One allocation per page, size-binned.
@@ -67,7 +70,7 @@ pub(crate) struct Common {
     #[arg(long, value_enum)]
     pub(crate) storage: Option<StorageKind>,
     /// The pool layout.
-    #[arg(long = "config", value_enum, default_value = "adaptive")]
+    #[arg(long = "config", value_enum, default_value = "expandable")]
     pub(crate) preset: Preset,
     /// Simulate a device of this many bytes (suffixes K, M, G accepted).
     #[arg(long, value_parser = parse_bytes)]
@@ -213,6 +216,7 @@ pub(crate) fn factory(kind: StorageKind) -> Result<StorageFactory, String> {
 
 pub(crate) fn service_config(common: &Common, device: DeviceProperties) -> ServiceConfig {
     let pools = match common.preset {
+        Preset::Expandable => MemoryConfiguration::Expandable,
         Preset::Adaptive => MemoryConfiguration::Adaptive,
         Preset::Exclusive => MemoryConfiguration::ExclusivePages,
     };

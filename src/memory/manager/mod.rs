@@ -93,6 +93,8 @@ pub struct MemoryManager<S> {
     /// brought it back (then the next handle and slot take the two as they
     /// are, with no reference count to move).
     spare_cells: Vec<(Arc<AllocationCell>, Option<Arc<AllocationCell>>)>,
+    /// Allocations moved, and their bytes, by compactions before growth.
+    pub(crate) moved_before_growth: (u64, u64),
 }
 
 /// At most this many spare cells are kept.
@@ -131,8 +133,14 @@ impl<S: DeviceStorage> MemoryManager<S> {
                 Some(0),
             )),
         ];
+        let granule = storage.granule();
         for pool in config.pools.pools(&device) {
-            pools.push(Pool::dynamic(&pool, alignment, device.max_page_size));
+            pools.push(Pool::dynamic(
+                &pool,
+                alignment,
+                device.max_page_size,
+                granule,
+            ));
         }
         let base_mode = config.mode.unwrap_or(match config.persistent {
             PersistentMemory::Enforced => AllocationMode::Persistent,
@@ -167,6 +175,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
             observer: None,
             deferred_frees: Vec::new(),
             spare_cells: Vec::new(),
+            moved_before_growth: (0, 0),
         }
     }
 

@@ -102,7 +102,15 @@ impl<S: DeviceStorage> MemoryManager<S> {
                 self.slots.unclaim(slot);
                 return Err(MemoryError::PageUpdateForbidden { size });
             }
-            None => {
+            None => 'grow: {
+                self.unmap_before_growth(pool, aligned);
+                // Moving changes addresses: only where the caller allows
+                // pages to change.
+                if update == PageUpdate::Allow
+                    && let Some(placement) = self.compact_before_growth(pool, size, aligned, slot)
+                {
+                    break 'grow placement;
+                }
                 let lazy = self.dry_run;
                 match self.pools[pool].reserve_new_page(
                     &mut self.storage,
@@ -130,6 +138,18 @@ impl<S: DeviceStorage> MemoryManager<S> {
             tracing::trace!(manager = %self.name, pool, size, "reserved");
         }
         Ok(self.fill_slot(slot, pool, placement, size, aligned))
+    }
+
+    /// Before an expandable pool maps more for `aligned` bytes, unmap as
+    /// many free granules as it is about to map (the growth then costs no
+    /// memory where free granules were left).
+    fn unmap_before_growth(&mut self, pool: usize, aligned: u64) {
+        if let Pool::Expandable(expandable) = &mut self.pools[pool] {
+            let bytes = expandable.new_page_size(aligned);
+            if expandable.unmap_before_growth(&mut self.storage, bytes) {
+                self.storage.flush();
+            }
+        }
     }
 
     /// Check a size and return it aligned.

@@ -4,9 +4,11 @@
 //! allocation a page of its own (exclusive pages, persistent, dedicated)
 //! and differs per kind only in how freed pages are reused and returned.
 
+mod expandable;
 mod sliced;
 mod whole;
 
+pub(crate) use expandable::ExpandablePool;
 pub(crate) use sliced::SlicedPool;
 pub(crate) use whole::WholePagePool;
 
@@ -58,6 +60,8 @@ pub(crate) enum Pool {
     Sliced(SlicedPool),
     /// One allocation per page.
     Whole(WholePagePool),
+    /// Address space mapped a granule at a time.
+    Expandable(ExpandablePool),
 }
 
 macro_rules! each {
@@ -65,14 +69,40 @@ macro_rules! each {
         match $self {
             Pool::Sliced($pool) => $body,
             Pool::Whole($pool) => $body,
+            Pool::Expandable($pool) => $body,
         }
     };
 }
 
 impl Pool {
-    /// A dynamic pool from its configuration.
-    pub(crate) fn dynamic(config: &PoolConfig, alignment: u64, max_page: u64) -> Self {
+    /// A dynamic pool from its configuration, on a storage whose virtual
+    /// memory maps `granule` bytes at a time (`None`: it has none, and an
+    /// expandable pool is an adaptive arena instead).
+    pub(crate) fn dynamic(
+        config: &PoolConfig,
+        alignment: u64,
+        max_page: u64,
+        granule: Option<u64>,
+    ) -> Self {
         match config.kind {
+            PoolKind::Expandable { range_size } => match granule {
+                Some(granule) => Pool::Expandable(ExpandablePool::new(
+                    config.kind,
+                    range_size,
+                    // Allocations start on the alignment; so do granules.
+                    align_up(granule, alignment),
+                    config,
+                )),
+                None => Pool::Sliced(SlicedPool::new(
+                    PoolKind::Adaptive {
+                        min_page_size: super::config::ADAPTIVE_MIN_PAGE_SIZE,
+                    },
+                    super::config::ADAPTIVE_MIN_PAGE_SIZE,
+                    Some(max_page),
+                    config,
+                    alignment,
+                )),
+            },
             PoolKind::Sliced { page_size } => Pool::Sliced(SlicedPool::new(
                 config.kind,
                 page_size,
@@ -117,6 +147,9 @@ impl Pool {
             Pool::Sliced(pool) => pool.reserve_new_page(storage, size, aligned, slot, lazy, growth),
             // One allocation per page: its page is its size already.
             Pool::Whole(pool) => pool.reserve_new_page(storage, size, aligned, slot, lazy),
+            // Maps just the granules it needs, whatever the growth (and
+            // backs them now: address space costs nothing to hold lazily).
+            Pool::Expandable(pool) => pool.reserve_new_page(storage, size, aligned, slot),
         }
     }
 

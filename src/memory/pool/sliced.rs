@@ -490,6 +490,7 @@ impl SlicedPool {
             peak_bytes_in_use: self.stats.peak_in_use,
             peak_bytes_reserved: self.stats.peak_reserved,
             largest_alloc: self.stats.largest_alloc,
+            address_space: 0,
         }
     }
 }

@@ -299,6 +299,7 @@ impl WholePagePool {
             peak_bytes_in_use: self.stats.peak_in_use,
             peak_bytes_reserved: self.stats.peak_reserved,
             largest_alloc: self.stats.largest_alloc,
+            address_space: 0,
         }
     }
 }

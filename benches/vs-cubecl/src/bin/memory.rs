@@ -14,8 +14,11 @@ use cubecl_server::memory_management::{
 };
 use std::collections::HashMap;
 use std::path::PathBuf;
-use streamalloc::memory::{Bytes, DeviceProperties, MemoryConfig, MemoryConfiguration};
+use streamalloc::memory::{
+    Bytes, DeviceProperties, MemoryConfig, MemoryConfiguration, MemoryManager, PageUpdate,
+};
 use streamalloc::service::{ServiceConfig, Supervisor};
+use streamalloc::storage::VirtualStorage;
 use streamalloc::trace::{TraceAction, TraceEvent, read_trace};
 use streamalloc_vs_cubecl::{CountedCopies, CountingStorage, cubecl_with};
 
@@ -53,9 +56,11 @@ fn cubecl(events: &[TraceEvent], config: CubeConfig) -> Figures {
                 if event.size == 0 {
                     continue;
                 }
-                let memory = managers.entry((event.device, event.stream)).or_insert_with(|| {
-                    cubecl_with(CountingStorage::default(), config.clone(), MAX_PAGE)
-                });
+                let memory = managers
+                    .entry((event.device, event.stream))
+                    .or_insert_with(|| {
+                        cubecl_with(CountingStorage::default(), config.clone(), MAX_PAGE)
+                    });
                 if let Some(reason) = memory.relocation_need().reason(|| memory.bytes_allocated()) {
                     memory.relocate(&mut CountedCopies, reason, &mut failures);
                 }
@@ -85,6 +90,66 @@ fn cubecl(events: &[TraceEvent], config: CubeConfig) -> Figures {
         peak_reserved,
         end_live: live_bytes,
         end_reserved: managers.values().map(|m| m.bytes_allocated()).sum(),
+        failures: failed,
+    }
+}
+
+/// Our manager alone, one per trace stream (as CubeCL's side), driven the
+/// same way: every reservation with `PageUpdate::Allow`, no policies.
+fn manager_alone(events: &[TraceEvent], pools: MemoryConfiguration) -> Figures {
+    let mut managers = HashMap::new();
+    let mut live = HashMap::new();
+    let (mut live_bytes, mut peak_live, mut peak_reserved, mut failed) = (0u64, 0u64, 0u64, 0u64);
+    let mut reserved = HashMap::new();
+    let mut total_reserved = 0u64;
+    for event in events {
+        let key = (event.device, event.stream);
+        match event.action {
+            TraceAction::Alloc => {
+                if let Some((size, _)) = live.remove(&(event.device, event.id)) {
+                    live_bytes -= size;
+                }
+                if event.size == 0 {
+                    continue;
+                }
+                let memory = managers.entry(key).or_insert_with(|| {
+                    MemoryManager::new(
+                        VirtualStorage::new(),
+                        MemoryConfig {
+                            device: DeviceProperties::new(MAX_PAGE, 256),
+                            ..MemoryConfig::with_pools(pools.clone())
+                        },
+                    )
+                });
+                match memory.reserve(event.size, PageUpdate::Allow) {
+                    Ok(handle) => {
+                        live.insert((event.device, event.id), (event.size, handle));
+                        live_bytes += event.size;
+                        peak_live = peak_live.max(live_bytes);
+                    }
+                    Err(_) => failed += 1,
+                }
+                let now = memory.bytes_reserved();
+                let before = reserved.insert(key, now).unwrap_or(0);
+                total_reserved = total_reserved + now - before;
+            }
+            TraceAction::Free => {
+                if let Some((size, _)) = live.remove(&(event.device, event.id)) {
+                    live_bytes -= size;
+                }
+            }
+            _ => {}
+        }
+        peak_reserved = peak_reserved.max(total_reserved);
+    }
+    for memory in managers.values_mut() {
+        memory.process_releases();
+    }
+    Figures {
+        peak_live,
+        peak_reserved,
+        end_live: live_bytes,
+        end_reserved: managers.values().map(|m| m.bytes_reserved()).sum(),
         failures: failed,
     }
 }
@@ -138,6 +203,21 @@ fn main() {
         let rows: Vec<(&str, &str, Figures)> = vec![
             (
                 "streamalloc",
+                "expandable",
+                ours(&events, MemoryConfiguration::Expandable, true),
+            ),
+            (
+                "streamalloc manager alone",
+                "expandable",
+                manager_alone(&events, MemoryConfiguration::Expandable),
+            ),
+            (
+                "streamalloc manager alone",
+                "adaptive",
+                manager_alone(&events, MemoryConfiguration::Adaptive),
+            ),
+            (
+                "streamalloc",
                 "adaptive",
                 ours(&events, MemoryConfiguration::Adaptive, true),
             ),
@@ -145,6 +225,11 @@ fn main() {
                 "streamalloc",
                 "exclusive",
                 ours(&events, MemoryConfiguration::ExclusivePages, true),
+            ),
+            (
+                "streamalloc, no headroom/settle",
+                "expandable",
+                ours(&events, MemoryConfiguration::Expandable, false),
             ),
             (
                 "streamalloc, no headroom/settle",

@@ -1,0 +1,653 @@
+//! The expandable arena: address space reserved once per *range*, memory
+//! mapped behind it a granule at a time as allocations need it, and
+//! unmapped again where whole granules lie free.
+//!
+//! Reserved bytes are mapped bytes. Because the address space is not the
+//! memory, holes in it cost nothing once their granules are unmapped: what a
+//! page-based pool loses to fragmentation (a page it cannot return while one
+//! allocation holds it) an expandable arena loses only inside the granules
+//! that live allocations touch.
+//!
+//! The free space of every range lives in one [`Arena`]. Address space with
+//! no memory behind it is a carved block owned by [`VOID`], so the arena's
+//! carve and coalescing never reach it; such *void* runs always start and end
+//! on granules. A reservation is served from mapped free blocks (best fit);
+//! growth maps the fewest granules next to the free block that can use them
+//! (see [`ExpandablePool::reserve_new_page`]). Free blocks that hold whole
+//! granules are queued as *empties* when they form (on the release path,
+//! which only queues) and unmapped at the stream's cleanup points: a
+//! periodic cleanup (after the pool's `dealloc_period`), an explicit one, a
+//! relocation, and before every growth, so that a growth first gives back
+//! what lies free ("unmapping first").
+
+use super::{Backing, Placement, align_down, align_up};
+use crate::memory::arena::{Arena, NONE};
+use crate::memory::config::{PoolConfig, PoolKind};
+use crate::memory::policy::Cleanup;
+use crate::memory::report::{PoolReport, PoolStats};
+use crate::storage::{DeviceStorage, StorageError, StorageHandle};
+use std::collections::{BTreeMap, VecDeque};
+
+/// The owner of carved blocks that stand for unmapped address space (no
+/// slot index reaches it).
+pub(crate) const VOID: u32 = u32::MAX - 1;
+
+/// One reserved range of address space.
+#[derive(Debug, Clone)]
+struct Range {
+    /// The reservation and its address; `None` once given back.
+    backing: Option<Backing>,
+    /// Bytes of address space.
+    size: u64,
+    /// Its first arena node (stable for the range's life).
+    first: u32,
+    /// Live allocations in it.
+    live: u32,
+    /// Bytes carved from it by allocations (aligned sizes).
+    used: u64,
+    /// Bytes mapped in it.
+    mapped: u64,
+    /// Live page guards: nothing new is carved from it while any lives.
+    guards: u32,
+    /// Held (not yet given back).
+    held: bool,
+}
+
+/// A pool of expandable ranges.
+#[derive(Debug)]
+pub(crate) struct ExpandablePool {
+    /// Configured kind (for reports).
+    kind: PoolKind,
+    /// The largest reservation served.
+    max_alloc_size: u64,
+    /// Bytes of one granule (the storage's).
+    granule: u64,
+    /// Bytes of address space a range reserves (more for a larger allocation).
+    range_size: u64,
+    /// Reservations a free granule may stay mapped before a periodic
+    /// cleanup unmaps it.
+    pub(super) dealloc_period: Option<u64>,
+    /// Ranges by index; given-back indices are reused.
+    ranges: Vec<Range>,
+    /// Given-back range indices.
+    spare: Vec<u32>,
+    /// Blocks of every range: free (mapped), carved, and void.
+    arena: Arena,
+    /// Every void run, by (range, offset): its arena node.
+    voids: BTreeMap<(u32, u64), u32>,
+    /// Free blocks that held whole granules when they formed, with the tick
+    /// then; checked again when unmapped (a node may have changed since).
+    empties: VecDeque<(u32, u64)>,
+    /// Usage and peaks (reserved = mapped).
+    stats: PoolStats,
+    /// Bytes carved by allocations, all ranges (aligned sizes).
+    used: u64,
+    /// Room a compaction is clearing: a free block that forms there is not
+    /// listed, so nothing moved out lands back in it.
+    fence: Option<Window>,
+}
+
+/// A run of blocks a compaction empties to serve one reservation: from the
+/// free block `anchor` on, `end - start` bytes, of which `cost` are live
+/// allocations (`slots`) to move elsewhere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Window {
+    /// The range.
+    pub(crate) range: u32,
+    /// The free block it starts with (it survives the moves: everything
+    /// freed after it merges into it).
+    pub(crate) anchor: u32,
+    /// First byte.
+    pub(crate) start: u64,
+    /// One past the last byte of its last block.
+    pub(crate) end: u64,
+    /// The allocations on it, in address order.
+    pub(crate) slots: Vec<u32>,
+    /// Their bytes.
+    pub(crate) cost: u64,
+}
+
+impl ExpandablePool {
+    pub(crate) fn new(kind: PoolKind, range_size: u64, granule: u64, config: &PoolConfig) -> Self {
+        let granule = granule.max(1);
+        Self {
+            kind,
+            max_alloc_size: config.max_alloc_size,
+            granule,
+            range_size: align_up(range_size.max(granule), granule),
+            dealloc_period: config.dealloc_period,
+            ranges: Vec::new(),
+            spare: Vec::new(),
+            arena: Arena::default(),
+            voids: BTreeMap::new(),
+            empties: VecDeque::new(),
+            stats: PoolStats::default(),
+            used: 0,
+            fence: None,
+        }
+    }
+
+    /// Mapped bytes no allocation holds.
+    pub(crate) fn free_mapped(&self) -> u64 {
+        self.stats.usage.bytes_reserved.saturating_sub(self.used)
+    }
+
+    /// The cheapest window of at least `aligned` bytes of mapped address
+    /// space whose allocations are all `movable` and cost at most `budget`
+    /// bytes to move, with room enough outside it for them. Ties go to the
+    /// lowest address. A walk of every block (run before a growth only, and
+    /// only when the free room could serve).
+    pub(crate) fn cheapest_window(
+        &self,
+        aligned: u64,
+        budget: u64,
+        movable: impl Fn(u32) -> bool,
+    ) -> Option<Window> {
+        let mut best: Option<(u32, u32, u64, u64)> = None;
+        for (index, range) in self.ranges.iter().enumerate() {
+            if !range.held || range.guards > 0 {
+                continue;
+            }
+            let mut anchor = range.first;
+            while anchor != NONE {
+                if self.arena.is_free(anchor) {
+                    let limit = best.map_or(budget, |(.., cost)| cost.saturating_sub(1));
+                    if let Some((end, cost)) = self.window_from(anchor, aligned, limit, &movable) {
+                        let free_inside = (end - self.arena.offset(anchor)) - cost;
+                        if self.free_mapped().saturating_sub(free_inside) >= cost {
+                            best = Some((index as u32, anchor, end, cost));
+                        }
+                    }
+                }
+                anchor = self.arena.next(anchor);
+            }
+        }
+        let (range, anchor, end, cost) = best?;
+        let mut slots = Vec::new();
+        let mut node = anchor;
+        while node != NONE && self.arena.offset(node) < end {
+            if !self.arena.is_free(node) {
+                slots.push(self.arena.owner(node));
+            }
+            node = self.arena.next(node);
+        }
+        Some(Window {
+            range,
+            anchor,
+            start: self.arena.offset(anchor),
+            end,
+            slots,
+            cost,
+        })
+    }
+
+    /// From the free block `anchor`, the end of the shortest run of mapped
+    /// blocks covering `aligned` bytes and the bytes of allocations on it,
+    /// if every one is movable and they come to at most `limit`.
+    fn window_from(
+        &self,
+        anchor: u32,
+        aligned: u64,
+        limit: u64,
+        movable: &impl Fn(u32) -> bool,
+    ) -> Option<(u64, u64)> {
+        let (mut covered, mut cost) = (0u64, 0u64);
+        let mut node = anchor;
+        while covered < aligned {
+            if node == NONE {
+                return None;
+            }
+            let size = self.arena.size(node);
+            if !self.arena.is_free(node) {
+                let owner = self.arena.owner(node);
+                if owner == VOID || !movable(owner) {
+                    return None;
+                }
+                cost += size;
+                if cost > limit {
+                    return None;
+                }
+            }
+            covered += size;
+            node = self.arena.next(node);
+        }
+        Some((self.arena.offset(anchor) + covered, cost))
+    }
+
+    /// Keep `window`'s free room off the lists while its allocations move.
+    pub(crate) fn fence(&mut self, window: &Window) {
+        let mut node = window.anchor;
+        while node != NONE && self.arena.offset(node) < window.end {
+            self.arena.set_listed(node, false);
+            node = self.arena.next(node);
+        }
+        self.fence = Some(window.clone());
+    }
+
+    /// Lift the fence; serve `aligned` bytes at the window's start if the
+    /// moves cleared enough of it.
+    pub(crate) fn unfence_and_reserve(
+        &mut self,
+        size: u64,
+        aligned: u64,
+        slot: u32,
+    ) -> Option<Placement> {
+        let window = self.fence.take()?;
+        let anchor = window.anchor;
+        let cleared = self.arena.is_free(anchor)
+            && self.arena.offset(anchor) == window.start
+            && self.arena.size(anchor) >= aligned;
+        let listed = self.ranges[window.range as usize].guards == 0;
+        let mut node = anchor;
+        while listed && node != NONE && self.arena.offset(node) < window.end {
+            self.arena.set_listed(node, true);
+            node = self.arena.next(node);
+        }
+        if !cleared {
+            return None;
+        }
+        self.arena.set_listed(anchor, false);
+        self.arena.carve_at(anchor, aligned);
+        Some(self.carved(anchor, size, aligned, slot))
+    }
+
+    pub(crate) fn max_alloc_size(&self) -> u64 {
+        self.max_alloc_size
+    }
+
+    pub(crate) fn try_reserve(&mut self, size: u64, aligned: u64, slot: u32) -> Option<Placement> {
+        let node = self.arena.carve(aligned)?;
+        Some(self.carved(node, size, aligned, slot))
+    }
+
+    fn carved(&mut self, node: u32, size: u64, aligned: u64, slot: u32) -> Placement {
+        self.arena.set_owner(node, slot);
+        let index = self.arena.page(node);
+        let range = &mut self.ranges[index as usize];
+        range.live += 1;
+        range.used += aligned;
+        self.used += aligned;
+        self.stats.allocated(size, aligned);
+        Placement {
+            page: index,
+            node,
+            offset: self.arena.offset(node),
+        }
+    }
+
+    /// Serve `aligned` bytes by mapping more: the fewest granules, placed
+    /// after the free block that can use the most of them (ties: the lowest
+    /// address, so placement is the same on every run); a new range when no
+    /// void run is long enough.
+    pub(crate) fn reserve_new_page(
+        &mut self,
+        storage: &mut dyn DeviceStorage,
+        size: u64,
+        aligned: u64,
+        slot: u32,
+    ) -> Result<Placement, StorageError> {
+        let (void, needed) = match self.best_void(aligned) {
+            Some(found) => found,
+            None => {
+                let index = self.add_range(storage, aligned)?;
+                let first = self.ranges[index as usize].first;
+                (first, align_up(aligned, self.granule))
+            }
+        };
+        let free = self.map_void(storage, void, needed)?;
+        self.arena.carve_at(free, aligned);
+        Ok(self.carved(free, size, aligned, slot))
+    }
+
+    /// The void run to map for `aligned` bytes and how many bytes to map
+    /// there: the free block just before a void run can hold the start.
+    fn best_void(&self, aligned: u64) -> Option<(u32, u64)> {
+        let mut best: Option<(u32, u64)> = None;
+        for &node in self.voids.values() {
+            let range = &self.ranges[self.arena.page(node) as usize];
+            if range.guards > 0 {
+                continue;
+            }
+            let prev = self.arena.prev(node);
+            let before = if prev != NONE && self.arena.is_free(prev) {
+                self.arena.size(prev)
+            } else {
+                0
+            };
+            let needed = align_up(aligned.saturating_sub(before), self.granule);
+            if needed <= self.arena.size(node) && best.is_none_or(|(_, least)| needed < least) {
+                best = Some((node, needed));
+            }
+        }
+        best
+    }
+
+    /// What a growth for `aligned` bytes would map now.
+    pub(crate) fn new_page_size(&self, aligned: u64) -> u64 {
+        self.best_void(aligned)
+            .map_or_else(|| align_up(aligned, self.granule), |(_, needed)| needed)
+    }
+
+    /// Reserve a range that holds at least `aligned` bytes, all void.
+    fn add_range(
+        &mut self,
+        storage: &mut dyn DeviceStorage,
+        aligned: u64,
+    ) -> Result<u32, StorageError> {
+        let size = self.range_size.max(align_up(aligned, self.granule));
+        let handle = storage.reserve_range(size)?;
+        let base = match storage.resource(&handle) {
+            Ok(resource) => resource.addr,
+            Err(err) => {
+                storage.deallocate(handle.id);
+                storage.flush();
+                return Err(err);
+            }
+        };
+        let index = self.spare.pop().unwrap_or_else(|| {
+            self.ranges.push(Range {
+                backing: None,
+                size: 0,
+                first: NONE,
+                live: 0,
+                used: 0,
+                mapped: 0,
+                guards: 0,
+                held: false,
+            });
+            (self.ranges.len() - 1) as u32
+        });
+        let first = self.arena.add_page(index, size, false);
+        self.arena.occupy(first, VOID);
+        self.voids.insert((index, 0), first);
+        self.ranges[index as usize] = Range {
+            backing: Some(Backing { handle, base }),
+            size,
+            first,
+            live: 0,
+            used: 0,
+            mapped: 0,
+            guards: 0,
+            held: true,
+        };
+        self.stats.range_added();
+        Ok(index)
+    }
+
+    /// Map the first `bytes` of the void run `node` and return the free
+    /// block they join (merged with a free block before them).
+    fn map_void(
+        &mut self,
+        storage: &mut dyn DeviceStorage,
+        node: u32,
+        bytes: u64,
+    ) -> Result<u32, StorageError> {
+        let index = self.arena.page(node);
+        let offset = self.arena.offset(node);
+        let handle = self.range_handle(index, offset, bytes);
+        storage.map(&handle)?;
+        self.voids.remove(&(index, offset));
+        if bytes < self.arena.size(node) {
+            let rest = self.arena.split(node, bytes);
+            self.voids.insert((index, offset + bytes), rest);
+        }
+        self.ranges[index as usize].mapped += bytes;
+        self.stats.mapped(bytes);
+        let listed = self.ranges[index as usize].guards == 0;
+        Ok(self.arena.free(node, listed))
+    }
+
+    /// The storage handle of `bytes` at `offset` of range `index`.
+    fn range_handle(&self, index: u32, offset: u64, bytes: u64) -> StorageHandle {
+        let backing = self.ranges[index as usize]
+            .backing
+            .expect("a held range has its reservation");
+        StorageHandle {
+            id: backing.handle.id,
+            offset,
+            size: bytes,
+        }
+    }
+
+    pub(crate) fn free(&mut self, placement: Placement, size: u64, aligned: u64, tick: u64) {
+        let range = &mut self.ranges[placement.page as usize];
+        range.live -= 1;
+        range.used -= aligned;
+        self.used -= aligned;
+        let fenced = self.fence.as_ref().is_some_and(|fence| {
+            fence.range == placement.page
+                && placement.offset < fence.end
+                && placement.offset + aligned > fence.start
+        });
+        let listed = range.guards == 0 && !fenced;
+        let merged = self.arena.free(placement.node, listed);
+        if fenced {
+            // It may have merged with a listed neighbour outside the window.
+            self.arena.set_listed(merged, false);
+        }
+        self.stats.freed(size, aligned);
+        if self.whole_granules(merged).is_some() {
+            self.empties.push_back((merged, tick));
+        }
+    }
+
+    /// The whole granules of the free block `node`, if it holds any.
+    fn whole_granules(&self, node: u32) -> Option<(u64, u64)> {
+        let start = self.arena.offset(node);
+        let end = start + self.arena.size(node);
+        let (first, last) = (align_up(start, self.granule), align_down(end, self.granule));
+        (first < last).then_some((first, last))
+    }
+
+    /// Unmap the whole granules of the free block `node`, if it still is
+    /// one: the bytes unmapped, and the last block it touched (the walk of
+    /// `unmap_all_free` goes on after it).
+    fn unmap_free(&mut self, storage: &mut dyn DeviceStorage, node: u32) -> (u64, u32) {
+        if !self.arena.is_free(node) {
+            return (0, node);
+        }
+        let Some((first, last)) = self.whole_granules(node) else {
+            return (0, node);
+        };
+        let index = self.arena.page(node);
+        let start = self.arena.offset(node);
+        let mut middle = node;
+        if first > start {
+            middle = self.arena.split(node, first - start);
+        }
+        if last < first + self.arena.size(middle) {
+            self.arena.split(middle, last - first);
+        }
+        self.arena.occupy(middle, VOID);
+        storage.unmap(&self.range_handle(index, first, last - first));
+        // One void run for neighbouring ones, so a growth finds them whole.
+        let mut run = middle;
+        let mut key = (index, first);
+        let prev = self.arena.prev(middle);
+        if prev != NONE && self.arena.is_carved_by(prev, VOID) {
+            self.voids.remove(&(index, self.arena.offset(prev)));
+            self.arena.merge_carved_next(prev);
+            run = prev;
+            key = (index, self.arena.offset(prev));
+        }
+        let next = self.arena.next(run);
+        if next != NONE && self.arena.is_carved_by(next, VOID) {
+            self.voids.remove(&(index, self.arena.offset(next)));
+            self.arena.merge_carved_next(run);
+        }
+        self.voids.insert(key, run);
+        self.ranges[index as usize].mapped -= last - first;
+        self.stats.unmapped(last - first);
+        (last - first, run)
+    }
+
+    /// Unmap free granules before a growth of `bytes`, oldest empties first,
+    /// until as many are unmapped or none is left: the growth then takes no
+    /// more memory than it must. Whether any went (the caller flushes).
+    pub(crate) fn unmap_before_growth(
+        &mut self,
+        storage: &mut dyn DeviceStorage,
+        bytes: u64,
+    ) -> bool {
+        let mut unmapped = 0;
+        while unmapped < bytes
+            && let Some((node, _)) = self.empties.pop_front()
+        {
+            unmapped += self.unmap_free(storage, node).0;
+        }
+        unmapped > 0
+    }
+
+    pub(crate) fn cleanup(
+        &mut self,
+        storage: &mut dyn DeviceStorage,
+        tick: u64,
+        cleanup: Cleanup,
+    ) -> bool {
+        let mut released = false;
+        match cleanup {
+            Cleanup::Explicit => {
+                self.empties.clear();
+                released |= self.unmap_all_free(storage);
+            }
+            Cleanup::Periodic => {
+                let Some(period) = self.dealloc_period else {
+                    return false;
+                };
+                while let Some(&(node, since)) = self.empties.front() {
+                    if tick.saturating_sub(since) < period {
+                        break;
+                    }
+                    self.empties.pop_front();
+                    released |= self.unmap_free(storage, node).0 > 0;
+                }
+            }
+        }
+        released |= self.give_back_void_ranges(storage);
+        released
+    }
+
+    /// Unmap every whole free granule of every range (explicit cleanup,
+    /// relocation, give-back): a walk of the blocks.
+    pub(crate) fn unmap_all_free(&mut self, storage: &mut dyn DeviceStorage) -> bool {
+        let mut unmapped = 0;
+        for index in 0..self.ranges.len() {
+            if !self.ranges[index].held {
+                continue;
+            }
+            let mut node = self.ranges[index].first;
+            while node != NONE {
+                let (bytes, last) = self.unmap_free(storage, node);
+                unmapped += bytes;
+                node = self.arena.next(last);
+            }
+        }
+        unmapped > 0
+    }
+
+    /// Give back every range that is all void: address space is cheap to
+    /// reserve again, and a range held for nothing would outlive the load.
+    fn give_back_void_ranges(&mut self, storage: &mut dyn DeviceStorage) -> bool {
+        let mut released = false;
+        for index in 0..self.ranges.len() as u32 {
+            let range = &self.ranges[index as usize];
+            let whole_void = range.held
+                && range.live == 0
+                && range.guards == 0
+                && range.mapped == 0
+                && self.arena.next(range.first) == NONE;
+            if whole_void {
+                self.release(storage, index);
+                released = true;
+            }
+        }
+        released
+    }
+
+    /// Give range `index` back, whatever is still mapped in it.
+    fn release(&mut self, storage: &mut dyn DeviceStorage, index: u32) {
+        let range = &mut self.ranges[index as usize];
+        range.held = false;
+        let mapped = std::mem::take(&mut range.mapped);
+        Backing::give_back(&mut range.backing, storage);
+        self.voids.retain(|&(at, _), _| at != index);
+        self.stats.unmapped(mapped);
+        self.stats.range_removed();
+        self.spare.push(index);
+    }
+
+    pub(crate) fn release_all(&mut self, storage: &mut dyn DeviceStorage) {
+        for range in &mut self.ranges {
+            Backing::give_back(&mut range.backing, storage);
+        }
+        self.ranges.clear();
+        self.spare.clear();
+        self.voids.clear();
+        self.empties.clear();
+        self.arena = Arena::default();
+        self.used = 0;
+        self.fence = None;
+        self.stats.clear_usage();
+    }
+
+    pub(crate) fn page_backing(&self, index: u32) -> Option<Backing> {
+        self.ranges[index as usize].backing
+    }
+
+    /// Ranges have their reservation from the start: nothing to back later.
+    pub(crate) fn materialize(
+        &mut self,
+        _storage: &mut dyn DeviceStorage,
+        index: u32,
+    ) -> Result<StorageHandle, StorageError> {
+        self.ranges[index as usize]
+            .backing
+            .map(|backing| backing.handle)
+            .ok_or(StorageError::NoVirtualMemory)
+    }
+
+    pub(crate) fn guard(&mut self, index: u32) {
+        let range = &mut self.ranges[index as usize];
+        range.guards += 1;
+        if range.guards == 1 {
+            self.arena.withdraw_page(range.first);
+        }
+    }
+
+    pub(crate) fn unguard(&mut self, index: u32, _tick: u64) {
+        let range = &mut self.ranges[index as usize];
+        range.guards -= 1;
+        if range.guards == 0 {
+            self.arena.relist_page(range.first);
+        }
+    }
+
+    /// Bytes of address space held.
+    pub(crate) fn address_space(&self) -> u64 {
+        self.ranges
+            .iter()
+            .filter(|range| range.held)
+            .map(|range| range.size)
+            .sum()
+    }
+
+    pub(crate) fn stats(&self) -> &PoolStats {
+        &self.stats
+    }
+
+    pub(crate) fn report(&self) -> PoolReport {
+        PoolReport {
+            kind: self.kind,
+            page_size: None,
+            max_alloc_size: self.max_alloc_size,
+            pages: self.stats.pages,
+            outdated_pages: 0,
+            pages_peak: self.stats.pages_peak,
+            usage: self.stats.usage,
+            peak_bytes_in_use: self.stats.peak_in_use,
+            peak_bytes_reserved: self.stats.peak_reserved,
+            largest_alloc: self.stats.largest_alloc,
+            address_space: self.address_space(),
+        }
+    }
+}
