@@ -1,0 +1,148 @@
+//! Expandable arenas on host memory with real bytes: what is mapped is what
+//! is reserved, free granules go back at cleanup points and before growth,
+//! and compaction before growth moves bytes intact, never a pinned one.
+
+mod common;
+
+use common::MIB;
+use streamalloc::memory::{
+    Allocation, Cleanup, MemoryConfig, MemoryManager, PageUpdate, PoolKind,
+};
+use streamalloc::storage::{DeviceStorage, HOST_GRANULE, HostStorage, VirtualStorage};
+
+type Memory = MemoryManager<HostStorage>;
+
+fn memory() -> Memory {
+    MemoryManager::new(HostStorage::new(), MemoryConfig::default())
+}
+
+/// Eight 1 MiB allocations packed in four granules, each filled with its
+/// own byte.
+fn eight(memory: &mut Memory) -> Vec<Allocation> {
+    assert_eq!(HOST_GRANULE, 2 * MIB, "the layout below assumes 2 MiB granules");
+    (0..8u8)
+        .map(|i| {
+            let a = memory.reserve(MIB, PageUpdate::Allow).unwrap();
+            memory.write(&a, 0, &vec![i + 1; MIB as usize]).unwrap();
+            a
+        })
+        .collect()
+}
+
+fn assert_holds(memory: &mut Memory, a: &Allocation, byte: u8) {
+    let bytes = memory.read(a, 0, MIB).unwrap();
+    assert!(bytes.iter().all(|&b| b == byte), "allocation of {byte} lost its bytes");
+}
+
+#[test]
+fn the_default_layout_maps_granules_and_reserves_what_it_maps() {
+    let mut memory = memory();
+    let report = memory.memory_report();
+    assert!(matches!(report.dynamic[0].kind, PoolKind::Expandable { .. }));
+    let all = eight(&mut memory);
+    assert_eq!(memory.bytes_reserved(), 8 * MIB);
+    assert_eq!(memory.bytes_allocated(), 8 * MIB, "the storage maps as much");
+    assert!(memory.memory_report().dynamic[0].address_space >= 8 * MIB);
+    drop(all);
+    // Releases free no memory by themselves: the cleanup point does.
+    memory.process_releases();
+    assert_eq!(memory.bytes_reserved(), 8 * MIB);
+    memory.cleanup(Cleanup::Explicit);
+    assert_eq!(memory.bytes_reserved(), 0);
+    assert_eq!(memory.bytes_allocated(), 0);
+}
+
+#[test]
+fn a_growth_unmaps_free_granules_first() {
+    let mut memory = memory();
+    let mut all = eight(&mut memory);
+    // The last four free two whole granules.
+    all.truncate(4);
+    memory.process_releases();
+    // Three more mebibytes than the room held: the two free granules go back
+    // before one is mapped for it (it lands in the freed room anyway).
+    let big = memory.reserve(5 * MIB, PageUpdate::Allow).unwrap();
+    assert!(memory.bytes_reserved() <= 10 * MIB, "{}", memory.bytes_reserved());
+    memory.write(&big, 0, &[9; 16]).unwrap();
+    for (i, a) in all.iter().enumerate() {
+        assert_holds(&mut memory, a, i as u8 + 1);
+    }
+    assert_eq!(memory.bytes_reserved(), memory.bytes_allocated());
+}
+
+#[test]
+fn compaction_before_growth_moves_bytes_intact_instead_of_mapping() {
+    let mut memory = memory();
+    let mut all: Vec<Option<Allocation>> = eight(&mut memory).into_iter().map(Some).collect();
+    // Holes of 1 MiB at 1, 3 and 5 MiB: three free mebibytes, no two together.
+    for i in [1, 3, 5] {
+        all[i] = None;
+    }
+    memory.process_releases();
+    let reserved = memory.bytes_reserved();
+    let two = memory.reserve(2 * MIB, PageUpdate::Allow).unwrap();
+    assert_eq!(memory.bytes_reserved(), reserved, "served by moving, not mapping");
+    let (moved, bytes) = memory.moved_before_growth();
+    assert_eq!((moved, bytes), (1, MIB));
+    memory.write(&two, 0, &[0xAB; 2 * MIB as usize]).unwrap();
+    for (i, a) in all.iter().enumerate() {
+        if let Some(a) = a {
+            assert_holds(&mut memory, a, i as u8 + 1);
+        }
+    }
+    assert!(memory.read(&two, 0, 2 * MIB).unwrap().iter().all(|&b| b == 0xAB));
+}
+
+#[test]
+fn a_pinned_allocation_stays_put_while_others_move_around_it() {
+    let mut memory = memory();
+    let mut all: Vec<Option<Allocation>> = eight(&mut memory).into_iter().map(Some).collect();
+    for i in [1, 3, 5] {
+        all[i] = None;
+    }
+    memory.process_releases();
+    // The cheapest window would move the allocation after the first hole.
+    let pinned = memory.pin(all[2].as_ref().unwrap()).unwrap();
+    let address = pinned.addr();
+    let reserved = memory.bytes_reserved();
+    let two = memory.reserve(2 * MIB, PageUpdate::Allow).unwrap();
+    assert_eq!(memory.bytes_reserved(), reserved, "another window was cleared");
+    assert_eq!(memory.moved_before_growth().0, 1);
+    // SAFETY: the pin keeps the allocation's bytes at this host address.
+    let first = unsafe { *(address as *const u8) };
+    assert_eq!(first, 3, "the pinned bytes are where the pin says");
+    drop(pinned);
+    for (i, a) in all.iter().enumerate() {
+        if let Some(a) = a {
+            assert_holds(&mut memory, a, i as u8 + 1);
+        }
+    }
+    drop(two);
+}
+
+#[test]
+fn page_updates_that_keep_addresses_never_move() {
+    let mut memory = memory();
+    let mut all: Vec<Option<Allocation>> = eight(&mut memory).into_iter().map(Some).collect();
+    for i in [1, 3, 5] {
+        all[i] = None;
+    }
+    memory.process_releases();
+    let _two = memory.reserve(2 * MIB, PageUpdate::AddOnly).unwrap();
+    assert_eq!(memory.moved_before_growth().0, 0, "AddOnly keeps every address");
+    assert!(memory.bytes_reserved() > 8 * MIB, "it mapped instead");
+}
+
+#[test]
+fn a_storage_without_virtual_memory_gets_the_adaptive_arena() {
+    let storage = VirtualStorage::with_granule(None);
+    assert_eq!(storage.granule(), None);
+    let mut memory = MemoryManager::new(storage, MemoryConfig::default());
+    let _a = memory.reserve(3 * MIB, PageUpdate::Allow).unwrap();
+    let report = memory.memory_report();
+    assert!(
+        matches!(report.dynamic[0].kind, PoolKind::Adaptive { .. }),
+        "{:?}",
+        report.dynamic[0].kind
+    );
+}
