@@ -5,9 +5,7 @@
 mod common;
 
 use common::MIB;
-use streamalloc::memory::{
-    Allocation, Cleanup, MemoryConfig, MemoryManager, PageUpdate, PoolKind,
-};
+use streamalloc::memory::{Allocation, Cleanup, MemoryConfig, MemoryManager, PageUpdate, PoolKind};
 use streamalloc::storage::{DeviceStorage, HOST_GRANULE, HostStorage, VirtualStorage};
 
 type Memory = MemoryManager<HostStorage>;
@@ -19,7 +17,11 @@ fn memory() -> Memory {
 /// Eight 1 MiB allocations packed in four granules, each filled with its
 /// own byte.
 fn eight(memory: &mut Memory) -> Vec<Allocation> {
-    assert_eq!(HOST_GRANULE, 2 * MIB, "the layout below assumes 2 MiB granules");
+    assert_eq!(
+        HOST_GRANULE,
+        2 * MIB,
+        "the layout below assumes 2 MiB granules"
+    );
     (0..8u8)
         .map(|i| {
             let a = memory.reserve(MIB, PageUpdate::Allow).unwrap();
@@ -31,17 +33,27 @@ fn eight(memory: &mut Memory) -> Vec<Allocation> {
 
 fn assert_holds(memory: &mut Memory, a: &Allocation, byte: u8) {
     let bytes = memory.read(a, 0, MIB).unwrap();
-    assert!(bytes.iter().all(|&b| b == byte), "allocation of {byte} lost its bytes");
+    assert!(
+        bytes.iter().all(|&b| b == byte),
+        "allocation of {byte} lost its bytes"
+    );
 }
 
 #[test]
 fn the_default_layout_maps_granules_and_reserves_what_it_maps() {
     let mut memory = memory();
     let report = memory.memory_report();
-    assert!(matches!(report.dynamic[0].kind, PoolKind::Expandable { .. }));
+    assert!(matches!(
+        report.dynamic[0].kind,
+        PoolKind::Expandable { .. }
+    ));
     let all = eight(&mut memory);
     assert_eq!(memory.bytes_reserved(), 8 * MIB);
-    assert_eq!(memory.bytes_allocated(), 8 * MIB, "the storage maps as much");
+    assert_eq!(
+        memory.bytes_allocated(),
+        8 * MIB,
+        "the storage maps as much"
+    );
     assert!(memory.memory_report().dynamic[0].address_space >= 8 * MIB);
     drop(all);
     // Releases free no memory by themselves: the cleanup point does.
@@ -62,7 +74,11 @@ fn a_growth_unmaps_free_granules_first() {
     // Three more mebibytes than the room held: the two free granules go back
     // before one is mapped for it (it lands in the freed room anyway).
     let big = memory.reserve(5 * MIB, PageUpdate::Allow).unwrap();
-    assert!(memory.bytes_reserved() <= 10 * MIB, "{}", memory.bytes_reserved());
+    assert!(
+        memory.bytes_reserved() <= 10 * MIB,
+        "{}",
+        memory.bytes_reserved()
+    );
     memory.write(&big, 0, &[9; 16]).unwrap();
     for (i, a) in all.iter().enumerate() {
         assert_holds(&mut memory, a, i as u8 + 1);
@@ -81,7 +97,11 @@ fn compaction_before_growth_moves_bytes_intact_instead_of_mapping() {
     memory.process_releases();
     let reserved = memory.bytes_reserved();
     let two = memory.reserve(2 * MIB, PageUpdate::Allow).unwrap();
-    assert_eq!(memory.bytes_reserved(), reserved, "served by moving, not mapping");
+    assert_eq!(
+        memory.bytes_reserved(),
+        reserved,
+        "served by moving, not mapping"
+    );
     let (moved, bytes) = memory.moved_before_growth();
     assert_eq!((moved, bytes), (1, MIB));
     memory.write(&two, 0, &[0xAB; 2 * MIB as usize]).unwrap();
@@ -90,7 +110,13 @@ fn compaction_before_growth_moves_bytes_intact_instead_of_mapping() {
             assert_holds(&mut memory, a, i as u8 + 1);
         }
     }
-    assert!(memory.read(&two, 0, 2 * MIB).unwrap().iter().all(|&b| b == 0xAB));
+    assert!(
+        memory
+            .read(&two, 0, 2 * MIB)
+            .unwrap()
+            .iter()
+            .all(|&b| b == 0xAB)
+    );
 }
 
 #[test]
@@ -106,7 +132,11 @@ fn a_pinned_allocation_stays_put_while_others_move_around_it() {
     let address = pinned.addr();
     let reserved = memory.bytes_reserved();
     let two = memory.reserve(2 * MIB, PageUpdate::Allow).unwrap();
-    assert_eq!(memory.bytes_reserved(), reserved, "another window was cleared");
+    assert_eq!(
+        memory.bytes_reserved(),
+        reserved,
+        "another window was cleared"
+    );
     assert_eq!(memory.moved_before_growth().0, 1);
     // SAFETY: the pin keeps the allocation's bytes at this host address.
     let first = unsafe { *(address as *const u8) };
@@ -129,7 +159,11 @@ fn page_updates_that_keep_addresses_never_move() {
     }
     memory.process_releases();
     let _two = memory.reserve(2 * MIB, PageUpdate::AddOnly).unwrap();
-    assert_eq!(memory.moved_before_growth().0, 0, "AddOnly keeps every address");
+    assert_eq!(
+        memory.moved_before_growth().0,
+        0,
+        "AddOnly keeps every address"
+    );
     assert!(memory.bytes_reserved() > 8 * MIB, "it mapped instead");
 }
 
