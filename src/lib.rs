@@ -4,10 +4,13 @@
 //!
 //! The [`memory`] layer is a single-threaded, deterministic manager in the
 //! manner of CubeCL's `MemoryManagement`: persistent, dedicated and dynamic
-//! pools (a metadata pool, an adaptive arena, exclusive pages), nested
+//! pools (by default an expandable arena: address space mapped a granule at
+//! a time, compacted before it grows; or CubeCL's metadata pool, adaptive
+//! arena and exclusive pages), nested
 //! allocation windows, periodic and explicit cleanup, generation-checked
 //! handles, relocation that compacts any page, page guards, pins, taint
-//! ranges and lazy backing. The [`storage`] layer supplies pages: real host
+//! ranges and lazy backing. The [`storage`] layer supplies pages and virtual
+//! memory (reserved ranges, granules mapped on demand): real host
 //! memory by default, a byte-counting virtual storage for replays, and a
 //! capped, fault-injecting wrapper for tests.
 //!
