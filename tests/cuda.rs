@@ -6,7 +6,9 @@
 #![cfg(feature = "cuda")]
 
 use std::sync::Arc;
-use streamalloc::memory::{Cleanup, MemoryConfig, MemoryManager, PageUpdate, StreamId};
+use streamalloc::memory::{
+    Cleanup, MemoryConfig, MemoryConfiguration, MemoryManager, PageUpdate, PoolKind, StreamId,
+};
 use streamalloc::service::{ServiceConfig, Supervisor};
 use streamalloc::storage::{CudaStorage, DeviceStorage, StorageError};
 
@@ -42,7 +44,11 @@ fn bytes_round_trip_through_the_device() {
 #[test]
 fn relocation_keeps_bytes_on_the_device() {
     let Some(storage) = device() else { return };
-    let mut memory = MemoryManager::new(storage, MemoryConfig::default());
+    // Pages, as CubeCL lays them out: compaction empties whole pages.
+    let mut memory = MemoryManager::new(
+        storage,
+        MemoryConfig::with_pools(MemoryConfiguration::Adaptive),
+    );
     let all: Vec<_> = (0..48u64)
         .map(|i| {
             let a = memory
@@ -64,6 +70,78 @@ fn relocation_keeps_bytes_on_the_device() {
     drop(kept);
     memory.cleanup(Cleanup::Explicit);
     assert_eq!(memory.bytes_allocated(), 0);
+}
+
+#[test]
+fn a_range_maps_granules_and_keeps_their_bytes() {
+    let Some(mut storage) = device() else { return };
+    let Some(granule) = storage.granule() else {
+        eprintln!("skipped: the device has no virtual memory management");
+        return;
+    };
+    let range = storage.reserve_range(16 * granule).unwrap();
+    assert_eq!(
+        storage.bytes_allocated(),
+        0,
+        "address space costs no memory"
+    );
+    let two = range.sub_range(granule, 3 * granule).unwrap();
+    storage.map(&two).unwrap();
+    assert_eq!(storage.bytes_allocated(), 2 * granule);
+    let data: Vec<u8> = (0..8192u32).map(|i| (i * 13 % 251) as u8).collect();
+    // Across the boundary of the two granules (two physical allocations).
+    let across = range
+        .sub_range(2 * granule - 4096, 2 * granule + 4096)
+        .unwrap();
+    storage.write(&across, &data).unwrap();
+    let mut back = vec![0; data.len()];
+    storage.read(&across, &mut back).unwrap();
+    assert_eq!(back, data);
+    let unmapped = range.sub_range(5 * granule, 5 * granule + 64).unwrap();
+    assert!(
+        storage.write(&unmapped, &[1; 64]).is_err(),
+        "nothing is mapped there"
+    );
+    assert!(storage.map(&two).is_err(), "mapped twice");
+    storage.unmap(&range.sub_range(granule, 2 * granule).unwrap());
+    assert_eq!(storage.bytes_allocated(), 2 * granule, "unmapped at flush");
+    storage.flush();
+    assert_eq!(storage.bytes_allocated(), granule);
+    storage.deallocate(range.id);
+    storage.flush();
+    assert_eq!(storage.bytes_allocated(), 0);
+}
+
+#[test]
+fn the_default_layout_is_expandable_on_the_device() {
+    let Some(storage) = device() else { return };
+    if storage.granule().is_none() {
+        eprintln!("skipped: the device has no virtual memory management");
+        return;
+    }
+    let mut memory = MemoryManager::new(storage, MemoryConfig::default());
+    assert!(matches!(
+        memory.memory_report().dynamic[0].kind,
+        PoolKind::Expandable { .. }
+    ));
+    let all: Vec<_> = (0..64u64)
+        .map(|i| {
+            let a = memory
+                .reserve(300 * 1024 + i * 256, PageUpdate::Allow)
+                .unwrap();
+            memory.write(&a, 0, &[i as u8; 4096]).unwrap();
+            (a, i)
+        })
+        .collect();
+    assert_eq!(memory.bytes_reserved(), memory.bytes_allocated());
+    let kept: Vec<_> = all.into_iter().filter(|(_, i)| i % 8 == 0).collect();
+    memory.cleanup(Cleanup::Explicit);
+    for (a, i) in &kept {
+        assert_eq!(memory.read(a, 0, 4096).unwrap(), vec![*i as u8; 4096]);
+    }
+    drop(kept);
+    memory.cleanup(Cleanup::Explicit);
+    assert_eq!(memory.bytes_allocated(), 0, "every granule unmapped");
 }
 
 #[test]

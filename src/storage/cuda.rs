@@ -8,7 +8,13 @@
 //! `record_stream`) has finished the work that may touch them. Reads and
 //! writes are ordered on the stream and wait for it; relocation copies are
 //! device-to-device on the stream and do not wait.
+//!
+//! Where the device has virtual memory management, the storage also
+//! reserves ranges of address space and maps granules into them
+//! (`cuda_vmm.rs`), so an expandable arena works on the GPU as on host
+//! memory.
 
+use super::cuda_vmm::{self, CudaRange};
 use super::{DeviceStorage, Resource, StorageError, StorageHandle, StorageId, check_range};
 use crate::sync::foreign::Arc;
 use cudarc::driver::sys::{self, CUdeviceptr, CUevent};
@@ -43,8 +49,16 @@ pub struct CudaStorage {
     pending: Vec<StorageId>,
     /// The next id; never reused.
     next_id: u64,
-    /// Bytes held, pending pages included.
+    /// Bytes held, pending pages (and unmappings) included.
     bytes: u64,
+    /// The device's ordinal (where physical granules are placed).
+    ordinal: i32,
+    /// The granule of the device's virtual memory; `None`: pages only.
+    granule: Option<u64>,
+    /// Reserved ranges of address space.
+    ranges: HashMap<StorageId, CudaRange>,
+    /// Unmappings queued by `unmap`, done at `flush`.
+    pending_unmaps: Vec<StorageHandle>,
 }
 
 fn driver(err: DriverError) -> StorageError {
@@ -84,6 +98,10 @@ impl CudaStorage {
     /// A storage on a new stream of `context` (one per stream actor).
     pub fn on_context(context: Arc<CudaContext>) -> Result<Self, StorageError> {
         let stream = context.new_stream().map_err(driver)?;
+        context.bind_to_thread().map_err(driver)?;
+        let ordinal = i32::try_from(context.ordinal())
+            .map_err(|_| StorageError::Driver("device ordinal past i32".into()))?;
+        let granule = cuda_vmm::granule(context.cu_device(), ordinal);
         Ok(Self {
             context,
             stream,
@@ -91,6 +109,10 @@ impl CudaStorage {
             pending: Vec::new(),
             next_id: 1,
             bytes: 0,
+            ordinal,
+            granule,
+            ranges: HashMap::new(),
+            pending_unmaps: Vec::new(),
         })
     }
 
@@ -138,6 +160,25 @@ impl CudaStorage {
         self.pages.get(&id).ok_or(StorageError::UnknownPage(id))
     }
 
+    /// The device address of `handle`'s first byte, once an access of
+    /// `len` bytes (or of the whole handle) is checked: inside its page, or
+    /// on mapped granules of its range.
+    fn place(&self, handle: &StorageHandle, len: u64) -> Result<CUdeviceptr, StorageError> {
+        if let Some(range) = self.ranges.get(&handle.id) {
+            range.granule_map().check_access(handle, len)?;
+            return Ok(range.address(handle.offset));
+        }
+        let page = self.page(handle.id)?;
+        check_range(handle, page.size, len)?;
+        Ok(page.ptr.wrapping_add(handle.offset))
+    }
+
+    fn new_id(&mut self) -> StorageId {
+        let id = StorageId(self.next_id);
+        self.next_id = self.next_id.wrapping_add(1);
+        id
+    }
+
     /// Free a page once every stream that used it is done with it.
     fn free_page(&mut self, page: CudaPage) {
         for event in page.uses {
@@ -182,8 +223,7 @@ impl DeviceStorage for CudaStorage {
             }
             Err(err) => return Err(driver(err)),
         };
-        let id = StorageId(self.next_id);
-        self.next_id = self.next_id.wrapping_add(1);
+        let id = self.new_id();
         self.bytes = self.bytes.saturating_add(size);
         self.pages.insert(
             id,
@@ -197,37 +237,53 @@ impl DeviceStorage for CudaStorage {
     }
 
     fn deallocate(&mut self, id: StorageId) {
-        if self.pages.contains_key(&id) && !self.pending.contains(&id) {
+        let known = self.pages.contains_key(&id) || self.ranges.contains_key(&id);
+        if known && !self.pending.contains(&id) {
             self.pending.push(id);
         }
     }
 
     fn flush(&mut self) {
-        if self.pending.is_empty() || self.bind().is_err() {
+        if (self.pending.is_empty() && self.pending_unmaps.is_empty()) || self.bind().is_err() {
             return;
         }
-        // Work queued on the stream may still touch the pages.
+        // Work queued on the stream may still touch the pages and granules.
         let _ = self.stream.synchronize();
+        for handle in std::mem::take(&mut self.pending_unmaps) {
+            if let Some(range) = self.ranges.get_mut(&handle.id)
+                && range.unmap(&handle)
+            {
+                self.bytes = self.bytes.saturating_sub(handle.size);
+            }
+        }
         for id in std::mem::take(&mut self.pending) {
             if let Some(page) = self.pages.remove(&id) {
                 self.free_page(page);
+            }
+            if let Some(range) = self.ranges.remove(&id) {
+                self.bytes = self.bytes.saturating_sub(range.mapped_bytes());
+                range.release();
             }
         }
     }
 
     fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError> {
-        let page = self.page(handle.id)?;
-        check_range(handle, page.size, 0)?;
+        let addr = match self.ranges.get(&handle.id) {
+            // The address of a range's bytes is known before they are mapped.
+            Some(range) => {
+                check_range(handle, range.granule_map().size(), 0)?;
+                range.address(handle.offset)
+            }
+            None => self.place(handle, 0)?,
+        };
         Ok(Resource {
-            addr: page.ptr.wrapping_add(handle.offset),
+            addr,
             len: handle.size,
         })
     }
 
     fn write(&mut self, handle: &StorageHandle, data: &[u8]) -> Result<(), StorageError> {
-        let page = self.page(handle.id)?;
-        check_range(handle, page.size, data.len() as u64)?;
-        let dst = page.ptr.wrapping_add(handle.offset);
+        let dst = self.place(handle, data.len() as u64)?;
         self.bind()?;
         // SAFETY: the range was checked against the page; the copy is
         // waited for before `data` can go away.
@@ -236,9 +292,7 @@ impl DeviceStorage for CudaStorage {
     }
 
     fn read(&mut self, handle: &StorageHandle, out: &mut [u8]) -> Result<(), StorageError> {
-        let page = self.page(handle.id)?;
-        check_range(handle, page.size, out.len() as u64)?;
-        let src = page.ptr.wrapping_add(handle.offset);
+        let src = self.place(handle, out.len() as u64)?;
         self.bind()?;
         // SAFETY: the range was checked; `out` is written by the copy, which
         // is waited for before it is returned.
@@ -253,12 +307,8 @@ impl DeviceStorage for CudaStorage {
                 to: to.size,
             });
         }
-        let source = self.page(from.id)?;
-        check_range(from, source.size, 0)?;
-        let src = source.ptr.wrapping_add(from.offset);
-        let target = self.page(to.id)?;
-        check_range(to, target.size, 0)?;
-        let dst = target.ptr.wrapping_add(to.offset);
+        let src = self.place(from, 0)?;
+        let dst = self.place(to, 0)?;
         self.bind()?;
         // SAFETY: both ranges were checked against live pages; the copy is
         // ordered on this stream before any later use or free of either.
@@ -268,6 +318,44 @@ impl DeviceStorage for CudaStorage {
 
     fn bytes_allocated(&self) -> u64 {
         self.bytes
+    }
+
+    fn granule(&self) -> Option<u64> {
+        self.granule
+    }
+
+    fn reserve_range(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
+        let granule = self.granule.ok_or(StorageError::NoVirtualMemory)?;
+        self.bind()?;
+        let range = CudaRange::reserve(size, granule)?;
+        let id = self.new_id();
+        self.ranges.insert(id, range);
+        Ok(StorageHandle::whole(id, size))
+    }
+
+    fn map(&mut self, handle: &StorageHandle) -> Result<(), StorageError> {
+        self.bind()?;
+        let held = self.bytes;
+        let ordinal = self.ordinal;
+        let range = self
+            .ranges
+            .get_mut(&handle.id)
+            .ok_or(StorageError::UnknownPage(handle.id))?;
+        // The device's total, asked only when a mapping is refused.
+        let capacity = || {
+            result::mem_get_info()
+                .map(|(_, total)| total as u64)
+                .unwrap_or(0)
+        };
+        range.map(handle, ordinal, held, capacity)?;
+        self.bytes = self.bytes.saturating_add(handle.size);
+        Ok(())
+    }
+
+    fn unmap(&mut self, handle: &StorageHandle) {
+        if self.ranges.contains_key(&handle.id) {
+            self.pending_unmaps.push(*handle);
+        }
     }
 }
 
@@ -280,10 +368,14 @@ impl Drop for CudaStorage {
         for (_, page) in std::mem::take(&mut self.pages) {
             self.free_page(page);
         }
+        for (_, range) in std::mem::take(&mut self.ranges) {
+            range.release();
+        }
     }
 }
 
-// SAFETY: the raw device pointers and events are plain handles owned by this
+// SAFETY: the raw device pointers, events and physical allocation handles
+// are plain handles owned by this
 // storage; every driver call binds the context to the calling thread first,
 // so the storage may move to its stream actor's thread.
 unsafe impl Send for CudaStorage {}

@@ -61,9 +61,15 @@ impl GranuleMap {
         }
     }
 
+    /// Bytes of one granule.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn granule(&self) -> u64 {
+        self.granule
+    }
+
     /// The granules `handle` covers, if it starts and ends on granules
     /// inside the range.
-    fn granules(&self, handle: &StorageHandle) -> Option<std::ops::Range<u64>> {
+    pub(crate) fn granules(&self, handle: &StorageHandle) -> Option<std::ops::Range<u64>> {
         let end = handle.offset.checked_add(handle.size)?;
         (handle.size > 0
             && handle.offset % self.granule == 0

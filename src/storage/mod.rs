@@ -13,6 +13,8 @@
 mod budget;
 #[cfg(feature = "cuda")]
 mod cuda;
+#[cfg(feature = "cuda")]
+mod cuda_vmm;
 mod granules;
 mod host;
 mod limited;
