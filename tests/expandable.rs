@@ -120,6 +120,46 @@ fn compaction_before_growth_moves_bytes_intact_instead_of_mapping() {
 }
 
 #[test]
+fn nothing_moves_unless_everything_on_the_window_has_somewhere_to_go() {
+    let mut memory = memory();
+    // In MiB: keep 1, gap .5, small .5, big 1, keep 1, gap .5, keep 2,
+    // gap .5, keep 2, gap .5, keep .5: five granules, full.
+    let layout = [1.0, 0.5, 0.5, 1.0, 1.0, 0.5, 2.0, 0.5, 2.0, 0.5, 0.5];
+    let gaps = [1, 5, 7, 9];
+    let mut all: Vec<Option<Allocation>> = layout
+        .iter()
+        .enumerate()
+        .map(|(i, mib)| {
+            let bytes = (mib * MIB as f64) as u64;
+            let a = memory.reserve(bytes, PageUpdate::Allow).unwrap();
+            memory
+                .write(&a, 0, &vec![i as u8 + 1; bytes as usize])
+                .unwrap();
+            Some(a)
+        })
+        .collect();
+    for i in gaps {
+        all[i] = None;
+    }
+    memory.process_releases();
+    let reserved = memory.bytes_reserved();
+    assert_eq!(reserved, 10 * MIB);
+    // The cheapest window for 1.5 MiB is gap, small, big: the small one
+    // would fit in another gap, the big one in none. Moving the small one
+    // would be in vain, so nothing moves and a granule is mapped.
+    let wanted = memory.reserve(3 * MIB / 2, PageUpdate::Allow).unwrap();
+    assert_eq!(memory.moved_before_growth(), (0, 0), "no move in vain");
+    assert_eq!(memory.bytes_reserved(), reserved + HOST_GRANULE);
+    memory.write(&wanted, 0, &[0xEE; 64]).unwrap();
+    for (i, a) in all.iter().enumerate() {
+        if let Some(a) = a {
+            let bytes = memory.read(a, 0, a.size()).unwrap();
+            assert!(bytes.iter().all(|&b| b == i as u8 + 1), "allocation {i}");
+        }
+    }
+}
+
+#[test]
 fn a_pinned_allocation_stays_put_while_others_move_around_it() {
     let mut memory = memory();
     let mut all: Vec<Option<Allocation>> = eight(&mut memory).into_iter().map(Some).collect();

@@ -1,7 +1,9 @@
 //! Compaction before growth: when an expandable pool would map more for a
 //! reservation but holds enough free room in total, move the live
 //! allocations of the cheapest run of its address space elsewhere and serve
-//! the reservation there, if the bytes moved pay for the bytes not mapped.
+//! the reservation there, if the bytes moved pay for the bytes not mapped
+//! and every one of them has a free block to go to (the plan of
+//! `pool/expandable/window.rs`: nothing moves in vain).
 //!
 //! The cost model counts bytes only (no timings), so the same calls make the
 //! same decisions on every machine: a window of `aligned` bytes is cleared
@@ -11,9 +13,9 @@
 //! Pinned allocations, guarded ranges and whole-page pools never move; a
 //! move claims its allocation with the pin-word CAS every relocation uses.
 
-use super::error::MemoryError;
 use super::manager::MemoryManager;
 use super::pool::{Placement, Pool};
+use super::relocation::Destination;
 use crate::storage::DeviceStorage;
 
 /// Bytes a compaction before growth may copy for each byte of memory it
@@ -43,7 +45,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
         let saved = expandable.new_page_size(aligned);
         let budget = saved.saturating_mul(MOVE_PER_BYTE_SAVED);
         let slots = &self.slots;
-        let window = expandable.cheapest_window(aligned, budget, |owner| {
+        let window = expandable.plan_window(aligned, budget, |owner| {
             slots
                 .get(owner)
                 .is_some_and(|live| !live.is_pinned() && !live.pinned_through_retired())
@@ -52,20 +54,26 @@ impl<S: DeviceStorage> MemoryManager<S> {
             unreachable!("checked above");
         };
         expandable.fence(&window);
-        let mut moved = (0u64, 0u64);
-        for &owner in &window.slots {
-            match self.move_slot(pool, owner, false) {
+        let mut holes = window.holes.clone();
+        for step in &window.moves {
+            let hole = holes[step.hole];
+            match self.move_slot(pool, step.slot, Destination::Into(hole)) {
                 Ok(Some(bytes)) => {
-                    moved.0 += 1;
-                    moved.1 += bytes;
+                    self.moved_before_growth.0 += 1;
+                    self.moved_before_growth.1 += bytes;
                 }
-                // Pinned meanwhile, no room after all, or a failed copy (the
-                // allocation stays where it was): the window stays short.
-                Ok(None) | Err(MemoryError::Storage(_)) | Err(_) => break,
+                // Pinned since the plan (a client's pin needs no round
+                // trip), or a failed copy (the allocation stays where it
+                // was): the window stays short and the growth goes ahead.
+                Ok(None) | Err(_) => break,
             }
+            let Pool::Expandable(expandable) = &self.pools[pool] else {
+                unreachable!("checked above");
+            };
+            // The move carved the start of the hole; the rest is where the
+            // next move planned there lands.
+            holes[step.hole] = expandable.rest_of_hole(hole);
         }
-        self.moved_before_growth.0 += moved.0;
-        self.moved_before_growth.1 += moved.1;
         let Pool::Expandable(expandable) = &mut self.pools[pool] else {
             unreachable!("checked above");
         };

@@ -86,6 +86,20 @@ pub struct RelocationError {
     pub error: MemoryError,
 }
 
+/// Where a move puts an allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Destination {
+    /// Wherever the pool serves it from what it holds, or from a new page
+    /// when `may_add_page`.
+    Anywhere {
+        /// Whether a page may be added for it.
+        may_add_page: bool,
+    },
+    /// At the start of this free block of an expandable pool (a planned
+    /// compaction's landing place).
+    Into(u32),
+}
+
 impl<S: DeviceStorage> MemoryManager<S> {
     /// Whether a relocation is wanted: outdated pages that still hold
     /// allocations, or pages past the compaction threshold. `None` again
@@ -277,7 +291,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
         sliced.set_evacuating(page, true, self.tick);
         let mut result = Ok(());
         for slot in slots {
-            match self.move_slot(pool, slot, may_add_page) {
+            match self.move_slot(pool, slot, Destination::Anywhere { may_add_page }) {
                 Ok(Some(bytes)) => {
                     report.moved += 1;
                     report.bytes_moved += bytes;
@@ -303,13 +317,12 @@ impl<S: DeviceStorage> MemoryManager<S> {
     }
 
     /// Move one allocation to another place in its pool. `Ok(None)` when it
-    /// is pinned (or no room and no new page allowed), `Ok(Some(bytes))`
-    /// when moved.
+    /// is pinned (or `to` has no room), `Ok(Some(bytes))` when moved.
     pub(crate) fn move_slot(
         &mut self,
         pool: usize,
         slot: u32,
-        may_add_page: bool,
+        to: Destination,
     ) -> Result<Option<u64>, MemoryError> {
         let live = self
             .slots
@@ -329,7 +342,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
         {
             return Ok(None);
         }
-        let moved = self.copy_to_new_place(pool, slot, size, aligned, from, may_add_page);
+        let moved = self.copy_to_new_place(pool, slot, size, aligned, from, to);
         // Release: a client that pins after this sees the new place.
         cell.pins.store(0, Ordering::SeqCst);
         moved
@@ -342,9 +355,17 @@ impl<S: DeviceStorage> MemoryManager<S> {
         size: u64,
         aligned: u64,
         from: Placement,
-        may_add_page: bool,
+        destination: Destination,
     ) -> Result<Option<u64>, MemoryError> {
-        let to = match self.pools[pool].try_reserve(size, aligned, slot) {
+        let found = match destination {
+            Destination::Anywhere { .. } => self.pools[pool].try_reserve(size, aligned, slot),
+            Destination::Into(hole) => match &mut self.pools[pool] {
+                Pool::Expandable(expandable) => expandable.reserve_into(hole, size, aligned, slot),
+                _ => None,
+            },
+        };
+        let may_add_page = matches!(destination, Destination::Anywhere { may_add_page: true });
+        let to = match found {
             Some(to) => to,
             None if may_add_page => {
                 let lazy = self.pools[pool].page_storage(from.page).is_none();

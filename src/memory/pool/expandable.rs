@@ -28,6 +28,9 @@ use crate::memory::report::{PoolReport, PoolStats};
 use crate::storage::{DeviceStorage, StorageError, StorageHandle};
 use std::collections::{BTreeMap, VecDeque};
 
+mod window;
+pub(crate) use window::Window;
+
 /// The owner of carved blocks that stand for unmapped address space (no
 /// slot index reaches it).
 pub(crate) const VOID: u32 = u32::MAX - 1;
@@ -87,26 +90,6 @@ pub(crate) struct ExpandablePool {
     fence: Option<Window>,
 }
 
-/// A run of blocks a compaction empties to serve one reservation: from the
-/// free block `anchor` on, `end - start` bytes, of which `cost` are live
-/// allocations (`slots`) to move elsewhere.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Window {
-    /// The range.
-    pub(crate) range: u32,
-    /// The free block it starts with (it survives the moves: everything
-    /// freed after it merges into it).
-    pub(crate) anchor: u32,
-    /// First byte.
-    pub(crate) start: u64,
-    /// One past the last byte of its last block.
-    pub(crate) end: u64,
-    /// The allocations on it, in address order.
-    pub(crate) slots: Vec<u32>,
-    /// Their bytes.
-    pub(crate) cost: u64,
-}
-
 impl ExpandablePool {
     pub(crate) fn new(kind: PoolKind, range_size: u64, granule: u64, config: &PoolConfig) -> Self {
         let granule = granule.max(1);
@@ -130,125 +113,6 @@ impl ExpandablePool {
     /// Mapped bytes no allocation holds.
     pub(crate) fn free_mapped(&self) -> u64 {
         self.stats.usage.bytes_reserved.saturating_sub(self.used)
-    }
-
-    /// The cheapest window of at least `aligned` bytes of mapped address
-    /// space whose allocations are all `movable` and cost at most `budget`
-    /// bytes to move, with room enough outside it for them. Ties go to the
-    /// lowest address. A walk of every block (run before a growth only, and
-    /// only when the free room could serve).
-    pub(crate) fn cheapest_window(
-        &self,
-        aligned: u64,
-        budget: u64,
-        movable: impl Fn(u32) -> bool,
-    ) -> Option<Window> {
-        let mut best: Option<(u32, u32, u64, u64)> = None;
-        for (index, range) in self.ranges.iter().enumerate() {
-            if !range.held || range.guards > 0 {
-                continue;
-            }
-            let mut anchor = range.first;
-            while anchor != NONE {
-                if self.arena.is_free(anchor) {
-                    let limit = best.map_or(budget, |(.., cost)| cost.saturating_sub(1));
-                    if let Some((end, cost)) = self.window_from(anchor, aligned, limit, &movable) {
-                        let free_inside = (end - self.arena.offset(anchor)) - cost;
-                        if self.free_mapped().saturating_sub(free_inside) >= cost {
-                            best = Some((index as u32, anchor, end, cost));
-                        }
-                    }
-                }
-                anchor = self.arena.next(anchor);
-            }
-        }
-        let (range, anchor, end, cost) = best?;
-        let mut slots = Vec::new();
-        let mut node = anchor;
-        while node != NONE && self.arena.offset(node) < end {
-            if !self.arena.is_free(node) {
-                slots.push(self.arena.owner(node));
-            }
-            node = self.arena.next(node);
-        }
-        Some(Window {
-            range,
-            anchor,
-            start: self.arena.offset(anchor),
-            end,
-            slots,
-            cost,
-        })
-    }
-
-    /// From the free block `anchor`, the end of the shortest run of mapped
-    /// blocks covering `aligned` bytes and the bytes of allocations on it,
-    /// if every one is movable and they come to at most `limit`.
-    fn window_from(
-        &self,
-        anchor: u32,
-        aligned: u64,
-        limit: u64,
-        movable: &impl Fn(u32) -> bool,
-    ) -> Option<(u64, u64)> {
-        let (mut covered, mut cost) = (0u64, 0u64);
-        let mut node = anchor;
-        while covered < aligned {
-            if node == NONE {
-                return None;
-            }
-            let size = self.arena.size(node);
-            if !self.arena.is_free(node) {
-                let owner = self.arena.owner(node);
-                if owner == VOID || !movable(owner) {
-                    return None;
-                }
-                cost += size;
-                if cost > limit {
-                    return None;
-                }
-            }
-            covered += size;
-            node = self.arena.next(node);
-        }
-        Some((self.arena.offset(anchor) + covered, cost))
-    }
-
-    /// Keep `window`'s free room off the lists while its allocations move.
-    pub(crate) fn fence(&mut self, window: &Window) {
-        let mut node = window.anchor;
-        while node != NONE && self.arena.offset(node) < window.end {
-            self.arena.set_listed(node, false);
-            node = self.arena.next(node);
-        }
-        self.fence = Some(window.clone());
-    }
-
-    /// Lift the fence; serve `aligned` bytes at the window's start if the
-    /// moves cleared enough of it.
-    pub(crate) fn unfence_and_reserve(
-        &mut self,
-        size: u64,
-        aligned: u64,
-        slot: u32,
-    ) -> Option<Placement> {
-        let window = self.fence.take()?;
-        let anchor = window.anchor;
-        let cleared = self.arena.is_free(anchor)
-            && self.arena.offset(anchor) == window.start
-            && self.arena.size(anchor) >= aligned;
-        let listed = self.ranges[window.range as usize].guards == 0;
-        let mut node = anchor;
-        while listed && node != NONE && self.arena.offset(node) < window.end {
-            self.arena.set_listed(node, true);
-            node = self.arena.next(node);
-        }
-        if !cleared {
-            return None;
-        }
-        self.arena.set_listed(anchor, false);
-        self.arena.carve_at(anchor, aligned);
-        Some(self.carved(anchor, size, aligned, slot))
     }
 
     pub(crate) fn max_alloc_size(&self) -> u64 {

@@ -1,0 +1,354 @@
+//! Planning a compaction before growth: which run of mapped address space
+//! to clear for a reservation, and the free block each allocation on it
+//! moves to.
+//!
+//! A window is only worth clearing if everything on it has somewhere to go,
+//! so the plan places the window's allocations first, on paper: largest
+//! first, each in the smallest free block outside the window that holds it
+//! (best fit; ties to the lowest address), the rest of that block staying
+//! free for the next one. Windows are tried cheapest first (bytes to move;
+//! ties to the lowest address) until one places completely. A plan that
+//! moves nothing in vain is what makes compaction pay: without it, two
+//! thirds of the windows chosen on the random-allocations family ran out of
+//! room half-way and the growth happened anyway.
+
+use super::{ExpandablePool, VOID};
+use crate::memory::arena::NONE;
+use crate::memory::pool::Placement;
+
+/// Windows planned on paper before a compaction gives up (each costs a few
+/// set operations per allocation on it).
+const WINDOWS_TRIED: usize = 8;
+
+/// A run of blocks a compaction empties to serve one reservation: from the
+/// free block `anchor` on, `end - start` bytes, of which `cost` are live
+/// allocations, each with the free block it moves to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Window {
+    /// The range.
+    pub(crate) range: u32,
+    /// The free block it starts with (it survives the moves: everything
+    /// freed after it merges into it).
+    pub(crate) anchor: u32,
+    /// First byte.
+    pub(crate) start: u64,
+    /// One past the last byte of its last block.
+    pub(crate) end: u64,
+    /// The moves, in the order planned (largest allocation first).
+    pub(crate) moves: Vec<Move>,
+    /// The free blocks outside the window the moves go to, as they were
+    /// when planned; a move carves the start of its hole, and what is left
+    /// of the hole is the next move's target there.
+    pub(crate) holes: Vec<u32>,
+    /// Bytes of the allocations on it.
+    pub(crate) cost: u64,
+}
+
+/// One allocation of a window and where it goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Move {
+    /// Its slot.
+    pub(crate) slot: u32,
+    /// Index into [`Window::holes`].
+    pub(crate) hole: usize,
+}
+
+/// A window before it is planned: where it is and what moving costs.
+#[derive(Debug, Clone, Copy)]
+struct Candidate {
+    cost: u64,
+    range: u32,
+    start: u64,
+    anchor: u32,
+    end: u64,
+}
+
+/// A free block as the plan sees it: (size, range, offset, index into
+/// [`Window::holes`]), ordered by size, then address, so the first at
+/// least as large as a request is its best fit.
+type Hole = (u64, u32, u64, usize);
+
+/// The free blocks a plan may use, sorted. A sorted `Vec` rather than a
+/// tree: a few hundred entries, built once per planning and changed a few
+/// times per window, so contiguous memory wins (the tree took three times
+/// as long on the fragmentation family).
+#[derive(Debug, Default)]
+struct Holes(Vec<Hole>);
+
+impl Holes {
+    fn sorted(mut holes: Vec<Hole>) -> Self {
+        holes.sort_unstable();
+        Self(holes)
+    }
+
+    /// The smallest hole of at least `size` bytes (ties: lowest address).
+    fn best_fit(&self, size: u64) -> Option<Hole> {
+        let at = self.0.partition_point(|hole| hole.0 < size);
+        self.0.get(at).copied()
+    }
+
+    /// The hole of exactly this size at this place, if listed.
+    fn find(&self, size: u64, range: u32, offset: u64) -> Option<Hole> {
+        let at = self
+            .0
+            .partition_point(|hole| (hole.0, hole.1, hole.2) < (size, range, offset));
+        self.0
+            .get(at)
+            .copied()
+            .filter(|hole| (hole.0, hole.1, hole.2) == (size, range, offset))
+    }
+
+    fn insert(&mut self, hole: Hole) {
+        let at = self.0.partition_point(|listed| *listed < hole);
+        self.0.insert(at, hole);
+    }
+
+    fn remove(&mut self, hole: &Hole) {
+        let at = self.0.partition_point(|listed| listed < hole);
+        if self.0.get(at) == Some(hole) {
+            self.0.remove(at);
+        }
+    }
+}
+
+impl ExpandablePool {
+    /// The cheapest window of at least `aligned` bytes of mapped address
+    /// space whose allocations are all `movable`, cost at most `budget`
+    /// bytes to move, and all fit in free blocks outside it; `None` when
+    /// none of the [`WINDOWS_TRIED`] cheapest does. A walk of every block
+    /// (run before a growth only, and only when the free room could serve).
+    pub(crate) fn plan_window(
+        &self,
+        aligned: u64,
+        budget: u64,
+        movable: impl Fn(u32) -> bool,
+    ) -> Option<Window> {
+        // The cheapest windows found so far, by cost, then address.
+        let mut candidates: Vec<Candidate> = Vec::with_capacity(WINDOWS_TRIED + 1);
+        // Free blocks a move may land in: (size, range, offset, index).
+        let mut holes = Vec::new();
+        let mut hole_nodes = Vec::new();
+        for (index, range) in self.ranges.iter().enumerate() {
+            if !range.held || range.guards > 0 {
+                continue;
+            }
+            let index = index as u32;
+            let mut node = range.first;
+            while node != NONE {
+                if self.arena.is_free(node) {
+                    let start = self.arena.offset(node);
+                    holes.push((self.arena.size(node), index, start, hole_nodes.len()));
+                    hole_nodes.push(node);
+                    // Only the cheapest few are tried: once that many are
+                    // known, a window must be cheaper than the dearest
+                    // (blocks are walked in address order, so an equal
+                    // cost loses the tie).
+                    let limit = match candidates.last() {
+                        Some(dearest) if candidates.len() == WINDOWS_TRIED => {
+                            dearest.cost.saturating_sub(1)
+                        }
+                        _ => budget,
+                    };
+                    if let Some((end, cost)) = self.window_from(node, aligned, limit, &movable) {
+                        let at = candidates.partition_point(|c| c.cost <= cost);
+                        candidates.insert(
+                            at,
+                            Candidate {
+                                cost,
+                                range: index,
+                                start,
+                                anchor: node,
+                                end,
+                            },
+                        );
+                        candidates.truncate(WINDOWS_TRIED);
+                    }
+                }
+                node = self.arena.next(node);
+            }
+        }
+        let free = self.free_mapped();
+        // Only windows whose allocations could fit in the free room outside
+        // them are planned; the holes are sorted for the first of those.
+        let mut holes = Some(holes);
+        let mut sorted = Holes::default();
+        for candidate in candidates {
+            let free_inside = (candidate.end - candidate.start) - candidate.cost;
+            if free.saturating_sub(free_inside) < candidate.cost {
+                continue;
+            }
+            if let Some(holes) = holes.take() {
+                sorted = Holes::sorted(holes);
+            }
+            if let Some(moves) = self.place_on_paper(&candidate, &mut sorted) {
+                return Some(Window {
+                    range: candidate.range,
+                    anchor: candidate.anchor,
+                    start: candidate.start,
+                    end: candidate.end,
+                    moves,
+                    holes: hole_nodes,
+                    cost: candidate.cost,
+                });
+            }
+        }
+        None
+    }
+
+    /// Place the allocations of `candidate` in `holes` outside it, largest
+    /// first, best fit; the moves if all of them fit. `holes` is as it was
+    /// when this returns.
+    fn place_on_paper(&self, candidate: &Candidate, holes: &mut Holes) -> Option<Vec<Move>> {
+        // What lies on the window: its allocations, and its free blocks
+        // (no landing place: they are what the window frees). The free
+        // block right after it is none either: a block freed at the
+        // window's end merges into it.
+        let mut allocations = Vec::new();
+        let mut taken_out = Vec::new();
+        let mut node = candidate.anchor;
+        while node != NONE && self.arena.offset(node) <= candidate.end {
+            let (offset, size) = (self.arena.offset(node), self.arena.size(node));
+            if self.arena.is_free(node) {
+                if let Some(hole) = holes.find(size, candidate.range, offset) {
+                    holes.remove(&hole);
+                    taken_out.push(hole);
+                }
+            } else if offset < candidate.end {
+                allocations.push((size, offset, self.arena.owner(node)));
+            }
+            node = self.arena.next(node);
+        }
+        // Largest first; ties in address order.
+        allocations.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        let mut moves = Vec::with_capacity(allocations.len());
+        let mut added: Vec<Hole> = Vec::new();
+        let mut fits = true;
+        for &(size, _, slot) in &allocations {
+            let Some(hole) = holes.best_fit(size) else {
+                fits = false;
+                break;
+            };
+            holes.remove(&hole);
+            // A rest this plan made goes with it; a block that was there
+            // before comes back afterwards.
+            match added.iter().position(|&rest| rest == hole) {
+                Some(at) => {
+                    added.swap_remove(at);
+                }
+                None => taken_out.push(hole),
+            }
+            let (hole_size, range, offset, index) = hole;
+            if hole_size > size {
+                let rest = (hole_size - size, range, offset + size, index);
+                holes.insert(rest);
+                added.push(rest);
+            }
+            moves.push(Move { slot, hole: index });
+        }
+        // Put the holes back as they were for the next candidate.
+        for hole in added {
+            holes.remove(&hole);
+        }
+        for hole in taken_out {
+            holes.insert(hole);
+        }
+        fits.then_some(moves)
+    }
+
+    /// From the free block `anchor`, the end of the shortest run of mapped
+    /// blocks covering `aligned` bytes and the bytes of allocations on it,
+    /// if every one is movable and they come to at most `limit`.
+    fn window_from(
+        &self,
+        anchor: u32,
+        aligned: u64,
+        limit: u64,
+        movable: &impl Fn(u32) -> bool,
+    ) -> Option<(u64, u64)> {
+        let (mut covered, mut cost) = (0u64, 0u64);
+        let mut node = anchor;
+        while covered < aligned {
+            if node == NONE {
+                return None;
+            }
+            let size = self.arena.size(node);
+            if !self.arena.is_free(node) {
+                let owner = self.arena.owner(node);
+                if owner == VOID || !movable(owner) {
+                    return None;
+                }
+                cost += size;
+                if cost > limit {
+                    return None;
+                }
+            }
+            covered += size;
+            node = self.arena.next(node);
+        }
+        Some((self.arena.offset(anchor) + covered, cost))
+    }
+
+    /// Keep `window`'s free room off the lists while its allocations move.
+    pub(crate) fn fence(&mut self, window: &Window) {
+        let mut node = window.anchor;
+        while node != NONE && self.arena.offset(node) < window.end {
+            self.arena.set_listed(node, false);
+            node = self.arena.next(node);
+        }
+        self.fence = Some(window.clone());
+    }
+
+    /// Serve `aligned` bytes for `slot` at the start of the free block
+    /// `hole` (a move's planned landing place), if it still holds them.
+    pub(crate) fn reserve_into(
+        &mut self,
+        hole: u32,
+        size: u64,
+        aligned: u64,
+        slot: u32,
+    ) -> Option<Placement> {
+        if !self.arena.is_free(hole) || self.arena.size(hole) < aligned {
+            return None;
+        }
+        self.arena.carve_at(hole, aligned);
+        Some(self.carved(hole, size, aligned, slot))
+    }
+
+    /// What is left free of a hole after a move carved its start at
+    /// `carved`: the free block right after it, or `NONE`.
+    pub(crate) fn rest_of_hole(&self, carved: u32) -> u32 {
+        let next = self.arena.next(carved);
+        if next != NONE && self.arena.is_free(next) {
+            next
+        } else {
+            NONE
+        }
+    }
+
+    /// Lift the fence; serve `aligned` bytes at the window's start if the
+    /// moves cleared enough of it.
+    pub(crate) fn unfence_and_reserve(
+        &mut self,
+        size: u64,
+        aligned: u64,
+        slot: u32,
+    ) -> Option<Placement> {
+        let window = self.fence.take()?;
+        let anchor = window.anchor;
+        let cleared = self.arena.is_free(anchor)
+            && self.arena.offset(anchor) == window.start
+            && self.arena.size(anchor) >= aligned;
+        let listed = self.ranges[window.range as usize].guards == 0;
+        let mut node = anchor;
+        while listed && node != NONE && self.arena.offset(node) < window.end {
+            self.arena.set_listed(node, true);
+            node = self.arena.next(node);
+        }
+        if !cleared {
+            return None;
+        }
+        self.arena.set_listed(anchor, false);
+        self.arena.carve_at(anchor, aligned);
+        Some(self.carved(anchor, size, aligned, slot))
+    }
+}
