@@ -5,7 +5,9 @@
 mod common;
 
 use common::MIB;
-use streamalloc::memory::{Allocation, Cleanup, MemoryConfig, MemoryManager, PageUpdate, PoolKind};
+use streamalloc::memory::{
+    Allocation, Cleanup, MemoryConfig, MemoryManager, PageUpdate, PoolKind, RelocationReason,
+};
 use streamalloc::storage::{DeviceStorage, HOST_GRANULE, HostStorage, VirtualStorage};
 
 type Memory = MemoryManager<HostStorage>;
@@ -219,4 +221,62 @@ fn a_storage_without_virtual_memory_gets_the_adaptive_arena() {
         "{:?}",
         report.dynamic[0].kind
     );
+}
+
+/// Keeps allocations 0, 3 and 7 of [`eight`]: granule 2 lies free, and
+/// granules 1 and 3 are kept mapped by one allocation each.
+fn three_left(memory: &mut Memory) -> Vec<(Allocation, u8)> {
+    let kept: Vec<(Allocation, u8)> = eight(memory)
+        .into_iter()
+        .zip(1u8..)
+        .filter(|(_, byte)| [1, 4, 8].contains(byte))
+        .collect();
+    memory.cleanup(Cleanup::Explicit);
+    assert_eq!(memory.bytes_reserved(), 6 * MIB, "granule 2 unmapped");
+    kept
+}
+
+#[test]
+fn a_relocation_moves_allocations_down_out_of_granules_they_alone_keep() {
+    let mut memory = memory();
+    let kept = three_left(&mut memory);
+    let report = memory.compact().unwrap();
+    // The top one moves into the hole after the first; the middle one has
+    // no room below its granule and stays.
+    assert_eq!((report.moved, report.bytes_moved), (1, MIB), "{report:?}");
+    assert_eq!(memory.bytes_reserved(), 4 * MIB, "granule 3 unmapped");
+    assert_eq!(memory.bytes_reserved(), memory.bytes_allocated());
+    for (a, byte) in &kept {
+        assert_holds(&mut memory, a, *byte);
+    }
+    let again = memory.compact().unwrap();
+    assert_eq!(again.moved, 0, "nothing more pays: {again:?}");
+}
+
+#[test]
+fn a_pinned_allocation_is_left_where_it_is_and_the_next_one_moves() {
+    let mut memory = memory();
+    let kept = three_left(&mut memory);
+    let pinned = memory.pin(&kept[2].0).unwrap();
+    let address = pinned.addr();
+    let report = memory.compact().unwrap();
+    // The middle one moves instead, into the hole in granule 0.
+    assert_eq!(report.moved, 1, "{report:?}");
+    assert_eq!(memory.bytes_reserved(), 4 * MIB, "granule 1 unmapped");
+    // SAFETY: the pin keeps the allocation's bytes at this host address.
+    let first = unsafe { *(address as *const u8) };
+    assert_eq!(first, 8, "the pinned bytes are where the pin says");
+    drop(pinned);
+    for (a, byte) in &kept {
+        assert_holds(&mut memory, a, *byte);
+    }
+}
+
+#[test]
+fn a_relocation_for_outdated_pages_moves_nothing() {
+    let mut memory = memory();
+    let _kept = three_left(&mut memory);
+    let report = memory.relocate(RelocationReason::Outdated).unwrap();
+    assert_eq!(report.moved, 0);
+    assert_eq!(memory.bytes_reserved(), 6 * MIB);
 }

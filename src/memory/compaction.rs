@@ -13,9 +13,11 @@
 //! Pinned allocations, guarded ranges and whole-page pools never move; a
 //! move claims its allocation with the pin-word CAS every relocation uses.
 
+use super::error::MemoryError;
 use super::manager::MemoryManager;
 use super::pool::{Placement, Pool};
 use super::relocation::Destination;
+use super::relocation::RelocationReport;
 use crate::storage::DeviceStorage;
 
 /// Bytes a compaction before growth may copy for each byte of memory it
@@ -78,6 +80,47 @@ impl<S: DeviceStorage> MemoryManager<S> {
             unreachable!("checked above");
         };
         expandable.unfence_and_reserve(size, aligned, slot)
+    }
+
+    /// Move allocations of expandable pool `pool` down into free blocks
+    /// below them where that releases granules worth the bytes moved
+    /// (`pool/expandable/evacuate.rs`); what moved goes in `report`. The
+    /// granules go back at the unmapping that follows.
+    pub(crate) fn evacuate_granules(
+        &mut self,
+        pool: usize,
+        report: &mut RelocationReport,
+    ) -> Result<(), MemoryError> {
+        let Pool::Expandable(expandable) = &self.pools[pool] else {
+            return Ok(());
+        };
+        let mut evacuation = expandable.evacuation();
+        loop {
+            let Pool::Expandable(expandable) = &self.pools[pool] else {
+                unreachable!("checked above");
+            };
+            let slots = &self.slots;
+            let next = expandable.next_evacuee(&mut evacuation, MOVE_PER_BYTE_SAVED, |owner| {
+                slots
+                    .get(owner)
+                    .is_some_and(|live| !live.is_pinned() && !live.pinned_through_retired())
+            });
+            let Some(evacuee) = next else {
+                return Ok(());
+            };
+            match self.move_slot(pool, evacuee.slot, Destination::Into(evacuee.hole))? {
+                Some(bytes) => {
+                    report.moved += 1;
+                    report.bytes_moved += bytes;
+                    let Pool::Expandable(expandable) = &self.pools[pool] else {
+                        unreachable!("checked above");
+                    };
+                    expandable.evacuated(&mut evacuation, evacuee);
+                }
+                // Pinned by a client since it was looked at.
+                None => report.skipped_pinned += 1,
+            }
+        }
     }
 
     /// Allocations moved, and their bytes, by compactions before growth.

@@ -121,7 +121,11 @@ impl<S: DeviceStorage> MemoryManager<S> {
             return RelocationNeed::Outdated;
         }
         if let Some(threshold) = self.compaction_threshold
-            && sliced().any(|pool| pool.wants_compaction(threshold))
+            && self.pools.iter().any(|pool| match pool {
+                Pool::Sliced(pool) => pool.wants_compaction(threshold),
+                Pool::Expandable(pool) => pool.wants_compaction(threshold),
+                Pool::Whole(_) => false,
+            })
         {
             return RelocationNeed::Compaction;
         }
@@ -154,12 +158,25 @@ impl<S: DeviceStorage> MemoryManager<S> {
         self.process_releases();
         let mut report = RelocationReport::default();
         for pool in 0..self.pools.len() {
-            if let Pool::Expandable(expandable) = &mut self.pools[pool] {
-                // Every reason gives back the free granules (nothing moves
-                // for it: the holes cost nothing once unmapped).
+            if matches!(self.pools[pool], Pool::Expandable(_)) {
+                // Compacting reasons move allocations down out of granules
+                // they alone keep mapped; every reason then gives back the
+                // free granules (the holes cost nothing once unmapped).
+                let evacuated = if reason == RelocationReason::Outdated {
+                    Ok(())
+                } else {
+                    self.evacuate_granules(pool, &mut report)
+                };
+                let Pool::Expandable(expandable) = &mut self.pools[pool] else {
+                    unreachable!("checked above");
+                };
                 let before = expandable.stats().usage.bytes_reserved;
                 expandable.unmap_all_free(&mut self.storage);
                 report.bytes_released += before - expandable.stats().usage.bytes_reserved;
+                if let Err(error) = evacuated {
+                    self.storage.flush();
+                    return Err(RelocationError { report, error });
+                }
                 continue;
             }
             if !matches!(self.pools[pool], Pool::Sliced(_)) {

@@ -28,6 +28,8 @@ use crate::memory::report::{PoolReport, PoolStats};
 use crate::storage::{DeviceStorage, StorageError, StorageHandle};
 use std::collections::{BTreeMap, VecDeque};
 
+mod evacuate;
+mod holes;
 mod window;
 pub(crate) use window::Window;
 
@@ -108,6 +110,13 @@ impl ExpandablePool {
             used: 0,
             fence: None,
         }
+    }
+
+    /// Whether the mapped bytes exceed the allocations' by `threshold`
+    /// times and by a granule at least: worth a relocation's evacuation.
+    pub(crate) fn wants_compaction(&self, threshold: f64) -> bool {
+        let mapped = self.stats.usage.bytes_reserved;
+        self.free_mapped() >= self.granule && mapped as f64 > self.used as f64 * threshold
     }
 
     /// Mapped bytes no allocation holds.

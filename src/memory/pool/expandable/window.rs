@@ -12,6 +12,7 @@
 //! thirds of the windows chosen on the random-allocations family ran out of
 //! room half-way and the growth happened anyway.
 
+use super::holes::{Hole, Holes};
 use super::{ExpandablePool, VOID};
 use crate::memory::arena::NONE;
 use crate::memory::pool::Placement;
@@ -61,54 +62,6 @@ struct Candidate {
     start: u64,
     anchor: u32,
     end: u64,
-}
-
-/// A free block as the plan sees it: (size, range, offset, index into
-/// [`Window::holes`]), ordered by size, then address, so the first at
-/// least as large as a request is its best fit.
-type Hole = (u64, u32, u64, usize);
-
-/// The free blocks a plan may use, sorted. A sorted `Vec` rather than a
-/// tree: a few hundred entries, built once per planning and changed a few
-/// times per window, so contiguous memory wins (the tree took three times
-/// as long on the fragmentation family).
-#[derive(Debug, Default)]
-struct Holes(Vec<Hole>);
-
-impl Holes {
-    fn sorted(mut holes: Vec<Hole>) -> Self {
-        holes.sort_unstable();
-        Self(holes)
-    }
-
-    /// The smallest hole of at least `size` bytes (ties: lowest address).
-    fn best_fit(&self, size: u64) -> Option<Hole> {
-        let at = self.0.partition_point(|hole| hole.0 < size);
-        self.0.get(at).copied()
-    }
-
-    /// The hole of exactly this size at this place, if listed.
-    fn find(&self, size: u64, range: u32, offset: u64) -> Option<Hole> {
-        let at = self
-            .0
-            .partition_point(|hole| (hole.0, hole.1, hole.2) < (size, range, offset));
-        self.0
-            .get(at)
-            .copied()
-            .filter(|hole| (hole.0, hole.1, hole.2) == (size, range, offset))
-    }
-
-    fn insert(&mut self, hole: Hole) {
-        let at = self.0.partition_point(|listed| *listed < hole);
-        self.0.insert(at, hole);
-    }
-
-    fn remove(&mut self, hole: &Hole) {
-        let at = self.0.partition_point(|listed| listed < hole);
-        if self.0.get(at) == Some(hole) {
-            self.0.remove(at);
-        }
-    }
 }
 
 impl ExpandablePool {
