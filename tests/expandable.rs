@@ -280,3 +280,40 @@ fn a_relocation_for_outdated_pages_moves_nothing() {
     assert_eq!(report.moved, 0);
     assert_eq!(memory.bytes_reserved(), 6 * MIB);
 }
+
+#[test]
+fn a_growth_nothing_could_spare_evacuates_first() {
+    let mut memory = memory();
+    let quarter = MIB / 4;
+    // Granules 0 and 1: 1.75 MiB kept, a quarter free; granule 2: a quarter
+    // kept, the rest free. Too little free for a window of 4 MiB.
+    let sizes = [7 * quarter, quarter, 7 * quarter, quarter, quarter];
+    let mut all: Vec<Option<Allocation>> = sizes
+        .iter()
+        .zip(1u8..)
+        .map(|(&bytes, byte)| {
+            let a = memory.reserve(bytes, PageUpdate::Allow).unwrap();
+            memory.write(&a, 0, &vec![byte; bytes as usize]).unwrap();
+            Some(a)
+        })
+        .collect();
+    all[1] = None;
+    all[3] = None;
+    memory.process_releases();
+    assert_eq!(memory.bytes_reserved(), 6 * MIB);
+    // The quarter alone in granule 2 moves into granule 0's free quarter;
+    // granule 2 is then free and goes back before the growth, which maps
+    // two granules from the end of granule 1 on: 8 MiB, not 10.
+    let big = memory.reserve(4 * MIB, PageUpdate::Allow).unwrap();
+    assert_eq!(memory.moved_before_growth(), (1, quarter));
+    assert_eq!(memory.bytes_reserved(), 8 * MIB);
+    memory
+        .write(&big, 0, &vec![0xBB; (4 * MIB) as usize])
+        .unwrap();
+    for (a, byte) in all.iter().zip(1u8..) {
+        if let Some(a) = a {
+            let bytes = memory.read(a, 0, a.size()).unwrap();
+            assert!(bytes.iter().all(|&b| b == byte), "allocation {byte}");
+        }
+    }
+}

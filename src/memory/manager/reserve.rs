@@ -111,6 +111,11 @@ impl<S: DeviceStorage> MemoryManager<S> {
                 {
                     break 'grow placement;
                 }
+                if update == PageUpdate::Allow
+                    && let Some(placement) = self.evacuate_before_growth(pool, size, aligned, slot)
+                {
+                    break 'grow placement;
+                }
                 let lazy = self.dry_run;
                 match self.pools[pool].reserve_new_page(
                     &mut self.storage,
@@ -143,7 +148,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// Before an expandable pool maps more for `aligned` bytes, unmap as
     /// many free granules as it is about to map (the growth then costs no
     /// memory where free granules were left).
-    fn unmap_before_growth(&mut self, pool: usize, aligned: u64) {
+    pub(crate) fn unmap_before_growth(&mut self, pool: usize, aligned: u64) {
         if let Pool::Expandable(expandable) = &mut self.pools[pool] {
             let bytes = expandable.new_page_size(aligned);
             if expandable.unmap_before_growth(&mut self.storage, bytes) {
