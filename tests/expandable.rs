@@ -317,3 +317,34 @@ fn a_growth_nothing_could_spare_evacuates_first() {
         }
     }
 }
+
+#[test]
+fn allocations_that_share_the_top_granule_leave_it_together() {
+    let mut memory = memory();
+    let (half, quarter) = (MIB / 2, MIB / 4);
+    // Granules 0 and 1: 1.5 MiB kept, half a MiB free; granule 2: two
+    // quarters kept. Neither quarter frees granule 2 alone; both do.
+    let sizes = [3 * half, half, 3 * half, half, quarter, quarter];
+    let mut all: Vec<Option<Allocation>> = sizes
+        .iter()
+        .zip(1u8..)
+        .map(|(&bytes, byte)| {
+            let a = memory.reserve(bytes, PageUpdate::Allow).unwrap();
+            memory.write(&a, 0, &vec![byte; bytes as usize]).unwrap();
+            Some(a)
+        })
+        .collect();
+    all[1] = None;
+    all[3] = None;
+    memory.process_releases();
+    assert_eq!(memory.bytes_reserved(), 6 * MIB);
+    let report = memory.compact().unwrap();
+    assert_eq!((report.moved, report.bytes_moved), (2, half), "{report:?}");
+    assert_eq!(memory.bytes_reserved(), 4 * MIB, "granule 2 unmapped");
+    for (a, byte) in all.iter().zip(1u8..) {
+        if let Some(a) = a {
+            let bytes = memory.read(a, 0, a.size()).unwrap();
+            assert!(bytes.iter().all(|&b| b == byte), "allocation {byte}");
+        }
+    }
+}

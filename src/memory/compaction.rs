@@ -15,7 +15,7 @@
 
 use super::error::MemoryError;
 use super::manager::MemoryManager;
-use super::pool::{Placement, Pool};
+use super::pool::{Evacuation, Placement, Pool};
 use super::relocation::Destination;
 use super::relocation::RelocationReport;
 use crate::storage::DeviceStorage;
@@ -145,26 +145,58 @@ impl<S: DeviceStorage> MemoryManager<S> {
                 unreachable!("checked above");
             };
             let slots = &self.slots;
-            let next = expandable.next_evacuee(&mut evacuation, MOVE_PER_BYTE_SAVED, |owner| {
+            let next = expandable.next_group(&mut evacuation, MOVE_PER_BYTE_SAVED, |owner| {
                 slots
                     .get(owner)
                     .is_some_and(|live| !live.is_pinned() && !live.pinned_through_retired())
             });
-            let Some(evacuee) = next else {
+            let Some(group) = next else {
                 return Ok(());
             };
-            match self.move_slot(pool, evacuee.slot, Destination::Into(evacuee.hole))? {
-                Some(bytes) => {
-                    report.moved += 1;
-                    report.bytes_moved += bytes;
-                    let Pool::Expandable(expandable) = &self.pools[pool] else {
-                        unreachable!("checked above");
-                    };
-                    expandable.evacuated(&mut evacuation, evacuee);
+            // (block as planned, what is left of it now) for each one used.
+            let mut landed: Vec<(u32, u32)> = Vec::new();
+            for &(slot, planned) in &group.moves {
+                let at = match landed.iter().position(|&(p, _)| p == planned) {
+                    Some(at) => at,
+                    None => {
+                        landed.push((planned, planned));
+                        landed.len() - 1
+                    }
+                };
+                let into = landed[at].1;
+                let moved = match self.move_slot(pool, slot, Destination::Into(into)) {
+                    Ok(moved) => moved,
+                    Err(error) => {
+                        self.note_group(pool, &mut evacuation, &landed);
+                        return Err(error);
+                    }
+                };
+                match moved {
+                    Some(bytes) => {
+                        report.moved += 1;
+                        report.bytes_moved += bytes;
+                        let Pool::Expandable(expandable) = &self.pools[pool] else {
+                            unreachable!("checked above");
+                        };
+                        // The move carved the start of the block; the rest
+                        // is where the next one planned there lands.
+                        landed[at].1 = expandable.rest_of_hole(into);
+                    }
+                    // Pinned by a client since it was planned: the rest of
+                    // the group stays too.
+                    None => {
+                        report.skipped_pinned += 1;
+                        break;
+                    }
                 }
-                // Pinned by a client since it was looked at.
-                None => report.skipped_pinned += 1,
             }
+            self.note_group(pool, &mut evacuation, &landed);
+        }
+    }
+
+    fn note_group(&self, pool: usize, evacuation: &mut Evacuation, landed: &[(u32, u32)]) {
+        if let Pool::Expandable(expandable) = &self.pools[pool] {
+            expandable.group_moved(evacuation, landed);
         }
     }
 

@@ -31,6 +31,7 @@ use std::collections::{BTreeMap, VecDeque};
 mod evacuate;
 mod holes;
 mod window;
+pub(crate) use evacuate::Evacuation;
 pub(crate) use window::Window;
 
 /// The owner of carved blocks that stand for unmapped address space (no

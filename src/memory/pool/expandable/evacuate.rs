@@ -3,16 +3,17 @@
 //! allocation still touches stays mapped; after a load falls, such
 //! granules are most of what a stream holds beyond its live bytes.
 //!
-//! So a relocation walks the allocations from the top of the address space
-//! down and moves each into the best-fitting free block *below* the
-//! granules it touches, when
-//! taking it away releases granules worth its bytes: at least one byte of
-//! granule no other allocation touches for every
-//! [`MOVE_PER_BYTE_SAVED`](crate::memory::MOVE_PER_BYTE_SAVED) bytes moved.
-//! Moving down only, in one pass, ends; and because the walk goes top
-//! down, an allocation whose neighbour above has just left counts the
-//! granule they shared as its own to release. The granules go back at the
-//! unmapping that follows (`unmap_all_free`).
+//! So an evacuation walks the granules from the top of the address space
+//! down. The allocations that touch the highest granule not yet looked at
+//! form a *group*; the group moves, all of it, into the best-fitting free
+//! blocks below the lowest granule it touches (planned on paper first,
+//! largest first, as a window's), when the granules only its members touch
+//! are worth its bytes: at least one byte released for every
+//! [`MOVE_PER_BYTE_SAVED`](crate::memory::MOVE_PER_BYTE_SAVED) moved.
+//! Moving down only, in one pass, ends and never undoes itself; and
+//! because the walk goes top down, a group whose neighbour above has just
+//! left counts the granule they shared as its own. The granules go back at
+//! the unmapping that follows (`unmap_all_free`).
 
 use super::holes::{Hole, Holes};
 use super::{ExpandablePool, VOID};
@@ -28,17 +29,12 @@ pub(crate) struct Evacuation {
     holes: Holes,
 }
 
-/// One move of an evacuation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Evacuee {
-    /// The allocation's slot.
-    pub(crate) slot: u32,
-    /// The free block it moves to the start of.
-    pub(crate) hole: u32,
-    /// That block as the plan listed it.
-    listed: Hole,
-    /// The allocation's bytes (aligned).
-    size: u64,
+/// The allocations of one group and where each goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Group {
+    /// (slot, the free block it moves to, by its node when planned), in
+    /// the order planned; several may go to one block, one after another.
+    pub(crate) moves: Vec<(u32, u32)>,
 }
 
 impl ExpandablePool {
@@ -72,81 +68,115 @@ impl ExpandablePool {
         }
     }
 
-    /// The next allocation worth moving down, and where to; `None` when
-    /// the walk is done.
-    pub(crate) fn next_evacuee(
+    /// The next group worth moving down, planned; `None` when the walk is
+    /// done.
+    pub(crate) fn next_group(
         &self,
         evacuation: &mut Evacuation,
         move_per_byte_saved: u64,
         movable: impl Fn(u32) -> bool,
-    ) -> Option<Evacuee> {
-        while let Some(node) = evacuation.allocations.pop() {
-            let slot = self.arena.owner(node);
-            let size = self.arena.size(node);
-            if !movable(slot) {
+    ) -> Option<Group> {
+        let granule = self.granule;
+        while let Some(top) = evacuation.allocations.pop() {
+            let range = self.arena.page(top);
+            let top_granule = self.end(top).saturating_sub(1) / granule;
+            // Everything else touching the top granule, down to the first
+            // allocation that ends below it.
+            let mut members = vec![top];
+            while let Some(&next) = evacuation.allocations.last() {
+                if self.arena.page(next) != range || self.end(next) <= top_granule * granule {
+                    break;
+                }
+                members.push(next);
+                evacuation.allocations.pop();
+            }
+            if !members.iter().all(|&node| movable(self.arena.owner(node))) {
                 continue;
             }
-            let released = self.released_by(node);
-            if released.saturating_mul(move_per_byte_saved) < size {
+            let lowest = *members.last().expect("the top is a member");
+            let released = self.released_by(lowest, top);
+            let cost: u64 = members.iter().map(|&node| self.arena.size(node)).sum();
+            if released.saturating_mul(move_per_byte_saved) < cost {
                 continue;
             }
-            // It lands wholly below the granules it releases.
-            let range = self.arena.page(node);
-            let limit = self.arena.offset(node) / self.granule * self.granule;
-            if let Some(listed) = evacuation.holes.best_fit_below(size, range, limit) {
-                return Some(Evacuee {
-                    slot,
-                    hole: listed.3 as u32,
-                    listed,
-                    size,
-                });
+            // They land wholly below the granules they touch.
+            let limit = self.arena.offset(lowest) / granule * granule;
+            let allocations = members
+                .iter()
+                .map(|&node| {
+                    (
+                        self.arena.size(node),
+                        self.arena.offset(node),
+                        self.arena.owner(node),
+                    )
+                })
+                .collect();
+            let below = |hole: &Hole, size: u64| {
+                hole.0 >= size && (hole.1 < range || (hole.1 == range && hole.2 + size <= limit))
+            };
+            if let Some(placed) = evacuation.holes.place_all(allocations, below) {
+                let moves = placed
+                    .into_iter()
+                    .map(|(slot, hole)| (slot, hole as u32))
+                    .collect();
+                return Some(Group { moves });
             }
         }
         None
     }
 
-    /// `evacuee` moved: its hole now starts after it. (Blocks freed where it
-    /// was lie above every allocation still to look at: never a target.)
-    pub(crate) fn evacuated(&self, evacuation: &mut Evacuation, evacuee: Evacuee) {
-        evacuation.holes.remove(&evacuee.listed);
-        let (size, range, offset, _) = evacuee.listed;
-        let rest = self.rest_of_hole(evacuee.hole);
-        if size > evacuee.size && rest != NONE {
-            let rest = (
-                size - evacuee.size,
-                range,
-                offset + evacuee.size,
-                rest as usize,
-            );
-            evacuation.holes.insert(rest);
+    /// A group moved (as far as `landed` says: for each free block it
+    /// used, by its node when planned, the node of what is left of it, or
+    /// `NONE`): the holes below are what the moves left. Blocks freed where
+    /// the group was lie above everything still to look at: never a target.
+    pub(crate) fn group_moved(&self, evacuation: &mut Evacuation, landed: &[(u32, u32)]) {
+        // Free blocks at or above the next allocation down can take nothing
+        // more (a move lands below what it leaves), and some were merged
+        // into the room the group left: forget them.
+        if let Some(&next) = evacuation.allocations.last() {
+            let (range, offset) = (self.arena.page(next), self.arena.offset(next));
+            evacuation
+                .holes
+                .retain(|hole| (hole.1, hole.2) < (range, offset));
+        }
+        for &(planned, rest) in landed {
+            if let Some(listed) = evacuation.holes.by_tag(planned as usize) {
+                evacuation.holes.remove(&listed);
+            }
+            if rest != NONE {
+                let (range, offset) = (self.arena.page(rest), self.arena.offset(rest));
+                evacuation
+                    .holes
+                    .insert((self.arena.size(rest), range, offset, rest as usize));
+            }
         }
     }
 
-    /// Bytes of mapped granules that only the allocation at `node` touches:
-    /// what taking it away would let the next unmapping release.
-    fn released_by(&self, node: u32) -> u64 {
+    /// One past the last byte of the block `node`.
+    fn end(&self, node: u32) -> u64 {
+        self.arena.offset(node) + self.arena.size(node)
+    }
+
+    /// Bytes of mapped granules that only the allocations from `lowest` to
+    /// `top` (a contiguous run) touch: what taking them away would let the
+    /// next unmapping release.
+    fn released_by(&self, lowest: u32, top: u32) -> u64 {
         let granule = self.granule;
-        let start = self.arena.offset(node);
-        let end = start + self.arena.size(node);
-        let first = start / granule;
-        let last = (end - 1) / granule;
+        let first = self.arena.offset(lowest) / granule;
+        let last = self.end(top).saturating_sub(1) / granule;
         // The nearest allocations on either side (free and void blocks hold
         // nothing).
-        let neighbour = |step: fn(&Self, u32) -> u32| {
-            let mut next = step(self, node);
+        let neighbour = |from: u32, step: fn(&Self, u32) -> u32| {
+            let mut next = step(self, from);
             while next != NONE && (self.arena.is_free(next) || self.arena.owner(next) == VOID) {
                 next = step(self, next);
             }
             next
         };
-        let below = neighbour(|pool, n| pool.arena.prev(n));
-        let above = neighbour(|pool, n| pool.arena.next(n));
-        let shares_first = below != NONE
-            && self.arena.page(below) == self.arena.page(node)
-            && self.arena.offset(below) + self.arena.size(below) > first * granule;
-        let shares_last = above != NONE
-            && self.arena.page(above) == self.arena.page(node)
-            && self.arena.offset(above) < (last + 1) * granule;
+        let below = neighbour(lowest, |pool, n| pool.arena.prev(n));
+        let above = neighbour(top, |pool, n| pool.arena.next(n));
+        let shares_first = below != NONE && self.end(below) > first * granule;
+        let shares_last = above != NONE && self.arena.offset(above) < (last + 1) * granule;
         let mut granules = last - first + 1;
         if first == last {
             if shares_first || shares_last {

@@ -19,12 +19,6 @@ impl Holes {
         Self(holes)
     }
 
-    /// The smallest hole of at least `size` bytes (ties: lowest address).
-    pub(super) fn best_fit(&self, size: u64) -> Option<Hole> {
-        let at = self.0.partition_point(|hole| hole.0 < size);
-        self.0.get(at).copied()
-    }
-
     /// The hole of exactly this size at this place, if listed.
     pub(super) fn find(&self, size: u64, range: u32, offset: u64) -> Option<Hole> {
         let at = self
@@ -36,15 +30,14 @@ impl Holes {
             .filter(|hole| (hole.0, hole.1, hole.2) == (size, range, offset))
     }
 
-    /// The smallest hole of at least `size` bytes whose first `size` bytes
-    /// end at or before `limit` of range `range`, or lie in a range before
-    /// it (ties: lowest address).
-    pub(super) fn best_fit_below(&self, size: u64, range: u32, limit: u64) -> Option<Hole> {
-        let at = self.0.partition_point(|hole| hole.0 < size);
-        self.0[at..]
-            .iter()
-            .find(|hole| hole.1 < range || (hole.1 == range && hole.2 + size <= limit))
-            .copied()
+    /// The hole tagged `tag` (a linear search: a plan lists few).
+    pub(super) fn by_tag(&self, tag: usize) -> Option<Hole> {
+        self.0.iter().find(|hole| hole.3 == tag).copied()
+    }
+
+    /// Keep only the holes `keep` accepts.
+    pub(super) fn retain(&mut self, keep: impl Fn(&Hole) -> bool) {
+        self.0.retain(|hole| keep(hole));
     }
 
     pub(super) fn insert(&mut self, hole: Hole) {
@@ -57,5 +50,51 @@ impl Holes {
         if self.0.get(at) == Some(hole) {
             self.0.remove(at);
         }
+    }
+
+    /// Place `allocations` ((size, address order key, slot)) on paper,
+    /// largest first (ties in address order), each in the best-fitting
+    /// hole that `allowed` accepts for its size, what is left of a hole
+    /// staying for the next one. The (slot, tag of the hole it lands in)
+    /// of each if all fit; the holes are as they were when this returns.
+    pub(super) fn place_all(
+        &mut self,
+        mut allocations: Vec<(u64, u64, u32)>,
+        allowed: impl Fn(&Hole, u64) -> bool,
+    ) -> Option<Vec<(u32, usize)>> {
+        allocations.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        let mut placed = Vec::with_capacity(allocations.len());
+        let (mut taken_out, mut added): (Vec<Hole>, Vec<Hole>) = (Vec::new(), Vec::new());
+        let mut fits = true;
+        for &(size, _, slot) in &allocations {
+            let at = self.0.partition_point(|hole| hole.0 < size);
+            let Some(&hole) = self.0[at..].iter().find(|hole| allowed(hole, size)) else {
+                fits = false;
+                break;
+            };
+            self.remove(&hole);
+            // A rest this plan made goes with it; a hole that was there
+            // before comes back afterwards.
+            match added.iter().position(|&rest| rest == hole) {
+                Some(at) => {
+                    added.swap_remove(at);
+                }
+                None => taken_out.push(hole),
+            }
+            let (hole_size, range, offset, tag) = hole;
+            if hole_size > size {
+                let rest = (hole_size - size, range, offset + size, tag);
+                self.insert(rest);
+                added.push(rest);
+            }
+            placed.push((slot, tag));
+        }
+        for hole in added {
+            self.remove(&hole);
+        }
+        for hole in taken_out {
+            self.insert(hole);
+        }
+        fits.then_some(placed)
     }
 }

@@ -12,7 +12,7 @@
 //! thirds of the windows chosen on the random-allocations family ran out of
 //! room half-way and the growth happened anyway.
 
-use super::holes::{Hole, Holes};
+use super::holes::Holes;
 use super::{ExpandablePool, VOID};
 use crate::memory::arena::NONE;
 use crate::memory::pool::Placement;
@@ -171,41 +171,15 @@ impl ExpandablePool {
             }
             node = self.arena.next(node);
         }
-        // Largest first; ties in address order.
-        allocations.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        let mut moves = Vec::with_capacity(allocations.len());
-        let mut added: Vec<Hole> = Vec::new();
-        let mut fits = true;
-        for &(size, _, slot) in &allocations {
-            let Some(hole) = holes.best_fit(size) else {
-                fits = false;
-                break;
-            };
-            holes.remove(&hole);
-            // A rest this plan made goes with it; a block that was there
-            // before comes back afterwards.
-            match added.iter().position(|&rest| rest == hole) {
-                Some(at) => {
-                    added.swap_remove(at);
-                }
-                None => taken_out.push(hole),
-            }
-            let (hole_size, range, offset, index) = hole;
-            if hole_size > size {
-                let rest = (hole_size - size, range, offset + size, index);
-                holes.insert(rest);
-                added.push(rest);
-            }
-            moves.push(Move { slot, hole: index });
-        }
-        // Put the holes back as they were for the next candidate.
-        for hole in added {
-            holes.remove(&hole);
-        }
+        let placed = holes.place_all(allocations, |hole, size| hole.0 >= size);
         for hole in taken_out {
             holes.insert(hole);
         }
-        fits.then_some(moves)
+        let moves = placed?
+            .into_iter()
+            .map(|(slot, hole)| Move { slot, hole })
+            .collect();
+        Some(moves)
     }
 
     /// From the free block `anchor`, the end of the shortest run of mapped
