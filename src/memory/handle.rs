@@ -135,6 +135,38 @@ impl Allocation {
         }
     }
 
+    /// The handle as one raw pointer (its `Arc` reference and its handle
+    /// count go with it), for a lock-free slot to hold; back with
+    /// [`from_raw`](Self::from_raw), exactly once.
+    pub(crate) fn into_raw(self) -> *mut AllocationCell {
+        let mut this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped, so the cell is taken once.
+        let cell = unsafe { ManuallyDrop::take(&mut this.cell) };
+        Arc::into_raw(cell).cast_mut()
+    }
+
+    /// The handle [`into_raw`](Self::into_raw) made.
+    ///
+    /// # Safety
+    /// `raw` came from `into_raw` and is turned back only once.
+    pub(crate) unsafe fn from_raw(raw: *mut AllocationCell) -> Self {
+        Self {
+            // SAFETY: the caller passes a pointer `into_raw` made, once.
+            cell: ManuallyDrop::new(unsafe { Arc::from_raw(raw.cast_const()) }),
+        }
+    }
+
+    /// Put an allocation reserved for a hot cache on its owner's live meter
+    /// as it is handed out (on the client's thread: this is its only
+    /// handle, so nothing can end the binding meanwhile).
+    pub(crate) fn hand_out_from_cache(&self) {
+        if let Some(meter) = &self.cell.releases.meter {
+            let size = self.size();
+            self.cell.metered.store(size, Ordering::Release);
+            meter.handed_out_from_cache(size);
+        }
+    }
+
     /// The first handle of a recycled cell (no other reference to it exists).
     pub(crate) fn from_cell(cell: Arc<AllocationCell>) -> Self {
         cell.handles.store(1, Ordering::Relaxed);

@@ -93,6 +93,9 @@ pub(crate) struct LiveMeter {
     /// Bytes whose bindings ever ended (by any thread; in practice the
     /// stream's clients).
     released: OwnLine<AtomicU64>,
+    /// Bytes handed out from clients' hot caches (by the clients' threads,
+    /// so added with a read-modify-write, on a line of its own).
+    from_cache: OwnLine<AtomicU64>,
     /// Releases queued that are not a binding's end: the last unpin of an
     /// allocation whose handles had gone (its bytes counted as released at
     /// the drop, its room comes back only now), a page guard's drop.
@@ -107,6 +110,7 @@ impl LiveMeter {
         Self {
             handed_out: OwnLine(AtomicU64::new(0)),
             released: OwnLine(AtomicU64::new(0)),
+            from_cache: OwnLine(AtomicU64::new(0)),
             late: AtomicU64::new(0),
             device,
         }
@@ -119,6 +123,7 @@ impl LiveMeter {
         let released = self.released.load(Ordering::Acquire);
         self.handed_out
             .load(Ordering::Acquire)
+            .saturating_add(self.from_cache.load(Ordering::Acquire))
             .saturating_sub(released)
     }
 
@@ -146,6 +151,12 @@ impl LiveMeter {
             .load(Ordering::Relaxed)
             .saturating_add(bytes);
         self.handed_out.store(now, Ordering::Release);
+        self.device.add(bytes);
+    }
+
+    /// A client handed out `bytes` its hot cache held (any thread).
+    pub(crate) fn handed_out_from_cache(&self, bytes: u64) {
+        self.from_cache.fetch_add(bytes, Ordering::AcqRel);
         self.device.add(bytes);
     }
 

@@ -119,11 +119,13 @@ impl StreamActor {
                 update,
                 mode,
                 wait,
+                for_cache,
                 reply,
             } => self.serve_reserve(Pending {
                 sizes,
                 update,
                 mode,
+                for_cache,
                 reply,
                 deadline: wait.map(|wait| crate::clock::deadline(self.now(), wait)),
                 state: PendingState::Serving,
@@ -145,6 +147,7 @@ impl StreamActor {
     /// with the clock moved past every pool's period (an idle stream gives
     /// back what sits unused), and empty outdated pages.
     pub(crate) fn idle_tick(&mut self) {
+        self.take_back_hot();
         self.memory.cleanup_idle();
         if self.memory.relocation_need() != RelocationNeed::None
             && let Ok(report) = self.memory.relocate(RelocationReason::Compaction)
@@ -169,6 +172,7 @@ impl StreamActor {
             rejected = rejected.saturating_add(1);
             request.reject(ServiceError::StreamStopped(stream));
         }
+        self.take_back_hot();
         self.wait_for_pins();
         let pinned_at_exit = self.memory.pinned_count();
         // Pages under a pin that outlived the wait stay until it drops
@@ -195,6 +199,17 @@ impl StreamActor {
         let deadline = crate::clock::deadline(self.now(), self.timing.pin_wait);
         while self.memory.pinned_count() > 0 && self.now() < deadline {
             crate::sync::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Take back every allocation the stream's clients keep in their hot
+    /// caches (`hot.rs`): swapped out of their slots without their threads,
+    /// dropped here, processed as releases at once.
+    pub(crate) fn take_back_hot(&mut self) {
+        let taken = self.shared.hot.take_back();
+        if taken > 0 {
+            super::shared::bump(&self.shared.hot_taken_back, taken);
+            self.memory.process_releases();
         }
     }
 

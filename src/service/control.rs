@@ -13,6 +13,7 @@ impl StreamActor {
     pub(crate) fn handle_control(&mut self, control: Control) {
         match control {
             Control::GiveBack { episode } => {
+                self.take_back_hot();
                 let before = self.memory.bytes_allocated();
                 self.memory.cleanup(Cleanup::Explicit);
                 if let Ok(report) = self.memory.relocate(RelocationReason::Short) {

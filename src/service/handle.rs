@@ -12,6 +12,7 @@
 
 use super::actor::StreamActor;
 use super::error::ServiceError;
+use super::hot::HotCache;
 use super::message::{Allocations, Answer, Reply, Request, Returned, ShutdownReport, Sizes, job};
 use super::shared::{StreamShared, StreamState, StreamStats};
 use crate::memory::{
@@ -72,6 +73,11 @@ pub struct StreamHandle {
     pub(crate) connection: Arc<Connection>,
     /// This client's open windows, innermost last: (token, mode).
     windows: Mutex<Vec<(u64, AllocationMode)>>,
+    /// How many are open: a reserve outside every window reads this, not
+    /// the lock.
+    open_windows: AtomicU64,
+    /// This client's hot allocations (`hot.rs`), listed on the stream.
+    hot: Arc<HotCache>,
     /// The next window token.
     next_window: AtomicU64,
     /// Reply channels for reservations, kept for the next call: a fresh
@@ -110,21 +116,38 @@ pub struct ModeWindow<'a> {
 
 impl Drop for ModeWindow<'_> {
     fn drop(&mut self) {
+        let mut windows = self.handle.windows.lock();
+        windows.retain(|(token, _)| *token != self.token);
         self.handle
-            .windows
-            .lock()
-            .retain(|(token, _)| *token != self.token);
+            .open_windows
+            .store(windows.len() as u64, Ordering::Release);
+    }
+}
+
+impl Drop for StreamHandle {
+    /// The client is gone: what its hot cache held goes back.
+    fn drop(&mut self) {
+        self.connection.shared.hot.close(&self.hot);
     }
 }
 
 impl StreamHandle {
     pub(crate) fn new(connection: Arc<Connection>) -> Self {
+        let hot = connection.shared.hot.open();
         Self {
             connection,
             windows: Mutex::new(Vec::new()),
+            open_windows: AtomicU64::new(0),
+            hot,
             next_window: AtomicU64::new(0),
             replies: Mutex::new(Vec::new()),
         }
+    }
+
+    /// This client's hot cache (the loom models fill it).
+    #[cfg(streamalloc_loom)]
+    pub(crate) fn hot_cache(&self) -> &HotCache {
+        &self.hot
     }
 
     /// The stream.
@@ -143,7 +166,11 @@ impl StreamHandle {
     /// Open an allocation window on this client (see [`ModeWindow`]).
     pub fn window(&self, mode: AllocationMode) -> ModeWindow<'_> {
         let token = self.next_window.fetch_add(1, Ordering::Relaxed);
-        self.windows.lock().push((token, mode));
+        let mut windows = self.windows.lock();
+        windows.push((token, mode));
+        self.open_windows
+            .store(windows.len() as u64, Ordering::Release);
+        drop(windows);
         ModeWindow {
             handle: self,
             token,
@@ -152,6 +179,9 @@ impl StreamHandle {
 
     /// The mode this client's innermost window puts in force.
     pub fn mode(&self) -> AllocationMode {
+        if self.open_windows.load(Ordering::Acquire) == 0 {
+            return AllocationMode::Auto;
+        }
         self.windows
             .lock()
             .last()
@@ -270,12 +300,25 @@ impl StreamHandle {
         update: PageUpdate,
         wait: Option<Duration>,
     ) -> impl FnOnce(Answer<Allocations>) -> Request {
+        self.reserve_request_caching(sizes, update, wait, 0)
+    }
+
+    /// [`reserve_request`](Self::reserve_request) whose last `for_cache`
+    /// sizes are for this client's hot cache.
+    fn reserve_request_caching(
+        &self,
+        sizes: Sizes,
+        update: PageUpdate,
+        wait: Option<Duration>,
+        for_cache: usize,
+    ) -> impl FnOnce(Answer<Allocations>) -> Request {
         let mode = self.mode();
         move |reply| Request::ReserveMany {
             sizes,
             update,
             mode,
             wait,
+            for_cache,
             reply,
         }
     }
@@ -295,9 +338,54 @@ impl StreamHandle {
         self.call(|reply| job(self.stream(), op, reply))
     }
 
-    /// Reserve `size` bytes in this client's mode.
+    /// Reserve `size` bytes in this client's mode. Outside every window,
+    /// a size this client asked for lately may be served from its hot
+    /// cache, on this thread with no round trip (`hot.rs`).
     pub fn reserve(&self, size: u64) -> Result<Allocation, ServiceError> {
-        self.reserve_with(size, PageUpdate::Allow)
+        if self.open_windows.load(Ordering::Acquire) != 0 {
+            return self.reserve_with(size, PageUpdate::Allow);
+        }
+        if let Some(allocation) = self.hot.take(size) {
+            if self.is_running() {
+                return Ok(allocation);
+            }
+            // Kept from before the stream stopped: the stream answers.
+            drop(allocation);
+        }
+        self.reserve_missed(size)
+    }
+
+    /// A reserve the hot cache could not serve: one round trip, which for
+    /// a size missed lately also reserves a few more for the cache.
+    fn reserve_missed(&self, size: u64) -> Result<Allocation, ServiceError> {
+        let extra = if self.hot.missed(size) {
+            let reserved = self
+                .connection
+                .shared
+                .bytes_reserved
+                .load(Ordering::Acquire);
+            self.hot.refill(size, reserved)
+        } else {
+            0
+        };
+        if extra == 0 {
+            return self.reserve_with(size, PageUpdate::Allow);
+        }
+        let sizes: Sizes = std::iter::repeat_n(size, extra.saturating_add(1)).collect();
+        let request = self.reserve_request_caching(sizes, PageUpdate::Allow, None, extra);
+        match self.call_reserve(request) {
+            Ok(mut batch) => {
+                let first = batch.remove(0);
+                for more in batch {
+                    // Full (another thread of this clone filled it): back.
+                    drop(self.hot.offer(more));
+                }
+                Ok(first)
+            }
+            // The extras asked too much of a short device: the one alone.
+            Err(ServiceError::OutOfMemory(_)) => self.reserve_with(size, PageUpdate::Allow),
+            Err(err) => Err(err),
+        }
     }
 
     /// Reserve `size` bytes, changing pages only as far as `update` allows.

@@ -143,6 +143,7 @@ impl StreamActor {
         if excess < headroom.share(in_use) || !self.device.over_headroom(0, 0) {
             return;
         }
+        self.take_back_hot();
         self.memory.cleanup(crate::memory::Cleanup::Explicit);
         self.memory.flush();
         self.publish();

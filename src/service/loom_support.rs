@@ -92,6 +92,35 @@ impl ActorUnderTest {
         &mut self.actor.memory
     }
 
+    /// Put `count` allocations of `size` bytes, reserved for a hot cache
+    /// as a miss's refill reserves them, into `handle`'s cache (setup).
+    pub fn fill_hot(&mut self, handle: &StreamHandle, size: u64, count: usize) {
+        for _ in 0..count {
+            let allocation = self
+                .actor
+                .memory
+                .reserve_for_cache(size, crate::memory::PageUpdate::Allow, AllocationMode::Auto)
+                .expect("room for the cache");
+            assert!(
+                handle.hot_cache().offer(allocation).is_none(),
+                "a free slot"
+            );
+        }
+    }
+
+    /// Take every hot cache of the stream back, as the actor does when it
+    /// runs short, gives back, settles, idles or shuts down.
+    pub fn take_back_hot(&mut self) {
+        self.actor.take_back_hot()
+    }
+
+    /// Allocations the stream's clients were served from their caches, and
+    /// those the actor took back from them.
+    pub fn hot_counts(&self) -> (u64, u64) {
+        let stats = self.actor.shared.stats();
+        (stats.hot_hits, stats.hot_taken_back)
+    }
+
     /// Reserve directly on the actor's manager (setup before threads start).
     pub fn reserve(&mut self, size: u64) -> Result<crate::memory::Allocation, MemoryError> {
         self.actor
@@ -266,6 +295,7 @@ impl PendingAnswer {
 pub fn submit_reserve_many(handle: &StreamHandle, sizes: Vec<u64>) -> PendingAnswer {
     let (tx, rx) = channel::bounded(1);
     let request = Request::ReserveMany {
+        for_cache: 0,
         sizes: sizes.into(),
         update: PageUpdate::Allow,
         mode: AllocationMode::Auto,

@@ -89,6 +89,9 @@ pub(crate) enum Request {
         mode: AllocationMode,
         /// How long the caller will wait for memory when the device is short.
         wait: Option<Duration>,
+        /// How many of the sizes, the last ones, are for the caller's hot
+        /// cache (reserved off the live meter; dropped when tight).
+        for_cache: usize,
         reply: Answer<Allocations>,
     },
     /// Any other operation, run on the actor's thread.

@@ -33,6 +33,7 @@ mod error;
 mod events;
 mod handle;
 mod headroom;
+mod hot;
 mod message;
 mod operations;
 mod registry;

@@ -97,6 +97,7 @@ impl StreamActor {
     /// then, if it still holds more than `keep`, a compaction that also
     /// moves sparse pages into smaller ones.
     pub(crate) fn settle(&mut self, keep: u64) {
+        self.take_back_hot();
         self.memory.cleanup(Cleanup::Explicit);
         if self.memory.bytes_reserved() > keep
             && let Ok(report) = self.memory.relocate(RelocationReason::Settle)

@@ -2,6 +2,7 @@
 //! read without a round trip: its state and its counters.
 
 use super::error::ServiceError;
+use super::hot::HotCaches;
 use super::message::Request;
 use crate::memory::{LiveMeter, StreamId};
 use crate::sync::Arc;
@@ -54,6 +55,13 @@ pub struct StreamStats {
     pub idle_cleanups: u64,
     /// Settles the supervisor asked for (the load fell).
     pub settles: u64,
+    /// Reserves its clients served from their handles' hot caches, with no
+    /// round trip (`service/hot.rs`).
+    pub hot_hits: u64,
+    /// Reserves of a size and mode a hot cache keeps that went to the actor.
+    pub hot_misses: u64,
+    /// Cached allocations the actor took back from its clients' handles.
+    pub hot_taken_back: u64,
 }
 
 /// Shared between a stream's actor, its handles and the supervisor.
@@ -90,6 +98,10 @@ pub(crate) struct StreamShared {
     pub(crate) idle_cleanups: AtomicU64,
     /// Settles.
     pub(crate) settles: AtomicU64,
+    /// Its handles' hot caches.
+    pub(crate) hot: HotCaches,
+    /// Cached allocations taken back.
+    pub(crate) hot_taken_back: AtomicU64,
     /// [`stamp`](Self::stamp) when the stream last gave back all it could
     /// (`u64::MAX`: never): until it serves a request or its clients
     /// release bytes, a round cannot win anything more from it.
@@ -122,6 +134,8 @@ impl StreamShared {
             idle_cleanups: AtomicU64::new(0),
             settles: AtomicU64::new(0),
             gave_back_at: AtomicU64::new(u64::MAX),
+            hot: HotCaches::default(),
+            hot_taken_back: AtomicU64::new(0),
         }
     }
 
@@ -228,6 +242,7 @@ impl StreamShared {
     }
 
     pub(crate) fn stats(&self) -> StreamStats {
+        let (hot_hits, hot_misses) = self.hot.counts();
         StreamStats {
             stream: self.stream,
             state: self.state(),
@@ -239,6 +254,9 @@ impl StreamShared {
             relocated: self.relocated.load(Ordering::Relaxed),
             idle_cleanups: self.idle_cleanups.load(Ordering::Relaxed),
             settles: self.settles.load(Ordering::Relaxed),
+            hot_hits,
+            hot_misses,
+            hot_taken_back: self.hot_taken_back.load(Ordering::Relaxed),
         }
     }
 }

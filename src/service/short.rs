@@ -49,6 +49,8 @@ pub(crate) struct Pending {
     pub(crate) update: PageUpdate,
     /// The caller's mode.
     pub(crate) mode: AllocationMode,
+    /// How many of the sizes, the last ones, are for the caller's hot cache.
+    pub(crate) for_cache: usize,
     /// Where the answer goes.
     pub(crate) reply: Answer<Allocations>,
     /// Until when (on the service's clock) the caller waits for memory
@@ -115,7 +117,13 @@ fn is_out_of_memory(err: &MemoryError) -> bool {
 
 impl StreamActor {
     /// Serve a reservation, or park it if the device is short.
-    pub(crate) fn serve_reserve(&mut self, pending: Pending) {
+    pub(crate) fn serve_reserve(&mut self, mut pending: Pending) {
+        if pending.for_cache > 0 && (self.over_headroom(&pending) || self.short_pending) {
+            // No spare allocations for a cache on a device that is tight.
+            let asked = pending.sizes.len().saturating_sub(pending.for_cache);
+            pending.sizes.truncate(asked);
+            pending.for_cache = 0;
+        }
         if pending.update != PageUpdate::Forbidden && self.over_headroom(&pending) {
             return self.serve_within_headroom(pending);
         }
@@ -132,7 +140,9 @@ impl StreamActor {
             }
             Err(_) => {}
         }
-        // Our own cached pages and fragmentation first.
+        // Our own cached pages (and our clients' hot allocations) and
+        // fragmentation first.
+        self.take_back_hot();
         self.memory.cleanup(Cleanup::Explicit);
         let _ = self.memory.relocate(RelocationReason::Short);
         match self.try_reserve(&pending) {
@@ -147,12 +157,17 @@ impl StreamActor {
     fn try_reserve(&mut self, pending: &Pending) -> Result<Allocations, MemoryError> {
         let tight =
             pending.state == PendingState::ServingTight && pending.update == PageUpdate::Allow;
+        let asked = pending.sizes.len().saturating_sub(pending.for_cache);
         pending
             .sizes
             .iter()
-            .map(|&size| {
+            .enumerate()
+            .map(|(index, &size)| {
                 if tight {
                     self.memory.reserve_tight(size, pending.mode)
+                } else if index >= asked {
+                    self.memory
+                        .reserve_for_cache(size, pending.update, pending.mode)
                 } else {
                     self.memory.reserve_in(size, pending.update, pending.mode)
                 }

@@ -70,6 +70,9 @@ pub struct MemoryManager<S> {
     log: MemoryLogLevel,
     /// Carve new pages without backing until first dereference.
     dry_run: bool,
+    /// Reserving for a client's hot cache: not handed out yet, so not on
+    /// the live meter (the hit that hands it out meters it).
+    pub(super) unmetered: bool,
     /// Bytes in use, all pools.
     in_use: u64,
     /// Most bytes in use at once.
@@ -164,6 +167,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
             windows: Vec::new(),
             log: config.log,
             dry_run: false,
+            unmetered: false,
             in_use: 0,
             peak_in_use: 0,
             peak_reserved: 0,

@@ -29,6 +29,21 @@ impl<S: DeviceStorage> MemoryManager<S> {
         self.observe_reserve(size, result)
     }
 
+    /// [`reserve_in`](Self::reserve_in) for a client's hot cache: the
+    /// allocation is not on the live meter until it is handed out
+    /// ([`Allocation::hand_out_from_cache`]).
+    pub(crate) fn reserve_for_cache(
+        &mut self,
+        size: u64,
+        update: PageUpdate,
+        mode: AllocationMode,
+    ) -> Result<Allocation, MemoryError> {
+        self.unmetered = true;
+        let result = self.reserve_in(size, update, mode);
+        self.unmetered = false;
+        result
+    }
+
     /// Reserve `size` bytes in `mode` from the room the pages hold, or
     /// `Ok(None)` if none fits: a probe before deciding to grow (the
     /// service's headroom). Unlike `reserve_in(.., PageUpdate::Forbidden, ..)`
@@ -235,7 +250,9 @@ impl<S: DeviceStorage> MemoryManager<S> {
             .map_or(0, |base| base + placement.offset);
         allocation.cell.addr.store(addr, Ordering::Release);
         allocation.cell.len.store(size, Ordering::Release);
-        if let Some(meter) = self.releases.meter.as_ref() {
+        if let Some(meter) = self.releases.meter.as_ref()
+            && !self.unmetered
+        {
             allocation.cell.metered.store(size, Ordering::Release);
             meter.handed_out(size);
         }

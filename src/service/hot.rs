@@ -1,0 +1,231 @@
+//! Hot sizes: a few reserved allocations kept on each client handle, so
+//! that a reserve of a size the client asked for recently is served on its
+//! own thread, with no round trip and no lock.
+//!
+//! Inference repeats its shapes every step. A [`HotCache`] belongs to one
+//! handle clone and holds at most [`HOT_SLOTS`] allocations of the sizes
+//! that clone missed twice lately; a miss of such a size reserves
+//! [`HOT_REFILL`] more in the same round trip. What the cache holds is
+//! reserved on the stream (it counts as reserved, and as live on the
+//! stream's meter: it was handed out), and never more than one byte in
+//! [`HOT_SHARE`] of what the stream holds, so it adds at most that to a
+//! peak. An entry was never handed to anyone before: a hit is a fresh
+//! allocation, with its own generation and no taint.
+//!
+//! The protocol (`docs/service.md`, "Hot sizes"): each slot is one
+//! `AtomicPtr` holding an [`Allocation`] turned into a raw pointer. The
+//! client takes with a swap to null, the actor takes back with the same
+//! swap, so every entry goes to exactly one of them; the client fills an
+//! empty slot with a CAS from null. The size beside the pointer is only a
+//! hint for the search: a taken entry's size is checked on the entry
+//! itself. The actor takes every cache of its stream back (the stream's
+//! registry lists them) without the clients' threads: when the stream runs
+//! short, on a give-back, settle or headroom trim, at idle and at shutdown.
+
+use crate::memory::{Allocation, AllocationCell};
+use crate::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use crate::sync::{Arc, Mutex};
+
+/// Allocations a handle keeps at most.
+pub(crate) const HOT_SLOTS: usize = 8;
+/// Allocations reserved beside the one asked for on a miss of a recent size.
+pub(crate) const HOT_REFILL: usize = 3;
+/// A cache holds at most one byte in this many of its stream's reserved
+/// bytes (0.4 %: issue 18 allows 0.5 % on a peak).
+pub(crate) const HOT_SHARE: u64 = 256;
+/// Sizes a handle remembers having missed.
+const RECENT: usize = 4;
+
+/// One cached allocation, or none.
+#[derive(Debug)]
+struct Slot {
+    /// The size of what it held last (a hint for the search only).
+    size: AtomicU64,
+    /// The allocation as a raw pointer ([`Allocation::into_raw`]), or null.
+    cell: AtomicPtr<AllocationCell>,
+}
+
+/// The hot allocations of one handle clone.
+#[derive(Debug)]
+pub(crate) struct HotCache {
+    /// Its identity in the stream's registry.
+    pub(crate) id: u64,
+    slots: [Slot; HOT_SLOTS],
+    /// Sizes missed lately, most recent at `next - 1` (0: none).
+    recent: [AtomicU64; RECENT],
+    next: AtomicU64,
+    /// Reserves served from the cache.
+    pub(crate) hits: AtomicU64,
+    /// Reserves of a cachable kind that went to the actor.
+    pub(crate) misses: AtomicU64,
+}
+
+impl HotCache {
+    pub(crate) fn new() -> Self {
+        Self {
+            id: crate::sync::unique_id(),
+            slots: std::array::from_fn(|_| Slot {
+                size: AtomicU64::new(0),
+                cell: AtomicPtr::new(std::ptr::null_mut()),
+            }),
+            recent: std::array::from_fn(|_| AtomicU64::new(0)),
+            next: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
+    }
+
+    /// A cached allocation of exactly `size` bytes, taken.
+    pub(crate) fn take(&self, size: u64) -> Option<Allocation> {
+        for slot in &self.slots {
+            if slot.size.load(Ordering::Relaxed) != size {
+                continue;
+            }
+            // Acquire: the entry's cell as whoever put it there left it.
+            let raw = slot.cell.swap(std::ptr::null_mut(), Ordering::AcqRel);
+            if raw.is_null() {
+                continue;
+            }
+            // SAFETY: a non-null slot holds a pointer `into_raw` made, and
+            // the swap made this thread its only taker.
+            let allocation = unsafe { Allocation::from_raw(raw) };
+            if allocation.size() == size {
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                allocation.hand_out_from_cache();
+                return Some(allocation);
+            }
+            // Another thread of this clone refilled the slot with another
+            // size between the hint and the swap: keep it for later.
+            if let Some(other) = self.offer(allocation) {
+                drop(other);
+            }
+        }
+        None
+    }
+
+    /// Keep `allocation` in an empty slot; it comes back when none is.
+    pub(crate) fn offer(&self, allocation: Allocation) -> Option<Allocation> {
+        let size = allocation.size();
+        let raw = allocation.into_raw();
+        for slot in &self.slots {
+            if !slot.cell.load(Ordering::Relaxed).is_null() {
+                continue;
+            }
+            slot.size.store(size, Ordering::Relaxed);
+            // Release: a taker sees the allocation as it is now.
+            if slot
+                .cell
+                .compare_exchange(
+                    std::ptr::null_mut(),
+                    raw,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+            {
+                return None;
+            }
+        }
+        // SAFETY: `raw` was made just above and stored nowhere.
+        Some(unsafe { Allocation::from_raw(raw) })
+    }
+
+    /// Take every entry out (the actor's take-back, or the handle's end):
+    /// how many there were. Dropped, they go back like any release.
+    pub(crate) fn take_all(&self) -> u64 {
+        let mut taken: u64 = 0;
+        for slot in &self.slots {
+            let raw = slot.cell.swap(std::ptr::null_mut(), Ordering::AcqRel);
+            if !raw.is_null() {
+                // SAFETY: as in `take`: this swap made us its only taker.
+                drop(unsafe { Allocation::from_raw(raw) });
+                taken = taken.saturating_add(1);
+            }
+        }
+        taken
+    }
+
+    /// Bytes held now (by the size hints: exact unless a take races).
+    pub(crate) fn bytes(&self) -> u64 {
+        self.slots
+            .iter()
+            .filter(|slot| !slot.cell.load(Ordering::Relaxed).is_null())
+            .map(|slot| slot.size.load(Ordering::Relaxed))
+            .fold(0, u64::saturating_add)
+    }
+
+    /// Note a miss of `size`; whether it was missed lately already (worth
+    /// refilling).
+    pub(crate) fn missed(&self, size: u64) -> bool {
+        self.misses.fetch_add(1, Ordering::Relaxed);
+        if self
+            .recent
+            .iter()
+            .any(|recent| recent.load(Ordering::Relaxed) == size)
+        {
+            return true;
+        }
+        let at = self.next.fetch_add(1, Ordering::Relaxed) as usize % RECENT;
+        self.recent[at].store(size, Ordering::Relaxed);
+        false
+    }
+
+    /// How many more of `size` bytes to reserve on a miss, when the stream
+    /// holds `reserved` bytes: up to [`HOT_REFILL`], within the share.
+    pub(crate) fn refill(&self, size: u64, reserved: u64) -> usize {
+        let room = (reserved / HOT_SHARE).saturating_sub(self.bytes());
+        let fits = room.checked_div(size).unwrap_or(0);
+        usize::try_from(fits).unwrap_or(usize::MAX).min(HOT_REFILL)
+    }
+}
+
+impl Drop for HotCache {
+    fn drop(&mut self) {
+        self.take_all();
+    }
+}
+
+/// Every cache of one stream's handles: what the actor takes back from.
+#[derive(Debug, Default)]
+pub(crate) struct HotCaches {
+    caches: Mutex<Vec<Arc<HotCache>>>,
+    /// Hits and misses of caches whose handles are gone.
+    gone: Mutex<(u64, u64)>,
+}
+
+impl HotCaches {
+    /// A new handle's cache, listed.
+    pub(crate) fn open(&self) -> Arc<HotCache> {
+        let cache = Arc::new(HotCache::new());
+        self.caches.lock().push(cache.clone());
+        cache
+    }
+
+    /// A handle's end: its cache unlisted and emptied.
+    pub(crate) fn close(&self, cache: &Arc<HotCache>) {
+        self.caches.lock().retain(|listed| listed.id != cache.id);
+        cache.take_all();
+        let mut gone = self.gone.lock();
+        gone.0 = gone.0.saturating_add(cache.hits.load(Ordering::Relaxed));
+        gone.1 = gone.1.saturating_add(cache.misses.load(Ordering::Relaxed));
+    }
+
+    /// Take every cache's entries back: how many.
+    pub(crate) fn take_back(&self) -> u64 {
+        self.caches
+            .lock()
+            .iter()
+            .map(|cache| cache.take_all())
+            .fold(0, u64::saturating_add)
+    }
+
+    /// Hits and misses of every cache, past and present.
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        let (mut hits, mut misses) = *self.gone.lock();
+        for cache in self.caches.lock().iter() {
+            hits = hits.saturating_add(cache.hits.load(Ordering::Relaxed));
+            misses = misses.saturating_add(cache.misses.load(Ordering::Relaxed));
+        }
+        (hits, misses)
+    }
+}

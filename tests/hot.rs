@@ -1,0 +1,166 @@
+//! Hot sizes: a client handle serves the sizes it asked for lately from its
+//! own cache, with no round trip; what the cache holds is fresh, not live
+//! until handed out, bounded, and taken back by the actor without the
+//! client's thread.
+
+mod common;
+
+use common::{KIB, MIB, quiet};
+use std::time::Duration;
+use streamalloc::clock::ManualClock;
+use streamalloc::memory::{AllocationMode, StreamId};
+use streamalloc::service::{ServiceConfig, ServiceError, StreamHandle, Supervisor};
+
+/// A stream that holds a large allocation, so its cache has room (a cache
+/// holds at most 1/256 of what its stream holds).
+fn busy(device: &Supervisor) -> (StreamHandle, streamalloc::memory::Allocation) {
+    let stream = device.stream(StreamId(0)).unwrap();
+    let big = stream.reserve(64 * MIB).unwrap();
+    (stream, big)
+}
+
+/// Reserve and drop `size` bytes `times` times.
+fn repeat(stream: &StreamHandle, size: u64, times: usize) {
+    for _ in 0..times {
+        let a = stream.reserve(size).unwrap();
+        assert_eq!(a.size(), size);
+    }
+}
+
+#[test]
+fn repeated_sizes_are_served_without_a_round_trip() {
+    let device = Supervisor::virtual_device(quiet());
+    let (stream, _big) = busy(&device);
+    let before = stream.stats();
+    repeat(&stream, 64 * KIB, 100);
+    let after = stream.stats();
+    let (hits, misses) = (
+        after.hot_hits - before.hot_hits,
+        after.hot_misses - before.hot_misses,
+    );
+    assert_eq!(hits + misses, 100);
+    assert!(hits >= 70, "{hits} hits of 100");
+    assert_eq!(
+        after.requests - before.requests,
+        misses,
+        "one round trip per miss, none per hit"
+    );
+}
+
+#[test]
+fn a_hit_is_fresh_and_counts_as_live_only_once_handed_out() {
+    let device = Supervisor::host(quiet());
+    let (stream, _big) = busy(&device);
+    let first = stream.reserve(4 * KIB).unwrap();
+    stream.write(&first, 0, &[1; 16]).unwrap();
+    let first_id = first.id().unwrap();
+    drop(first);
+    // The second miss of the size refills the cache.
+    let second = stream.reserve(4 * KIB).unwrap();
+    let cached = stream.stats().bytes_in_use;
+    assert_eq!(cached, 64 * MIB + 4 * KIB, "cached entries are not live");
+    let hit = stream.reserve(4 * KIB).unwrap();
+    assert_eq!(stream.stats().hot_hits, 1);
+    assert_eq!(stream.stats().bytes_in_use, 64 * MIB + 8 * KIB);
+    assert_ne!(hit.id(), second.id());
+    assert_ne!(hit.id().unwrap(), first_id);
+    // Fresh: writable and readable as any new allocation.
+    stream.write(&hit, 0, b"decode step").unwrap();
+    assert_eq!(stream.read(&hit, 0, 11).unwrap(), b"decode step");
+    let pinned = stream.resolve(&hit).unwrap();
+    assert_eq!(pinned.len(), 4 * KIB);
+    drop(pinned);
+    drop((hit, second));
+    stream.report().unwrap();
+    assert_eq!(stream.stats().bytes_in_use, 64 * MIB);
+}
+
+#[test]
+fn a_cache_holds_at_most_its_share_of_the_stream() {
+    let device = Supervisor::virtual_device(quiet());
+    let stream = device.stream(StreamId(0)).unwrap();
+    // A stream of a few MiB has no room for spare 1 MiB allocations.
+    repeat(&stream, MIB, 10);
+    let stats = stream.stats();
+    assert_eq!(stats.hot_hits, 0);
+    assert_eq!(stats.hot_misses, 10);
+}
+
+#[test]
+fn windows_and_other_modes_always_ask_the_actor() {
+    let device = Supervisor::virtual_device(quiet());
+    let (stream, _big) = busy(&device);
+    repeat(&stream, 64 * KIB, 3);
+    let hits = stream.stats().hot_hits;
+    {
+        let _window = stream.window(AllocationMode::Persistent);
+        repeat(&stream, 64 * KIB, 5);
+    }
+    assert_eq!(stream.stats().hot_hits, hits, "no hit inside a window");
+}
+
+#[test]
+fn each_clone_keeps_its_own_cache() {
+    let device = Supervisor::virtual_device(quiet());
+    let (stream, _big) = busy(&device);
+    repeat(&stream, 64 * KIB, 3);
+    let other = stream.clone();
+    let hits = other.stats().hot_hits;
+    // The clone has not missed this size yet: no hit on its first reserve.
+    let _a = other.reserve(64 * KIB).unwrap();
+    assert_eq!(other.stats().hot_hits, hits);
+}
+
+#[test]
+fn shutdown_takes_the_caches_back() {
+    let device = Supervisor::virtual_device(quiet());
+    let (stream, big) = busy(&device);
+    repeat(&stream, 64 * KIB, 2);
+    drop(big);
+    let report = stream.shutdown().unwrap();
+    assert_eq!(report.bytes_left, 0, "cached allocations went back");
+    assert!(stream.stats().hot_taken_back > 0);
+    // A stopped stream answers, cache or no cache.
+    assert!(matches!(
+        stream.reserve(64 * KIB),
+        Err(ServiceError::StreamStopped(_))
+    ));
+}
+
+#[test]
+fn an_idle_stream_takes_its_clients_caches_back() {
+    let clock = ManualClock::shared();
+    let device = Supervisor::virtual_device(ServiceConfig {
+        idle_tick: Some(Duration::from_millis(20)),
+        clock: clock.clone(),
+        ..quiet()
+    });
+    let (stream, big) = busy(&device);
+    repeat(&stream, 64 * KIB, 2);
+    drop(big);
+    device.tick().unwrap();
+    clock.advance(Duration::from_millis(20));
+    device.tick().unwrap();
+    let stats = stream.stats();
+    assert!(stats.hot_taken_back > 0, "{stats:?}");
+    assert_eq!(
+        stats.bytes_reserved, 0,
+        "idle pages and cached ones went back"
+    );
+}
+
+#[test]
+fn a_dropped_handle_gives_its_cache_back() {
+    let device = Supervisor::virtual_device(quiet());
+    let (stream, big) = busy(&device);
+    let client = stream.clone();
+    repeat(&client, 64 * KIB, 2);
+    let hits_before = stream.stats().hot_hits;
+    drop(client);
+    drop(big);
+    stream.report().unwrap();
+    assert_eq!(stream.stats().bytes_in_use, 0);
+    // Its counts stay in the stream's.
+    assert_eq!(stream.stats().hot_hits, hits_before);
+    assert!(stream.stats().hot_misses >= 2);
+}
