@@ -3,6 +3,8 @@
 //!   crossbeam request/reply ping-pong with the same shape (a reply channel
 //!   kept across requests, a sender cloned into each; both sides spin 64
 //!   receive attempts, then yield between attempts, then park after 2,000);
+//! - a reserve of a size asked for again and again (the handle's hot
+//!   cache) beside our manager behind a mutex;
 //! - client-side release (dropping the last handle);
 //! - `reserve_many` per item (batches of 16);
 //! - lock-free resolve (pin through the published address), owned and
@@ -16,8 +18,9 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use crossbeam_channel::{Receiver, Sender, bounded};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
-use streamalloc::memory::StreamId;
+use streamalloc::memory::{MemoryConfig, MemoryManager, PageUpdate, StreamId};
 use streamalloc::service::{ServiceConfig, StreamHandle, Supervisor};
+use streamalloc::storage::VirtualStorage;
 
 /// Receive attempts before parking, as the service's default.
 const SPIN: u32 = 2000;
@@ -74,6 +77,7 @@ impl Pinger {
 fn device() -> (Supervisor, StreamHandle) {
     let device = Supervisor::virtual_device(ServiceConfig {
         idle_tick: None,
+        hot_cache: true,
         ..ServiceConfig::default()
     });
     let stream = device.stream(StreamId(0)).unwrap();
@@ -90,8 +94,45 @@ fn round_trip(c: &mut Criterion) {
     drop(pinger);
     let (_device, stream) = device();
     group.bench_function("reserve_and_release", |b| {
+        // `reserve_with` asks the actor every time (no hot cache).
+        b.iter(|| {
+            drop(black_box(
+                stream
+                    .reserve_with(black_box(4096), PageUpdate::Allow)
+                    .unwrap(),
+            ))
+        })
+    });
+    // The same sizes again and again, as a decode step asks: served from
+    // the handle's hot cache but one in every refill, beside the bare
+    // manager behind a mutex. The stream holds 16 GiB (a model's weights),
+    // so its clients' caches have room.
+    let (_device, stream) = device();
+    let _weights = stream.reserve_many(&[1 << 30; 16]).unwrap();
+    group.bench_function("hot_reserve_and_release", |b| {
         b.iter(|| drop(black_box(stream.reserve(black_box(4096)).unwrap())))
     });
+    let manager = parking_lot::Mutex::new(MemoryManager::new(
+        VirtualStorage::new(),
+        MemoryConfig::default(),
+    ));
+    group.bench_function("manager_mutex_reserve_and_release", |b| {
+        b.iter(|| {
+            drop(black_box(
+                manager
+                    .lock()
+                    .reserve(black_box(4096), PageUpdate::Allow)
+                    .unwrap(),
+            ))
+        })
+    });
+    let stats = stream.stats();
+    println!(
+        "hot cache: {} hits, {} misses ({:.1} % without a round trip)",
+        stats.hot_hits,
+        stats.hot_misses,
+        100.0 * stats.hot_hits as f64 / (stats.hot_hits + stats.hot_misses).max(1) as f64
+    );
     group.finish();
     drop(server);
     thread.join().unwrap();
@@ -127,7 +168,7 @@ fn round_trip_percentiles(_c: &mut Criterion) {
         }
         for _ in 0..per_round {
             let start = Instant::now();
-            let a = stream.reserve(4096).unwrap();
+            let a = stream.reserve_with(4096, PageUpdate::Allow).unwrap();
             reserves.push(start.elapsed());
             drop(a);
         }
@@ -193,12 +234,123 @@ fn client_side(c: &mut Criterion) {
     group.finish();
 }
 
+/// One decode step's sizes, asked for again every step (KV blocks,
+/// activations, logits).
+const DECODE_STEP: [u64; 8] = [
+    4096,
+    64 << 10,
+    256 << 10,
+    1 << 20,
+    64 << 10,
+    4096,
+    2 << 20,
+    256 << 10,
+];
+/// Allocations each client keeps live (two steps' worth).
+const DECODE_LIVE: usize = 16;
+
+/// `threads` clients, each making `per_thread` reserves of the decode
+/// step's sizes in turn, dropping the oldest of its last 16; the wall time
+/// of the slowest.
+fn decode_clients<H: Send + 'static>(
+    threads: usize,
+    per_thread: u64,
+    make: impl Fn() -> Box<dyn FnMut(u64) -> H + Send>,
+) -> Duration {
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(threads + 1));
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            let mut reserve = make();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                let mut live: Vec<Option<H>> = (0..DECODE_LIVE).map(|_| None).collect();
+                barrier.wait();
+                for step in 0..per_thread as usize {
+                    live[step % DECODE_LIVE] = None;
+                    live[step % DECODE_LIVE] = Some(reserve(DECODE_STEP[step % DECODE_STEP.len()]));
+                }
+            })
+        })
+        .collect();
+    barrier.wait();
+    let start = Instant::now();
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    start.elapsed()
+}
+
+/// With `BUSY=1`, a thread spins on one core for the whole run (a loaded
+/// server's other work).
+fn busy_core() {
+    if std::env::var_os("BUSY").is_some() {
+        std::thread::spawn(|| {
+            loop {
+                std::hint::spin_loop();
+            }
+        });
+    }
+}
+
+fn decode(c: &mut Criterion) {
+    busy_core();
+    let mut group = c.benchmark_group("decode_clients");
+    group.sample_size(10);
+    for threads in [1usize, 2, 4, 8] {
+        let (device, stream) = device();
+        // A model's weights: the stream is large, so its clients' hot
+        // caches have room (1/256 of it).
+        let _weights = stream.reserve_many(&[1 << 30; 16]).unwrap();
+        for (name, hot) in [("actor_hot", true), ("actor_round_trip", false)] {
+            group.bench_function(criterion::BenchmarkId::new(name, threads), |b| {
+                b.iter_custom(|iters| {
+                    let per = iters.div_ceil(threads as u64);
+                    let elapsed = decode_clients(threads, per, || {
+                        let client = stream.clone();
+                        Box::new(move |size| {
+                            if hot {
+                                client.reserve(size).unwrap()
+                            } else {
+                                client.reserve_with(size, PageUpdate::Allow).unwrap()
+                            }
+                        })
+                    });
+                    elapsed.mul_f64(iters as f64 / (per * threads as u64) as f64)
+                })
+            });
+        }
+        let stats = stream.stats();
+        println!(
+            "  {threads} threads: hot cache {} hits, {} misses ({:.1} % without a round trip)",
+            stats.hot_hits,
+            stats.hot_misses,
+            100.0 * stats.hot_hits as f64 / (stats.hot_hits + stats.hot_misses).max(1) as f64
+        );
+        drop(device);
+        let manager = std::sync::Arc::new(parking_lot::Mutex::new(MemoryManager::new(
+            VirtualStorage::new(),
+            MemoryConfig::default(),
+        )));
+        group.bench_function(criterion::BenchmarkId::new("manager_mutex", threads), |b| {
+            b.iter_custom(|iters| {
+                let per = iters.div_ceil(threads as u64);
+                let elapsed = decode_clients(threads, per, || {
+                    let manager = manager.clone();
+                    Box::new(move |size| manager.lock().reserve(size, PageUpdate::Allow).unwrap())
+                });
+                elapsed.mul_f64(iters as f64 / (per * threads as u64) as f64)
+            })
+        });
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .sample_size(30)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(3));
-    targets = round_trip, round_trip_percentiles, client_side
+    targets = round_trip, round_trip_percentiles, client_side, decode
 }
 criterion_main!(benches);

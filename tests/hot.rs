@@ -13,6 +13,13 @@ use streamalloc::service::{ServiceConfig, ServiceError, StreamHandle, Supervisor
 
 /// A stream that holds a large allocation, so its cache has room (a cache
 /// holds at most 1/256 of what its stream holds).
+fn hot() -> ServiceConfig {
+    ServiceConfig {
+        hot_cache: true,
+        ..quiet()
+    }
+}
+
 fn busy(device: &Supervisor) -> (StreamHandle, streamalloc::memory::Allocation) {
     let stream = device.stream(StreamId(0)).unwrap();
     let big = stream.reserve(64 * MIB).unwrap();
@@ -29,7 +36,7 @@ fn repeat(stream: &StreamHandle, size: u64, times: usize) {
 
 #[test]
 fn repeated_sizes_are_served_without_a_round_trip() {
-    let device = Supervisor::virtual_device(quiet());
+    let device = Supervisor::virtual_device(hot());
     let (stream, _big) = busy(&device);
     let before = stream.stats();
     repeat(&stream, 64 * KIB, 100);
@@ -49,7 +56,7 @@ fn repeated_sizes_are_served_without_a_round_trip() {
 
 #[test]
 fn a_hit_is_fresh_and_counts_as_live_only_once_handed_out() {
-    let device = Supervisor::host(quiet());
+    let device = Supervisor::host(hot());
     let (stream, _big) = busy(&device);
     let first = stream.reserve(4 * KIB).unwrap();
     stream.write(&first, 0, &[1; 16]).unwrap();
@@ -77,7 +84,7 @@ fn a_hit_is_fresh_and_counts_as_live_only_once_handed_out() {
 
 #[test]
 fn a_cache_holds_at_most_its_share_of_the_stream() {
-    let device = Supervisor::virtual_device(quiet());
+    let device = Supervisor::virtual_device(hot());
     let stream = device.stream(StreamId(0)).unwrap();
     // A stream of a few MiB has no room for spare 1 MiB allocations.
     repeat(&stream, MIB, 10);
@@ -88,7 +95,7 @@ fn a_cache_holds_at_most_its_share_of_the_stream() {
 
 #[test]
 fn windows_and_other_modes_always_ask_the_actor() {
-    let device = Supervisor::virtual_device(quiet());
+    let device = Supervisor::virtual_device(hot());
     let (stream, _big) = busy(&device);
     repeat(&stream, 64 * KIB, 3);
     let hits = stream.stats().hot_hits;
@@ -101,7 +108,7 @@ fn windows_and_other_modes_always_ask_the_actor() {
 
 #[test]
 fn each_clone_keeps_its_own_cache() {
-    let device = Supervisor::virtual_device(quiet());
+    let device = Supervisor::virtual_device(hot());
     let (stream, _big) = busy(&device);
     repeat(&stream, 64 * KIB, 3);
     let other = stream.clone();
@@ -113,7 +120,7 @@ fn each_clone_keeps_its_own_cache() {
 
 #[test]
 fn shutdown_takes_the_caches_back() {
-    let device = Supervisor::virtual_device(quiet());
+    let device = Supervisor::virtual_device(hot());
     let (stream, big) = busy(&device);
     repeat(&stream, 64 * KIB, 2);
     drop(big);
@@ -133,7 +140,7 @@ fn an_idle_stream_takes_its_clients_caches_back() {
     let device = Supervisor::virtual_device(ServiceConfig {
         idle_tick: Some(Duration::from_millis(20)),
         clock: clock.clone(),
-        ..quiet()
+        ..hot()
     });
     let (stream, big) = busy(&device);
     repeat(&stream, 64 * KIB, 2);
@@ -150,8 +157,19 @@ fn an_idle_stream_takes_its_clients_caches_back() {
 }
 
 #[test]
-fn a_dropped_handle_gives_its_cache_back() {
+fn without_the_option_every_reserve_asks_the_actor() {
     let device = Supervisor::virtual_device(quiet());
+    let (stream, _big) = busy(&device);
+    let before = stream.stats().requests;
+    repeat(&stream, 64 * KIB, 10);
+    let stats = stream.stats();
+    assert_eq!((stats.hot_hits, stats.hot_misses), (0, 0));
+    assert_eq!(stats.requests - before, 10);
+}
+
+#[test]
+fn a_dropped_handle_gives_its_cache_back() {
+    let device = Supervisor::virtual_device(hot());
     let (stream, big) = busy(&device);
     let client = stream.clone();
     repeat(&client, 64 * KIB, 2);

@@ -78,12 +78,18 @@ impl std::fmt::Debug for StreamActor {
 
 impl StreamActor {
     pub(crate) fn new(
-        memory: MemoryManager<Box<dyn DeviceStorage>>,
+        mut memory: MemoryManager<Box<dyn DeviceStorage>>,
         shared: Arc<StreamShared>,
         timing: ActorTiming,
         device: Arc<DeviceShared>,
         control: Receiver<Control>,
     ) -> Self {
+        let clients = shared.clone();
+        memory.set_growth_hook(Box::new(move || {
+            let taken = clients.hot.take_back();
+            super::shared::bump(&clients.hot_taken_back, taken);
+            taken > 0
+        }));
         Self {
             memory,
             shared,

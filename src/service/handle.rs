@@ -64,6 +64,8 @@ pub(crate) struct Connection {
     pub(crate) owner: u64,
     /// Receive attempts before a caller blocks on its answer.
     pub(crate) spin: u32,
+    /// Whether handles keep hot caches.
+    pub(crate) hot_cache: bool,
 }
 
 /// A client's handle to one stream: `Clone + Send + Sync`.
@@ -342,7 +344,7 @@ impl StreamHandle {
     /// a size this client asked for lately may be served from its hot
     /// cache, on this thread with no round trip (`hot.rs`).
     pub fn reserve(&self, size: u64) -> Result<Allocation, ServiceError> {
-        if self.open_windows.load(Ordering::Acquire) != 0 {
+        if !self.connection.hot_cache || self.open_windows.load(Ordering::Acquire) != 0 {
             return self.reserve_with(size, PageUpdate::Allow);
         }
         if let Some(allocation) = self.hot.take(size) {
@@ -359,12 +361,10 @@ impl StreamHandle {
     /// a size missed lately also reserves a few more for the cache.
     fn reserve_missed(&self, size: u64) -> Result<Allocation, ServiceError> {
         let extra = if self.hot.missed(size) {
-            let reserved = self
-                .connection
-                .shared
-                .bytes_reserved
-                .load(Ordering::Acquire);
-            self.hot.refill(size, reserved)
+            let shared = &self.connection.shared;
+            let reserved = shared.bytes_reserved.load(Ordering::Acquire);
+            self.hot
+                .refill(size, reserved, shared.hot.refilling(&self.hot))
         } else {
             0
         };

@@ -6,10 +6,9 @@
 //! handle clone and holds at most [`HOT_SLOTS`] allocations of the sizes
 //! that clone missed twice lately; a miss of such a size reserves
 //! [`HOT_REFILL`] more in the same round trip. What the cache holds is
-//! reserved on the stream (it counts as reserved, and as live on the
-//! stream's meter: it was handed out), and never more than one byte in
-//! [`HOT_SHARE`] of what the stream holds, so it adds at most that to a
-//! peak. An entry was never handed to anyone before: a hit is a fresh
+//! reserved on the stream (it counts as reserved, not as live: the meter
+//! counts it when a hit hands it out), and never more than one byte in
+//! [`HOT_SHARE`] of what the stream holds. An entry was never handed to anyone before: a hit is a fresh
 //! allocation, with its own generation and no taint.
 //!
 //! The protocol (`docs/service.md`, "Hot sizes"): each slot is one
@@ -19,22 +18,36 @@
 //! empty slot with a CAS from null. The size beside the pointer is only a
 //! hint for the search: a taken entry's size is checked on the entry
 //! itself. The actor takes every cache of its stream back (the stream's
-//! registry lists them) without the clients' threads: when the stream runs
-//! short, on a give-back, settle or headroom trim, at idle and at shutdown.
+//! registry lists them) without the clients' threads: before its pools
+//! grow, when the stream runs short, on a give-back, settle or headroom
+//! trim, at idle and at shutdown. Spares come only from the room the
+//! stream holds, and are taken back before it grows: a cache never makes
+//! a stream take more memory.
 
 use crate::memory::{Allocation, AllocationCell};
-use crate::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use crate::sync::{Arc, Mutex};
 
 /// Allocations a handle keeps at most.
-pub(crate) const HOT_SLOTS: usize = 8;
-/// Allocations reserved beside the one asked for on a miss of a recent size.
-pub(crate) const HOT_REFILL: usize = 3;
-/// A cache holds at most one byte in this many of its stream's reserved
-/// bytes (0.4 %: issue 18 allows 0.5 % on a peak).
+#[cfg(not(streamalloc_loom))]
+pub(crate) const HOT_SLOTS: usize = 64;
+/// Under loom, few enough slots for the model to explore every
+/// interleaving of a take and a take-back (each slot is two atomics).
+#[cfg(streamalloc_loom)]
+pub(crate) const HOT_SLOTS: usize = 3;
+/// Allocations reserved beside the one asked for on a miss of a recent
+/// size (as many as the free slots and the share allow): of the reserves
+/// of one size, at most one in this many plus one goes to the actor.
+pub(crate) const HOT_REFILL: usize = 31;
+/// The caches of a stream's handles hold at most one byte in this many of
+/// the stream's reserved bytes together (0.4 %: issue 18 allows 0.5 % on
+/// a peak), each an equal part.
 pub(crate) const HOT_SHARE: u64 = 256;
 /// Sizes a handle remembers having missed.
-const RECENT: usize = 4;
+#[cfg(not(streamalloc_loom))]
+const RECENT: usize = 8;
+#[cfg(streamalloc_loom)]
+const RECENT: usize = 1;
 
 /// One cached allocation, or none.
 #[derive(Debug)]
@@ -58,6 +71,9 @@ pub(crate) struct HotCache {
     pub(crate) hits: AtomicU64,
     /// Reserves of a cachable kind that went to the actor.
     pub(crate) misses: AtomicU64,
+    /// It has refilled once: it counts among the caches sharing the
+    /// stream's part (handles that never repeat a size take none).
+    active: AtomicBool,
 }
 
 impl HotCache {
@@ -72,13 +88,18 @@ impl HotCache {
             next: AtomicU64::new(0),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
+            active: AtomicBool::new(false),
         }
     }
 
     /// A cached allocation of exactly `size` bytes, taken.
     pub(crate) fn take(&self, size: u64) -> Option<Allocation> {
         for slot in &self.slots {
-            if slot.size.load(Ordering::Relaxed) != size {
+            // Loads first: a swap is a read-modify-write, and most slots
+            // hold another size or nothing.
+            if slot.size.load(Ordering::Relaxed) != size
+                || slot.cell.load(Ordering::Relaxed).is_null()
+            {
                 continue;
             }
             // Acquire: the entry's cell as whoever put it there left it.
@@ -135,6 +156,11 @@ impl HotCache {
     pub(crate) fn take_all(&self) -> u64 {
         let mut taken: u64 = 0;
         for slot in &self.slots {
+            // A load first: taking back runs before every growth, and most
+            // slots are empty.
+            if slot.cell.load(Ordering::Relaxed).is_null() {
+                continue;
+            }
             let raw = slot.cell.swap(std::ptr::null_mut(), Ordering::AcqRel);
             if !raw.is_null() {
                 // SAFETY: as in `take`: this swap made us its only taker.
@@ -171,11 +197,30 @@ impl HotCache {
     }
 
     /// How many more of `size` bytes to reserve on a miss, when the stream
-    /// holds `reserved` bytes: up to [`HOT_REFILL`], within the share.
-    pub(crate) fn refill(&self, size: u64, reserved: u64) -> usize {
-        let room = (reserved / HOT_SHARE).saturating_sub(self.bytes());
+    /// holds `reserved` bytes and has `caches` caches: up to
+    /// [`HOT_REFILL`], within this cache's part of the share.
+    pub(crate) fn refill(&self, size: u64, reserved: u64, caches: u64) -> usize {
+        let part = (reserved / HOT_SHARE).checked_div(caches).unwrap_or(0);
+        let room = part.saturating_sub(self.bytes());
         let fits = room.checked_div(size).unwrap_or(0);
-        usize::try_from(fits).unwrap_or(usize::MAX).min(HOT_REFILL)
+        let free = self
+            .slots
+            .iter()
+            .filter(|slot| slot.cell.load(Ordering::Relaxed).is_null())
+            .count();
+        // Each size missed lately gets its part of the slots, so one size
+        // refilled first does not leave the others none.
+        let sizes = self
+            .recent
+            .iter()
+            .filter(|recent| recent.load(Ordering::Relaxed) != 0)
+            .count()
+            .max(1);
+        usize::try_from(fits)
+            .unwrap_or(usize::MAX)
+            .min(HOT_REFILL)
+            .min(free)
+            .min(HOT_SLOTS.checked_div(sizes).unwrap_or(0))
     }
 }
 
@@ -189,6 +234,8 @@ impl Drop for HotCache {
 #[derive(Debug, Default)]
 pub(crate) struct HotCaches {
     caches: Mutex<Vec<Arc<HotCache>>>,
+    /// How many have refilled (read without the lock by a refill).
+    active: AtomicU64,
     /// Hits and misses of caches whose handles are gone.
     gone: Mutex<(u64, u64)>,
 }
@@ -204,10 +251,22 @@ impl HotCaches {
     /// A handle's end: its cache unlisted and emptied.
     pub(crate) fn close(&self, cache: &Arc<HotCache>) {
         self.caches.lock().retain(|listed| listed.id != cache.id);
+        if cache.active.load(Ordering::Acquire) {
+            self.active.fetch_sub(1, Ordering::AcqRel);
+        }
         cache.take_all();
         let mut gone = self.gone.lock();
         gone.0 = gone.0.saturating_add(cache.hits.load(Ordering::Relaxed));
         gone.1 = gone.1.saturating_add(cache.misses.load(Ordering::Relaxed));
+    }
+
+    /// `cache` is about to refill: how many caches share the stream's part
+    /// now, it among them.
+    pub(crate) fn refilling(&self, cache: &HotCache) -> u64 {
+        if !cache.active.swap(true, Ordering::AcqRel) {
+            self.active.fetch_add(1, Ordering::AcqRel);
+        }
+        self.active.load(Ordering::Acquire)
     }
 
     /// Take every cache's entries back: how many.

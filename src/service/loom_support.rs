@@ -49,6 +49,7 @@ fn model_wiring(inbox_capacity: usize) -> Wiring {
             pin_wait: Duration::ZERO,
         },
         inbox_capacity,
+        hot_cache: true,
     }
 }
 
@@ -99,8 +100,23 @@ impl ActorUnderTest {
             let allocation = self
                 .actor
                 .memory
-                .reserve_for_cache(size, crate::memory::PageUpdate::Allow, AllocationMode::Auto)
-                .expect("room for the cache");
+                .reserve_for_cache(size, AllocationMode::Auto)
+                .expect("a valid size")
+                .unwrap_or_else(|| {
+                    // No room held yet: grow for it, then hand it over unmetered.
+                    let grown = self
+                        .actor
+                        .memory
+                        .reserve(size, crate::memory::PageUpdate::Allow)
+                        .expect("room");
+                    drop(grown);
+                    self.actor.memory.process_releases();
+                    self.actor
+                        .memory
+                        .reserve_for_cache(size, AllocationMode::Auto)
+                        .expect("a valid size")
+                        .expect("the room just freed")
+                });
             assert!(
                 handle.hot_cache().offer(allocation).is_none(),
                 "a free slot"

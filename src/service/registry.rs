@@ -74,6 +74,8 @@ pub(crate) struct Wiring {
     pub(crate) timing: ActorTiming,
     /// Requests the inbox holds before senders wait.
     pub(crate) inbox_capacity: usize,
+    /// Whether client handles keep hot caches (`hot.rs`).
+    pub(crate) hot_cache: bool,
 }
 
 /// Put stream `id` together on `device`: its manager over `storage`
@@ -103,6 +105,7 @@ pub(crate) fn wire(
         shared: shared.clone(),
         owner: memory.owner_id(),
         spin: wiring.timing.spin,
+        hot_cache: wiring.hot_cache,
     });
     let (control, control_rx) = channel::unbounded();
     let actor = StreamActor::new(memory, shared, wiring.timing, device.clone(), control_rx);

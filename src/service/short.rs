@@ -158,21 +158,22 @@ impl StreamActor {
         let tight =
             pending.state == PendingState::ServingTight && pending.update == PageUpdate::Allow;
         let asked = pending.sizes.len().saturating_sub(pending.for_cache);
-        pending
-            .sizes
-            .iter()
-            .enumerate()
-            .map(|(index, &size)| {
-                if tight {
-                    self.memory.reserve_tight(size, pending.mode)
-                } else if index >= asked {
-                    self.memory
-                        .reserve_for_cache(size, pending.update, pending.mode)
-                } else {
-                    self.memory.reserve_in(size, pending.update, pending.mode)
-                }
-            })
-            .collect()
+        let mut batch = Allocations::with_capacity(pending.sizes.len());
+        for &size in &pending.sizes[..asked] {
+            batch.push(if tight {
+                self.memory.reserve_tight(size, pending.mode)?
+            } else {
+                self.memory.reserve_in(size, pending.update, pending.mode)?
+            });
+        }
+        // Spares for the caller's cache: as many as the room held has.
+        for &size in &pending.sizes[asked..] {
+            match self.memory.reserve_for_cache(size, pending.mode)? {
+                Some(spare) => batch.push(spare),
+                None => break,
+            }
+        }
+        Ok(batch)
     }
 
     /// All of the sizes from the room held, or `None` (what was served

@@ -40,6 +40,13 @@ pub struct ServiceConfig {
     pub pin_wait: Duration,
     /// Receive attempts before a thread parks (actor and callers).
     pub spin: u32,
+    /// Client handles keep hot caches: a reserve of a size the client
+    /// asked for lately is served on its own thread, with no round trip
+    /// (`service/hot.rs`). Off by default: the spares change where later
+    /// allocations land, and on the placement corpus that cost up to 1.9 %
+    /// more peak memory on some families (`docs/performance.md`); turn it
+    /// on for decode loops that repeat their sizes.
+    pub hot_cache: bool,
     /// Bytes all streams together may hold (`None`: what the storages give).
     /// For a fraction of a GPU, see [`DeviceBudget::fraction_of`].
     pub budget: Option<u64>,
@@ -91,6 +98,7 @@ impl Default for ServiceConfig {
             idle_tick: Some(Duration::from_millis(100)),
             pin_wait: Duration::from_millis(200),
             spin: 2000,
+            hot_cache: false,
             budget: None,
             compaction_threshold: Some(crate::memory::DEFAULT_COMPACTION_THRESHOLD),
             supervise_tick: Duration::from_millis(50),
@@ -365,6 +373,7 @@ impl Supervisor {
                 pin_wait: self.config.pin_wait,
             },
             inbox_capacity: self.config.inbox_capacity,
+            hot_cache: self.config.hot_cache,
         };
         let (actor, inbox, mut entry) = wire(
             &self.device,

@@ -73,6 +73,10 @@ pub struct MemoryManager<S> {
     /// Reserving for a client's hot cache: not handed out yet, so not on
     /// the live meter (the hit that hands it out meters it).
     pub(super) unmetered: bool,
+    /// Asked before a reservation grows the pools: whether it gave
+    /// anything back (then the releases are taken and the room tried
+    /// again). The service's actor takes its clients' hot caches back.
+    pub(super) growth_hook: Option<Box<dyn FnMut() -> bool + Send>>,
     /// Bytes in use, all pools.
     in_use: u64,
     /// Most bytes in use at once.
@@ -168,6 +172,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
             log: config.log,
             dry_run: false,
             unmetered: false,
+            growth_hook: None,
             in_use: 0,
             peak_in_use: 0,
             peak_reserved: 0,
@@ -186,6 +191,13 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// This manager's identity, which its handles carry.
     pub(crate) fn owner_id(&self) -> OwnerId {
         self.owner
+    }
+
+    /// Ask `hook` before a reservation grows the pools; when it says it
+    /// gave something back, the releases are taken and the room tried
+    /// again first.
+    pub(crate) fn set_growth_hook(&mut self, hook: Box<dyn FnMut() -> bool + Send>) {
+        self.growth_hook = Some(hook);
     }
 
     /// Tell `observer` of every event from now on (replacing any other).

@@ -29,17 +29,16 @@ impl<S: DeviceStorage> MemoryManager<S> {
         self.observe_reserve(size, result)
     }
 
-    /// [`reserve_in`](Self::reserve_in) for a client's hot cache: the
-    /// allocation is not on the live meter until it is handed out
-    /// ([`Allocation::hand_out_from_cache`]).
+    /// A spare for a client's hot cache, from the room held only (a cache
+    /// never makes the pools grow), `Ok(None)` when none fits; not on the
+    /// live meter until it is handed out ([`Allocation::hand_out_from_cache`]).
     pub(crate) fn reserve_for_cache(
         &mut self,
         size: u64,
-        update: PageUpdate,
         mode: AllocationMode,
-    ) -> Result<Allocation, MemoryError> {
+    ) -> Result<Option<Allocation>, MemoryError> {
         self.unmetered = true;
-        let result = self.reserve_in(size, update, mode);
+        let result = self.reserve_held(size, mode);
         self.unmetered = false;
         result
     }
@@ -118,6 +117,16 @@ impl<S: DeviceStorage> MemoryManager<S> {
                 return Err(MemoryError::PageUpdateForbidden { size });
             }
             None => 'grow: {
+                // Room handed to clients' caches first: a cache never makes
+                // the pools grow.
+                if let Some(hook) = self.growth_hook.as_mut()
+                    && hook()
+                {
+                    self.process_releases();
+                    if let Some(placement) = self.pools[pool].try_reserve(size, aligned, slot) {
+                        break 'grow placement;
+                    }
+                }
                 self.unmap_before_growth(pool, aligned);
                 // Moving changes addresses: only where the caller allows
                 // pages to change.
