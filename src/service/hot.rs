@@ -21,8 +21,9 @@
 //! registry lists them) without the clients' threads: before its pools
 //! grow, when the stream runs short, on a give-back, settle or headroom
 //! trim, at idle and at shutdown. Spares come only from the room the
-//! stream holds, and are taken back before it grows: a cache never makes
-//! a stream take more memory.
+//! stream holds or from growth that stays below its peak reserved bytes,
+//! and every cache is taken back before the stream grows past its peak: a
+//! cache never raises a stream's peak.
 
 use crate::memory::{Allocation, AllocationCell};
 use crate::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};

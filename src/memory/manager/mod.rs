@@ -73,9 +73,9 @@ pub struct MemoryManager<S> {
     /// Reserving for a client's hot cache: not handed out yet, so not on
     /// the live meter (the hit that hands it out meters it).
     pub(super) unmetered: bool,
-    /// Asked before a reservation grows the pools: whether it gave
-    /// anything back (then the releases are taken and the room tried
-    /// again). The service's actor takes its clients' hot caches back.
+    /// Asked before a reservation grows the pools past their peak: whether
+    /// it gave anything back (then the releases are taken and the room
+    /// tried again). The service's actor takes its clients' hot caches back.
     pub(super) growth_hook: Option<Box<dyn FnMut() -> bool + Send>>,
     /// Bytes in use, all pools.
     in_use: u64,
@@ -193,7 +193,8 @@ impl<S: DeviceStorage> MemoryManager<S> {
         self.owner
     }
 
-    /// Ask `hook` before a reservation grows the pools; when it says it
+    /// Ask `hook` before a reservation grows the pools past their peak
+    /// reserved bytes; when it says it
     /// gave something back, the releases are taken and the room tried
     /// again first.
     pub(crate) fn set_growth_hook(&mut self, hook: Box<dyn FnMut() -> bool + Send>) {

@@ -29,8 +29,9 @@ impl<S: DeviceStorage> MemoryManager<S> {
         self.observe_reserve(size, result)
     }
 
-    /// A spare for a client's hot cache, from the room held only (a cache
-    /// never makes the pools grow), `Ok(None)` when none fits; not on the
+    /// A spare for a client's hot cache, from the room held or from a
+    /// growth that stays within the peak reserved bytes (a cache never
+    /// raises the peak), `Ok(None)` when neither can; not on the
     /// live meter until it is handed out ([`Allocation::hand_out_from_cache`]).
     pub(crate) fn reserve_for_cache(
         &mut self,
@@ -38,7 +39,15 @@ impl<S: DeviceStorage> MemoryManager<S> {
         mode: AllocationMode,
     ) -> Result<Option<Allocation>, MemoryError> {
         self.unmetered = true;
-        let result = self.reserve_held(size, mode);
+        let mut result = self.reserve_held(size, mode);
+        // Growing for a spare is fine below the peak reserved bytes: the
+        // spare then takes memory the stream held before.
+        if matches!(result, Ok(None))
+            && let Ok(grows) = self.new_page_size(size, mode)
+            && self.bytes_reserved().saturating_add(grows) <= self.peak_reserved
+        {
+            result = self.reserve_in(size, PageUpdate::Allow, mode).map(Some);
+        }
         self.unmetered = false;
         result
     }
@@ -117,9 +126,13 @@ impl<S: DeviceStorage> MemoryManager<S> {
                 return Err(MemoryError::PageUpdateForbidden { size });
             }
             None => 'grow: {
-                // Room handed to clients' caches first: a cache never makes
-                // the pools grow.
-                if let Some(hook) = self.growth_hook.as_mut()
+                // Room handed to clients' caches first, when this growth
+                // would set a new peak: a cache never raises the peak.
+                let grown = self
+                    .bytes_reserved()
+                    .saturating_add(self.pools[pool].new_page_size(aligned));
+                if grown > self.peak_reserved
+                    && let Some(hook) = self.growth_hook.as_mut()
                     && hook()
                 {
                     self.process_releases();
