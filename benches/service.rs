@@ -283,7 +283,7 @@ fn decode_clients<H: Send + 'static>(
 /// With `BUSY=1`, a thread spins on one core for the whole run (a loaded
 /// server's other work).
 fn busy_core() {
-    if std::env::var_os("BUSY").is_some() {
+    if std::env::var("BUSY").is_ok_and(|busy| busy == "1") {
         std::thread::spawn(|| {
             loop {
                 std::hint::spin_loop();
