@@ -54,10 +54,15 @@ fn serving_trace(streams: u64, events: usize, seed: u64) -> Vec<TraceEvent> {
 }
 
 fn replay(events: &[TraceEvent], budget: Option<u64>) -> ReplayReport {
+    replay_with(events, budget, false)
+}
+
+fn replay_with(events: &[TraceEvent], budget: Option<u64>, hot_cache: bool) -> ReplayReport {
     let mut replayer = Replayer::new(|_| {
         Supervisor::virtual_device(ServiceConfig {
             budget,
             clock: ManualClock::shared(),
+            hot_cache,
             ..ServiceConfig::default()
         })
     });
@@ -131,4 +136,14 @@ fn a_single_stream_trace_replays_the_same_every_time() {
     // A budget just above what it needed: fits, the same way each time.
     let report = five_alike(&events, Some(free.peak_reserved_bytes));
     assert_eq!(report.fits, Some(true));
+}
+
+#[test]
+fn a_replay_with_hot_caches_is_the_same_every_time() {
+    let events = serving_trace(2, 3_000, 5);
+    let first = replay_with(&events, None, true);
+    for run in 2..=3 {
+        let again = replay_with(&events, None, true);
+        assert_eq!(answer(&again), answer(&first), "replay {run} differs");
+    }
 }

@@ -85,6 +85,10 @@ pub(crate) struct Common {
     /// pages cached until each pool's periodic cleanup.
     #[arg(long, default_value = "1.10", value_parser = parse_settle)]
     pub(crate) settle: SettleArg,
+    /// Let each client handle keep hot caches of the sizes it repeats
+    /// (served with no round trip; can move the peak by a percent or two).
+    #[arg(long)]
+    pub(crate) hot_cache: bool,
     /// Draw live and reserved bytes over time to this SVG file.
     #[arg(long)]
     pub(crate) plot: Option<PathBuf>,
@@ -229,6 +233,7 @@ pub(crate) fn service_config(common: &Common, device: DeviceProperties) -> Servi
         budget: common.budget,
         headroom: common.headroom.0,
         settle: common.settle.0,
+        hot_cache: common.hot_cache,
         ..ServiceConfig::default()
     }
 }
