@@ -182,3 +182,25 @@ fn a_dropped_handle_gives_its_cache_back() {
     assert_eq!(stream.stats().hot_hits, hits_before);
     assert!(stream.stats().hot_misses >= 2);
 }
+
+#[test]
+fn a_recorded_stream_keeps_no_hot_cache() {
+    let recorder = streamalloc::trace::TraceRecorder::in_memory();
+    let device = Supervisor::virtual_device(ServiceConfig {
+        recorder: Some(recorder.clone()),
+        ..hot()
+    });
+    let (stream, _big) = busy(&device);
+    repeat(&stream, 64 * KIB, 10);
+    assert_eq!(
+        stream.stats().hot_hits,
+        0,
+        "every reserve recorded when made"
+    );
+    let reserves = recorder
+        .events()
+        .iter()
+        .filter(|event| event.action == streamalloc::trace::TraceAction::Alloc)
+        .count();
+    assert_eq!(reserves, 11);
+}

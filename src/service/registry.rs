@@ -105,7 +105,9 @@ pub(crate) fn wire(
         shared: shared.clone(),
         owner: memory.owner_id(),
         spin: wiring.timing.spin,
-        hot_cache: wiring.hot_cache,
+        // A recorded trace must show each reservation when its client made
+        // it: a cache's spares are reserved ahead of their hits.
+        hot_cache: wiring.hot_cache && recorder.is_none(),
     });
     let (control, control_rx) = channel::unbounded();
     let actor = StreamActor::new(memory, shared, wiring.timing, device.clone(), control_rx);

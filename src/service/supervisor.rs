@@ -45,7 +45,8 @@ pub struct ServiceConfig {
     /// (`service/hot.rs`). Off by default: the spares change where later
     /// allocations land, and on the placement corpus that cost up to 1.9 %
     /// more peak memory on some families (`docs/performance.md`); turn it
-    /// on for decode loops that repeat their sizes.
+    /// on for decode loops that repeat their sizes. Ignored while a trace
+    /// is recorded (spares are reserved ahead of their hits).
     pub hot_cache: bool,
     /// Bytes all streams together may hold (`None`: what the storages give).
     /// For a fraction of a GPU, see [`DeviceBudget::fraction_of`].
