@@ -321,11 +321,13 @@ fn decode(c: &mut Criterion) {
         }
         let stats = stream.stats();
         println!(
-            "  {threads} threads: hot cache {} hits, {} misses ({:.1} % without a round trip), {} taken back",
+            "  {threads} threads: hot cache {} hits, {} misses ({:.1} % without a round trip), {} taken back; reserved {} MiB, peak {} MiB",
             stats.hot_hits,
             stats.hot_misses,
             100.0 * stats.hot_hits as f64 / (stats.hot_hits + stats.hot_misses).max(1) as f64,
-            stats.hot_taken_back
+            stats.hot_taken_back,
+            stats.bytes_reserved >> 20,
+            stats.peak_bytes_reserved >> 20
         );
         drop(device);
         let manager = std::sync::Arc::new(parking_lot::Mutex::new(MemoryManager::new(
