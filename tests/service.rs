@@ -504,3 +504,30 @@ fn the_supervisor_has_awaitable_forms() {
         Err(ServiceError::SupervisorStopped)
     ));
 }
+
+#[test]
+fn one_handle_shared_by_threads_serves_each_of_them() {
+    // Concurrent calls on one clone: one finds the kept reply channel, the
+    // others make their own; every answer reaches its own caller.
+    let device = host();
+    let stream = Arc::new(device.stream(StreamId(0)).unwrap());
+    let threads: Vec<_> = (0..4u8)
+        .map(|t| {
+            let stream = stream.clone();
+            std::thread::spawn(move || {
+                for i in 0..200u64 {
+                    let size = 256 * (1 + u64::from(t)) + i;
+                    let a = stream.reserve(size).unwrap();
+                    assert_eq!(a.size(), size, "an answer went to another caller");
+                    stream.write(&a, 0, &[t; 8]).unwrap();
+                    assert_eq!(stream.read(&a, 0, 8).unwrap(), vec![t; 8]);
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    stream.report().unwrap();
+    assert_eq!(stream.stats().bytes_in_use, 0);
+}

@@ -19,7 +19,7 @@ use crate::memory::{
     Allocation, AllocationCell, AllocationMode, PageUpdate, Pinned, PinnedRef, StreamId,
 };
 use crate::storage::Resource;
-use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use crate::sync::channel::{self, Receiver, RecvError, Sender};
 use crate::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -82,22 +82,59 @@ pub struct StreamHandle {
     hot: Arc<HotCache>,
     /// The next window token.
     next_window: AtomicU64,
-    /// Reply channels for reservations, kept for the next call: a fresh
+    /// The reply channel for reservations, kept for the next call: a fresh
     /// channel per call is two heap blocks that the actor's thread would
     /// often free, and cross-thread frees are what a busy client pays most
     /// for in glibc's allocator.
-    replies: Mutex<Vec<BatchReply>>,
+    replies: ReplySlot,
 }
 
 /// A reservation's answer.
 type Batch = Result<Allocations, ServiceError>;
 /// A kept reply channel for reservations: a sender for the next request
-/// (handed back by the last answer) and the receiver.
-type BatchReply = (Sender<Returned<Batch>>, Receiver<Returned<Batch>>);
+/// (handed back by the last answer; none while a request is out, so that
+/// the request's is the channel's only one) and the receiver.
+type BatchReply = (Option<Sender<Returned<Batch>>>, Receiver<Returned<Batch>>);
 
-/// Reply channels a handle keeps (more would only serve concurrent calls
-/// on one handle clone, which are rare).
-const KEPT_REPLIES: usize = 4;
+/// One kept reply channel, taken and put back without a lock: a swap to
+/// take it (a second concurrent call on the same clone finds the slot
+/// empty and makes a channel of its own), a CAS from null to put it back
+/// (the loser's box is dropped). The box is reused, so keeping costs no
+/// allocation after the first call.
+#[derive(Debug, Default)]
+struct ReplySlot(AtomicPtr<BatchReply>);
+
+impl ReplySlot {
+    fn take(&self) -> Option<Box<BatchReply>> {
+        let raw = self.0.swap(std::ptr::null_mut(), Ordering::Acquire);
+        // SAFETY: a non-null slot holds a box `put` leaked, and the swap
+        // made this thread its only owner.
+        (!raw.is_null()).then(|| unsafe { Box::from_raw(raw) })
+    }
+
+    fn put(&self, reply: Box<BatchReply>) {
+        let raw = Box::into_raw(reply);
+        if self
+            .0
+            .compare_exchange(
+                std::ptr::null_mut(),
+                raw,
+                Ordering::Release,
+                Ordering::Relaxed,
+            )
+            .is_err()
+        {
+            // SAFETY: `raw` was leaked just above and stored nowhere.
+            drop(unsafe { Box::from_raw(raw) });
+        }
+    }
+}
+
+impl Drop for ReplySlot {
+    fn drop(&mut self) {
+        drop(self.take());
+    }
+}
 
 impl Clone for StreamHandle {
     /// A new client of the same stream, with no window open.
@@ -142,7 +179,7 @@ impl StreamHandle {
             open_windows: AtomicU64::new(0),
             hot,
             next_window: AtomicU64::new(0),
-            replies: Mutex::new(Vec::new()),
+            replies: ReplySlot::default(),
         }
     }
 
@@ -226,18 +263,25 @@ impl StreamHandle {
     /// disconnects the channel as with a fresh one; the answer brings a
     /// sender back for the next call.
     fn call_reserve(&self, make: impl FnOnce(Answer<Allocations>) -> Request) -> Batch {
-        let (tx, rx) = self
-            .replies
-            .lock()
-            .pop()
-            .unwrap_or_else(|| channel::bounded(1));
-        match self.send_and_wait(make(Reply::Returning(tx)), &rx) {
+        let mut kept = self.replies.take().unwrap_or_else(|| {
+            let (tx, rx) = channel::bounded(1);
+            Box::new((Some(tx), rx))
+        });
+        // The kept sender goes with the request (the answer brings one
+        // back); the receiver stays in the box.
+        let tx = match kept.0.take() {
+            Some(tx) => tx,
+            None => {
+                let (tx, rx) = channel::bounded(1);
+                kept.1 = rx;
+                tx
+            }
+        };
+        match self.send_and_wait(make(Reply::Returning(tx)), &kept.1) {
             Some(Returned { value, sender }) => {
                 // Exactly one answer per request: the channel is empty again.
-                let mut replies = self.replies.lock();
-                if replies.len() < KEPT_REPLIES {
-                    replies.push((sender, rx));
-                }
+                kept.0 = Some(sender);
+                self.replies.put(kept);
                 value
             }
             None => Err(self.terminal_error()),
