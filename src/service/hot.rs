@@ -48,7 +48,7 @@ pub(crate) const HOT_SHARE: u64 = 256;
 #[cfg(not(streamalloc_loom))]
 const RECENT: usize = 8;
 #[cfg(streamalloc_loom)]
-const RECENT: usize = 1;
+const RECENT: usize = 2;
 
 /// One cached allocation, or none.
 #[derive(Debug)]
