@@ -41,6 +41,35 @@ fn assert_holds(memory: &mut Memory, a: &Allocation, byte: u8) {
     );
 }
 
+/// Allocations of `sizes` laid out in order, the `i`th filled with byte
+/// `i + 1`; those at `gaps` dropped and their releases taken.
+fn laid_out(memory: &mut Memory, sizes: &[u64], gaps: &[usize]) -> Vec<Option<Allocation>> {
+    let mut all: Vec<Option<Allocation>> = sizes
+        .iter()
+        .zip(1u8..)
+        .map(|(&bytes, byte)| {
+            let a = memory.reserve(bytes, PageUpdate::Allow).unwrap();
+            memory.write(&a, 0, &vec![byte; bytes as usize]).unwrap();
+            Some(a)
+        })
+        .collect();
+    for &gap in gaps {
+        all[gap] = None;
+    }
+    memory.process_releases();
+    all
+}
+
+/// Every allocation of [`laid_out`] still left holds its byte throughout.
+fn assert_all_hold(memory: &mut Memory, all: &[Option<Allocation>]) {
+    for (a, byte) in all.iter().zip(1u8..) {
+        if let Some(a) = a {
+            let bytes = memory.read(a, 0, a.size()).unwrap();
+            assert!(bytes.iter().all(|&b| b == byte), "allocation {byte}");
+        }
+    }
+}
+
 #[test]
 fn the_default_layout_maps_granules_and_reserves_what_it_maps() {
     let mut memory = memory();
@@ -127,23 +156,8 @@ fn nothing_moves_unless_everything_on_the_window_has_somewhere_to_go() {
     // In MiB: keep 1, gap .5, small .5, big 1, keep 1, gap .5, keep 2,
     // gap .5, keep 2, gap .5, keep .5: five granules, full.
     let layout = [1.0, 0.5, 0.5, 1.0, 1.0, 0.5, 2.0, 0.5, 2.0, 0.5, 0.5];
-    let gaps = [1, 5, 7, 9];
-    let mut all: Vec<Option<Allocation>> = layout
-        .iter()
-        .enumerate()
-        .map(|(i, mib)| {
-            let bytes = (mib * MIB as f64) as u64;
-            let a = memory.reserve(bytes, PageUpdate::Allow).unwrap();
-            memory
-                .write(&a, 0, &vec![i as u8 + 1; bytes as usize])
-                .unwrap();
-            Some(a)
-        })
-        .collect();
-    for i in gaps {
-        all[i] = None;
-    }
-    memory.process_releases();
+    let sizes: Vec<u64> = layout.iter().map(|mib| (mib * MIB as f64) as u64).collect();
+    let all = laid_out(&mut memory, &sizes, &[1, 5, 7, 9]);
     let reserved = memory.bytes_reserved();
     assert_eq!(reserved, 10 * MIB);
     // The cheapest window for 1.5 MiB is gap, small, big: the small one
@@ -153,12 +167,7 @@ fn nothing_moves_unless_everything_on_the_window_has_somewhere_to_go() {
     assert_eq!(memory.moved_before_growth(), (0, 0), "no move in vain");
     assert_eq!(memory.bytes_reserved(), reserved + HOST_GRANULE);
     memory.write(&wanted, 0, &[0xEE; 64]).unwrap();
-    for (i, a) in all.iter().enumerate() {
-        if let Some(a) = a {
-            let bytes = memory.read(a, 0, a.size()).unwrap();
-            assert!(bytes.iter().all(|&b| b == i as u8 + 1), "allocation {i}");
-        }
-    }
+    assert_all_hold(&mut memory, &all);
 }
 
 #[test]
@@ -288,18 +297,7 @@ fn a_growth_nothing_could_spare_evacuates_first() {
     // Granules 0 and 1: 1.75 MiB kept, a quarter free; granule 2: a quarter
     // kept, the rest free. Too little free for a window of 4 MiB.
     let sizes = [7 * quarter, quarter, 7 * quarter, quarter, quarter];
-    let mut all: Vec<Option<Allocation>> = sizes
-        .iter()
-        .zip(1u8..)
-        .map(|(&bytes, byte)| {
-            let a = memory.reserve(bytes, PageUpdate::Allow).unwrap();
-            memory.write(&a, 0, &vec![byte; bytes as usize]).unwrap();
-            Some(a)
-        })
-        .collect();
-    all[1] = None;
-    all[3] = None;
-    memory.process_releases();
+    let all = laid_out(&mut memory, &sizes, &[1, 3]);
     assert_eq!(memory.bytes_reserved(), 6 * MIB);
     // The quarter alone in granule 2 moves into granule 0's free quarter;
     // granule 2 is then free and goes back before the growth, which maps
@@ -310,12 +308,7 @@ fn a_growth_nothing_could_spare_evacuates_first() {
     memory
         .write(&big, 0, &vec![0xBB; (4 * MIB) as usize])
         .unwrap();
-    for (a, byte) in all.iter().zip(1u8..) {
-        if let Some(a) = a {
-            let bytes = memory.read(a, 0, a.size()).unwrap();
-            assert!(bytes.iter().all(|&b| b == byte), "allocation {byte}");
-        }
-    }
+    assert_all_hold(&mut memory, &all);
 }
 
 #[test]
@@ -325,26 +318,10 @@ fn allocations_that_share_the_top_granule_leave_it_together() {
     // Granules 0 and 1: 1.5 MiB kept, half a MiB free; granule 2: two
     // quarters kept. Neither quarter frees granule 2 alone; both do.
     let sizes = [3 * half, half, 3 * half, half, quarter, quarter];
-    let mut all: Vec<Option<Allocation>> = sizes
-        .iter()
-        .zip(1u8..)
-        .map(|(&bytes, byte)| {
-            let a = memory.reserve(bytes, PageUpdate::Allow).unwrap();
-            memory.write(&a, 0, &vec![byte; bytes as usize]).unwrap();
-            Some(a)
-        })
-        .collect();
-    all[1] = None;
-    all[3] = None;
-    memory.process_releases();
+    let all = laid_out(&mut memory, &sizes, &[1, 3]);
     assert_eq!(memory.bytes_reserved(), 6 * MIB);
     let report = memory.compact().unwrap();
     assert_eq!((report.moved, report.bytes_moved), (2, half), "{report:?}");
     assert_eq!(memory.bytes_reserved(), 4 * MIB, "granule 2 unmapped");
-    for (a, byte) in all.iter().zip(1u8..) {
-        if let Some(a) = a {
-            let bytes = memory.read(a, 0, a.size()).unwrap();
-            assert!(bytes.iter().all(|&b| b == byte), "allocation {byte}");
-        }
-    }
+    assert_all_hold(&mut memory, &all);
 }

@@ -15,7 +15,7 @@
 
 use super::error::MemoryError;
 use super::manager::MemoryManager;
-use super::pool::{Evacuation, Placement, Pool};
+use super::pool::{Placement, PlannedMove, Pool};
 use super::relocation::Destination;
 use super::relocation::RelocationReport;
 use crate::storage::DeviceStorage;
@@ -33,6 +33,26 @@ pub const MOVE_PER_BYTE_SAVED: u64 = 4;
 /// fragment at 1.053-1.080 and random at 1.131-1.135, sixteen gave
 /// 1.037-1.061 and 1.108-1.119, thirty-two the same at twice the time.
 pub const EVACUATE_WHEN_FREE_ONE_IN: u64 = 16;
+
+/// What a run of planned moves did.
+struct Run {
+    /// Allocations moved.
+    moved: u64,
+    /// Their bytes.
+    bytes: u64,
+    /// Why it stopped.
+    ended: Ended,
+}
+
+/// How a run of planned moves ended.
+enum Ended {
+    /// Every move was made.
+    Done,
+    /// An allocation was pinned since the plan (it stays; so do the rest).
+    Pinned,
+    /// A copy failed (the allocation stays where it was).
+    Failed(MemoryError),
+}
 
 impl<S: DeviceStorage> MemoryManager<S> {
     /// Serve `aligned` bytes of expandable pool `pool` by clearing a window
@@ -53,36 +73,16 @@ impl<S: DeviceStorage> MemoryManager<S> {
         }
         let saved = expandable.new_page_size(aligned);
         let budget = saved.saturating_mul(MOVE_PER_BYTE_SAVED);
-        let slots = &self.slots;
-        let window = expandable.plan_window(aligned, budget, |owner| {
-            slots
-                .get(owner)
-                .is_some_and(|live| !live.is_pinned() && !live.pinned_through_retired())
-        })?;
-        let Pool::Expandable(expandable) = &mut self.pools[pool] else {
-            unreachable!("checked above");
-        };
-        expandable.fence(&window);
-        let mut holes = window.holes.clone();
-        for step in &window.moves {
-            let hole = holes[step.hole];
-            match self.move_slot(pool, step.slot, Destination::Into(hole)) {
-                Ok(Some(bytes)) => {
-                    self.moved_before_growth.0 += 1;
-                    self.moved_before_growth.1 += bytes;
-                }
-                // Pinned since the plan (a client's pin needs no round
-                // trip), or a failed copy (the allocation stays where it
-                // was): the window stays short and the growth goes ahead.
-                Ok(None) | Err(_) => break,
-            }
-            let Pool::Expandable(expandable) = &self.pools[pool] else {
-                unreachable!("checked above");
-            };
-            // The move carved the start of the hole; the rest is where the
-            // next move planned there lands.
-            holes[step.hole] = expandable.rest_of_hole(hole);
+        let window = expandable.plan_window(aligned, budget, self.movable())?;
+        if let Pool::Expandable(expandable) = &mut self.pools[pool] {
+            expandable.fence(&window);
         }
+        // A move that cannot be made (pinned since the plan: a client's pin
+        // needs no round trip; a failed copy, the allocation staying where
+        // it was) leaves the window short, and the growth goes ahead.
+        let (run, _) = self.move_as_planned(pool, &window.moves);
+        self.moved_before_growth.0 += run.moved;
+        self.moved_before_growth.1 += run.bytes;
         let Pool::Expandable(expandable) = &mut self.pools[pool] else {
             unreachable!("checked above");
         };
@@ -144,60 +144,77 @@ impl<S: DeviceStorage> MemoryManager<S> {
             let Pool::Expandable(expandable) = &self.pools[pool] else {
                 unreachable!("checked above");
             };
-            let slots = &self.slots;
-            let next = expandable.next_group(&mut evacuation, MOVE_PER_BYTE_SAVED, |owner| {
-                slots
-                    .get(owner)
-                    .is_some_and(|live| !live.is_pinned() && !live.pinned_through_retired())
-            });
+            let next = expandable.next_group(&mut evacuation, MOVE_PER_BYTE_SAVED, self.movable());
             let Some(group) = next else {
                 return Ok(());
             };
-            // (block as planned, what is left of it now) for each one used.
-            let mut landed: Vec<(u32, u32)> = Vec::new();
-            for &(slot, planned) in &group.moves {
-                let at = match landed.iter().position(|&(p, _)| p == planned) {
-                    Some(at) => at,
-                    None => {
-                        landed.push((planned, planned));
-                        landed.len() - 1
-                    }
-                };
-                let into = landed[at].1;
-                let moved = match self.move_slot(pool, slot, Destination::Into(into)) {
-                    Ok(moved) => moved,
-                    Err(error) => {
-                        self.note_group(pool, &mut evacuation, &landed);
-                        return Err(error);
-                    }
-                };
-                match moved {
-                    Some(bytes) => {
-                        report.moved += 1;
-                        report.bytes_moved += bytes;
-                        let Pool::Expandable(expandable) = &self.pools[pool] else {
-                            unreachable!("checked above");
-                        };
-                        // The move carved the start of the block; the rest
-                        // is where the next one planned there lands.
-                        landed[at].1 = expandable.rest_of_hole(into);
-                    }
-                    // Pinned by a client since it was planned: the rest of
-                    // the group stays too.
-                    None => {
-                        report.skipped_pinned += 1;
-                        break;
-                    }
-                }
+            let (run, landed) = self.move_as_planned(pool, &group.moves);
+            report.moved += run.moved;
+            report.bytes_moved += run.bytes;
+            if let Pool::Expandable(expandable) = &self.pools[pool] {
+                expandable.group_moved(&mut evacuation, &landed);
             }
-            self.note_group(pool, &mut evacuation, &landed);
+            match run.ended {
+                Ended::Done => {}
+                // Pinned by a client since it was planned: the rest of the
+                // group stays too.
+                Ended::Pinned => report.skipped_pinned += 1,
+                Ended::Failed(error) => return Err(error),
+            }
         }
     }
 
-    fn note_group(&self, pool: usize, evacuation: &mut Evacuation, landed: &[(u32, u32)]) {
-        if let Pool::Expandable(expandable) = &self.pools[pool] {
-            expandable.group_moved(evacuation, landed);
+    /// Whether the allocation in a slot may move now: not pinned, not even
+    /// through a cell it was bound away from.
+    fn movable(&self) -> impl Fn(u32) -> bool + '_ {
+        |slot| {
+            self.slots
+                .get(slot)
+                .is_some_and(|live| !live.is_pinned() && !live.pinned_through_retired())
         }
+    }
+
+    /// Make `moves` in expandable pool `pool` in order, each to the start
+    /// of what the moves before left of its block, until one cannot be
+    /// made: what moved and how it ended, and for each block used (by its
+    /// node when planned) what is left of it now.
+    fn move_as_planned(&mut self, pool: usize, moves: &[PlannedMove]) -> (Run, Vec<(u32, u32)>) {
+        let mut run = Run {
+            moved: 0,
+            bytes: 0,
+            ended: Ended::Done,
+        };
+        let mut landed: Vec<(u32, u32)> = Vec::new();
+        for &(slot, planned) in moves {
+            let at = match landed.iter().position(|&(block, _)| block == planned) {
+                Some(at) => at,
+                None => {
+                    landed.push((planned, planned));
+                    landed.len() - 1
+                }
+            };
+            let into = landed[at].1;
+            match self.move_slot(pool, slot, Destination::Into(into)) {
+                Ok(Some(bytes)) => {
+                    run.moved += 1;
+                    run.bytes += bytes;
+                }
+                Ok(None) => {
+                    run.ended = Ended::Pinned;
+                    break;
+                }
+                Err(error) => {
+                    run.ended = Ended::Failed(error);
+                    break;
+                }
+            }
+            if let Pool::Expandable(expandable) = &self.pools[pool] {
+                // The move carved the start of the block; the rest is where
+                // the next move planned there lands.
+                landed[at].1 = expandable.rest_of_hole(into);
+            }
+        }
+        (run, landed)
     }
 
     /// Allocations moved, and their bytes, by compactions before growth.

@@ -31,7 +31,11 @@ use std::collections::{BTreeMap, VecDeque};
 mod evacuate;
 mod holes;
 mod window;
-pub(crate) use evacuate::Evacuation;
+
+/// An allocation's slot and the free block it moves to, by the block's
+/// node when planned: several moves may go to one block, each to the start
+/// of what the ones before left of it (`MemoryManager::move_as_planned`).
+pub(crate) type PlannedMove = (u32, u32);
 pub(crate) use window::Window;
 
 /// The owner of carved blocks that stand for unmapped address space (no

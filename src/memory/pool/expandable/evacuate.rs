@@ -16,7 +16,7 @@
 //! the unmapping that follows (`unmap_all_free`).
 
 use super::holes::{Hole, Holes};
-use super::{ExpandablePool, VOID};
+use super::{ExpandablePool, PlannedMove, VOID};
 use crate::memory::arena::NONE;
 
 /// An evacuation under way: the allocations still to look at, top down,
@@ -32,9 +32,8 @@ pub(crate) struct Evacuation {
 /// The allocations of one group and where each goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Group {
-    /// (slot, the free block it moves to, by its node when planned), in
-    /// the order planned; several may go to one block, one after another.
-    pub(crate) moves: Vec<(u32, u32)>,
+    /// The moves, in the order planned.
+    pub(crate) moves: Vec<PlannedMove>,
 }
 
 impl ExpandablePool {

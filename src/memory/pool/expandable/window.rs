@@ -13,7 +13,7 @@
 //! room half-way and the growth happened anyway.
 
 use super::holes::Holes;
-use super::{ExpandablePool, VOID};
+use super::{ExpandablePool, PlannedMove, VOID};
 use crate::memory::arena::NONE;
 use crate::memory::pool::Placement;
 
@@ -35,23 +35,11 @@ pub(crate) struct Window {
     pub(crate) start: u64,
     /// One past the last byte of its last block.
     pub(crate) end: u64,
-    /// The moves, in the order planned (largest allocation first).
-    pub(crate) moves: Vec<Move>,
-    /// The free blocks outside the window the moves go to, as they were
-    /// when planned; a move carves the start of its hole, and what is left
-    /// of the hole is the next move's target there.
-    pub(crate) holes: Vec<u32>,
+    /// The moves, in the order planned (largest allocation first), each
+    /// to a free block outside the window.
+    pub(crate) moves: Vec<PlannedMove>,
     /// Bytes of the allocations on it.
     pub(crate) cost: u64,
-}
-
-/// One allocation of a window and where it goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Move {
-    /// Its slot.
-    pub(crate) slot: u32,
-    /// Index into [`Window::holes`].
-    pub(crate) hole: usize,
 }
 
 /// A window before it is planned: where it is and what moving costs.
@@ -80,7 +68,6 @@ impl ExpandablePool {
         let mut candidates: Vec<Candidate> = Vec::with_capacity(WINDOWS_TRIED + 1);
         // Free blocks a move may land in: (size, range, offset, index).
         let mut holes = Vec::new();
-        let mut hole_nodes = Vec::new();
         for (index, range) in self.ranges.iter().enumerate() {
             if !range.held || range.guards > 0 {
                 continue;
@@ -90,8 +77,7 @@ impl ExpandablePool {
             while node != NONE {
                 if self.arena.is_free(node) {
                     let start = self.arena.offset(node);
-                    holes.push((self.arena.size(node), index, start, hole_nodes.len()));
-                    hole_nodes.push(node);
+                    holes.push((self.arena.size(node), index, start, node as usize));
                     // Only the cheapest few are tried: once that many are
                     // known, a window must be cheaper than the dearest
                     // (blocks are walked in address order, so an equal
@@ -140,7 +126,6 @@ impl ExpandablePool {
                     start: candidate.start,
                     end: candidate.end,
                     moves,
-                    holes: hole_nodes,
                     cost: candidate.cost,
                 });
             }
@@ -151,7 +136,7 @@ impl ExpandablePool {
     /// Place the allocations of `candidate` in `holes` outside it, largest
     /// first, best fit; the moves if all of them fit. `holes` is as it was
     /// when this returns.
-    fn place_on_paper(&self, candidate: &Candidate, holes: &mut Holes) -> Option<Vec<Move>> {
+    fn place_on_paper(&self, candidate: &Candidate, holes: &mut Holes) -> Option<Vec<PlannedMove>> {
         // What lies on the window: its allocations, and its free blocks
         // (no landing place: they are what the window frees). The free
         // block right after it is none either: a block freed at the
@@ -175,11 +160,12 @@ impl ExpandablePool {
         for hole in taken_out {
             holes.insert(hole);
         }
-        let moves = placed?
-            .into_iter()
-            .map(|(slot, hole)| Move { slot, hole })
-            .collect();
-        Some(moves)
+        placed.map(|moves| {
+            moves
+                .into_iter()
+                .map(|(slot, hole)| (slot, hole as u32))
+                .collect()
+        })
     }
 
     /// From the free block `anchor`, the end of the shortest run of mapped
