@@ -1,8 +1,9 @@
 //! The service's costs, each beside its floor in the same run:
-//! - the reserve round trip (client → actor → client) beside a bare
-//!   crossbeam request/reply ping-pong with the same shape (a reply channel
-//!   kept across requests, a sender cloned into each; both sides spin 64
-//!   receive attempts, then yield between attempts, then park after 2,000);
+//! - the reserve round trip (client → actor → client) beside the floor: a
+//!   bare crossbeam request/reply ping-pong with the same shape (a bounded
+//!   reply channel kept across requests, a sender cloned into each) and
+//!   crossbeam's own blocking receive on both sides (its short backoff,
+//!   then a park);
 //! - a reserve of a size asked for again and again (the handle's hot
 //!   cache) beside our manager behind a mutex;
 //! - client-side release (dropping the last handle);
@@ -22,24 +23,10 @@ use streamalloc::memory::{MemoryConfig, MemoryManager, PageUpdate, StreamId};
 use streamalloc::service::{ServiceConfig, StreamHandle, Supervisor};
 use streamalloc::storage::VirtualStorage;
 
-/// Receive attempts before parking, as the service's default.
-const SPIN: u32 = 2000;
-/// Attempts that only spin before the waiting side yields, as the service.
-const PURE_SPINS: u32 = 64;
-
 type Ping = (u64, Sender<u64>);
 
+/// The floor's receive: crossbeam's blocking one.
 fn receive<T>(rx: &Receiver<T>) -> Option<T> {
-    for attempt in 0..SPIN {
-        match rx.try_recv() {
-            Ok(value) => return Some(value),
-            Err(crossbeam_channel::TryRecvError::Empty) if attempt < PURE_SPINS => {
-                std::hint::spin_loop()
-            }
-            Err(crossbeam_channel::TryRecvError::Empty) => std::thread::yield_now(),
-            Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
-        }
-    }
     rx.recv().ok()
 }
 

@@ -22,6 +22,7 @@ use crate::storage::DeviceStorage;
 use crate::sync::Arc;
 use crate::sync::atomic::Ordering;
 use crate::sync::channel::{Receiver, RecvError};
+use crate::sync::reply::AdaptiveSpin;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -37,7 +38,7 @@ pub(crate) enum Flow {
 /// Timing knobs of an actor.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ActorTiming {
-    /// Receive attempts before blocking (a request/reply ping-pong is
+    /// Most receive attempts before blocking (a request/reply ping-pong is
     /// much faster when the actor has not parked yet).
     pub(crate) spin: u32,
     /// How long shutdown waits for pins to drop (on the service's clock).
@@ -52,6 +53,8 @@ pub(crate) struct StreamActor {
     pub(crate) shared: Arc<StreamShared>,
     /// Timing.
     timing: ActorTiming,
+    /// How long the actor spins for its next request before it parks.
+    spin: AdaptiveSpin,
     /// What the device's streams share (budget, registry, coordinator).
     pub(crate) device: Arc<DeviceShared>,
     /// Control traffic from the coordinator.
@@ -93,6 +96,7 @@ impl StreamActor {
         Self {
             memory,
             shared,
+            spin: AdaptiveSpin::new(timing.spin),
             timing,
             device,
             control,
@@ -301,18 +305,29 @@ impl StreamActor {
         }
     }
 
-    /// The next request, `None` once every sender is gone.
+    /// The next request, `None` once every sender is gone: a short
+    /// adaptive spin (`sync/reply.rs`), then a blocking receive, which
+    /// parks the thread until a sender wakes it, so an idle stream costs
+    /// no CPU.
     fn next(&mut self, inbox: &Receiver<Request>) -> Option<Request> {
-        for attempt in 0..self.timing.spin {
-            match inbox.try_recv() {
-                Ok(request) => return Some(request),
-                Err(RecvError::Disconnected) => return None,
-                // Releases are not taken while waiting: which of a client's
-                // drops would land before the next request would then be a
-                // race, and placement (and so a replay) would differ from run
-                // to run. Every request takes them first, all at once.
-                Err(RecvError::Empty) => super::backoff(attempt),
+        // Releases are not taken while waiting: which of a client's drops
+        // would land before the next request would then be a race, and
+        // placement (and so a replay) would differ from run to run. Every
+        // request takes them first, all at once.
+        let mut received = None;
+        self.spin.spin(|| match inbox.try_recv() {
+            Ok(request) => {
+                received = Some(Some(request));
+                true
             }
+            Err(RecvError::Disconnected) => {
+                received = Some(None);
+                true
+            }
+            Err(RecvError::Empty) => false,
+        });
+        if let Some(received) = received {
+            return received;
         }
         loop {
             self.drain_control();

@@ -13,14 +13,15 @@
 use super::actor::StreamActor;
 use super::error::ServiceError;
 use super::hot::HotCache;
-use super::message::{Allocations, Answer, Reply, Request, Returned, ShutdownReport, Sizes, job};
+use super::message::{Allocations, Answer, Reply, Request, ShutdownReport, Sizes, job};
 use super::shared::{StreamShared, StreamState, StreamStats};
 use crate::memory::{
     Allocation, AllocationCell, AllocationMode, PageUpdate, Pinned, PinnedRef, StreamId,
 };
 use crate::storage::Resource;
 use crate::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
-use crate::sync::channel::{self, Receiver, RecvError, Sender};
+use crate::sync::channel::Sender;
+use crate::sync::reply::{AdaptiveSpin, ReplyCell};
 use crate::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -62,8 +63,9 @@ pub(crate) struct Connection {
     pub(crate) shared: Arc<StreamShared>,
     /// The stream manager's identity (what its allocations carry).
     pub(crate) owner: u64,
-    /// Receive attempts before a caller blocks on its answer.
-    pub(crate) spin: u32,
+    /// How long a caller spins for its answer before it parks, learned
+    /// from the recent waits of every clone.
+    pub(crate) spin: AdaptiveSpin,
     /// Whether handles keep hot caches.
     pub(crate) hot_cache: bool,
 }
@@ -82,37 +84,32 @@ pub struct StreamHandle {
     hot: Arc<HotCache>,
     /// The next window token.
     next_window: AtomicU64,
-    /// The reply channel for reservations, kept for the next call: a fresh
-    /// channel per call is two heap blocks that the actor's thread would
-    /// often free, and cross-thread frees are what a busy client pays most
-    /// for in glibc's allocator.
+    /// The reply cell for reservations, kept for the next call: a fresh
+    /// cell per call is a heap block that the actor's thread would often
+    /// free, and cross-thread frees are what a busy client pays most for in
+    /// glibc's allocator.
     replies: ReplySlot,
 }
 
 /// A reservation's answer.
 type Batch = Result<Allocations, ServiceError>;
-/// A kept reply channel for reservations: a sender for the next request
-/// (handed back by the last answer; none while a request is out, so that
-/// the request's is the channel's only one) and the receiver.
-type BatchReply = (Option<Sender<Returned<Batch>>>, Receiver<Returned<Batch>>);
-
-/// One kept reply channel, taken and put back without a lock: a swap to
-/// take it (a second concurrent call on the same clone finds the slot
-/// empty and makes a channel of its own), a CAS from null to put it back
-/// (the loser's box is dropped). The box is reused, so keeping costs no
-/// allocation after the first call.
+/// One kept reply cell, taken and put back without a lock: a swap to take
+/// it (a second concurrent call on the same clone finds the slot empty and
+/// makes a cell of its own), a CAS from null to put it back (the loser's box
+/// is dropped). The box is reused, so keeping costs no allocation after the
+/// first call.
 #[derive(Debug, Default)]
-struct ReplySlot(AtomicPtr<BatchReply>);
+struct ReplySlot(AtomicPtr<ReplyCell<Batch>>);
 
 impl ReplySlot {
-    fn take(&self) -> Option<Box<BatchReply>> {
+    fn take(&self) -> Option<Box<ReplyCell<Batch>>> {
         let raw = self.0.swap(std::ptr::null_mut(), Ordering::Acquire);
         // SAFETY: a non-null slot holds a box `put` leaked, and the swap
         // made this thread its only owner.
         (!raw.is_null()).then(|| unsafe { Box::from_raw(raw) })
     }
 
-    fn put(&self, reply: Box<BatchReply>) {
+    fn put(&self, reply: Box<ReplyCell<Batch>>) {
         let raw = Box::into_raw(reply);
         if self
             .0
@@ -252,81 +249,48 @@ impl StreamHandle {
         &self,
         make: impl FnOnce(Answer<T>) -> Request,
     ) -> Result<T, ServiceError> {
-        let (tx, rx) = channel::bounded(1);
-        self.send_and_wait(make(Reply::Blocking(tx)), &rx)
+        self.send_and_wait(make, &mut ReplyCell::new())
             .unwrap_or_else(|| Err(self.terminal_error()))
     }
 
-    /// [`call`](Self::call) for a reservation, on a reply channel kept from
-    /// an earlier call when there is one. While the request is out, its
-    /// sender is the channel's only one, so a request dropped unanswered
-    /// disconnects the channel as with a fresh one; the answer brings a
-    /// sender back for the next call.
+    /// [`call`](Self::call) for a reservation, on the reply cell kept from
+    /// an earlier call when there is one.
     fn call_reserve(&self, make: impl FnOnce(Answer<Allocations>) -> Request) -> Batch {
-        let mut kept = self.replies.take().unwrap_or_else(|| {
-            let (tx, rx) = channel::bounded(1);
-            Box::new((Some(tx), rx))
-        });
-        // The kept sender goes with the request (the answer brings one
-        // back); the receiver stays in the box.
-        let tx = match kept.0.take() {
-            Some(tx) => tx,
-            None => {
-                let (tx, rx) = channel::bounded(1);
-                kept.1 = rx;
-                tx
-            }
-        };
-        match self.send_and_wait(make(Reply::Returning(tx)), &kept.1) {
-            Some(Returned { value, sender }) => {
-                // Exactly one answer per request: the channel is empty again.
-                kept.0 = Some(sender);
-                self.replies.put(kept);
-                value
-            }
-            None => Err(self.terminal_error()),
-        }
+        let mut cell = self.replies.take().unwrap_or_default();
+        let answer = self.send_and_wait(make, &mut cell);
+        self.replies.put(cell);
+        answer.unwrap_or_else(|| Err(self.terminal_error()))
     }
 
-    /// Send `request` and wait on `rx` for its answer; `None` when the
-    /// stream is gone and no answer will come.
-    fn send_and_wait<M>(&self, request: Request, rx: &Receiver<M>) -> Option<M> {
+    /// Send the request `make` builds around a sender of `cell`, and wait
+    /// for its answer; `None` when the stream is gone and no answer will
+    /// come.
+    fn send_and_wait<T>(
+        &self,
+        make: impl FnOnce(Answer<T>) -> Request,
+        cell: &mut ReplyCell<Result<T, ServiceError>>,
+    ) -> Option<Result<T, ServiceError>> {
+        let request = make(Reply::Waiter(cell.reply_to()));
+        let shared = &self.connection.shared;
         if let Err(request) = self.connection.inbox.send(request) {
             // The stream is gone: the refused request answers its caller
             // itself (a bind's hands its reservation back that way).
             request.reject(self.terminal_error());
-            return rx.try_recv().ok();
-        }
-        if self.connection.shared.has_exited() {
+        } else if shared.has_exited() {
             // Sent past the actor's last look: ours is among the leftovers,
-            // and refused it answers on `rx` (`StreamShared::set_exited`).
-            self.connection
-                .shared
-                .refuse_leftovers(&self.terminal_error());
+            // and refused it answers in the cell (`StreamShared::set_exited`).
+            shared.refuse_leftovers(&self.terminal_error());
         }
-        for attempt in 0..self.connection.spin {
-            match rx.try_recv() {
-                Ok(answer) => return Some(answer),
-                Err(RecvError::Empty) => super::backoff(attempt),
-                Err(RecvError::Disconnected) => return None,
+        cell.wait(&self.connection.spin, EXIT_POLL, || {
+            // A request that reached the inbox just as the actor left is
+            // never answered; the exit flag says so, and refused from the
+            // leftovers, ours answers before the wait gives up.
+            let gone = shared.has_exited();
+            if gone {
+                shared.refuse_leftovers(&self.terminal_error());
             }
-        }
-        loop {
-            match rx.recv_timeout(EXIT_POLL) {
-                Ok(answer) => return Some(answer),
-                Err(RecvError::Disconnected) => return None,
-                // A request that reached the inbox just as the actor left
-                // is never answered; the exit flag says so.
-                Err(RecvError::Empty) if self.connection.shared.has_exited() => {
-                    // Ours may be among them: refused, it answers here.
-                    self.connection
-                        .shared
-                        .refuse_leftovers(&self.terminal_error());
-                    return rx.try_recv().ok();
-                }
-                Err(RecvError::Empty) => {}
-            }
-        }
+            gone
+        })
     }
 
     /// Check that `allocation` belongs to this stream before sending it.
@@ -524,9 +488,9 @@ impl StreamHandle {
     /// cancelled awaitable shutdown leaves behind).
     #[cfg(not(streamalloc_loom))]
     pub(crate) fn shutdown_detached(&self) {
-        let (tx, _rx) = channel::bounded(1);
+        let (tx, _rx) = crate::sync::channel::bounded(1);
         let _ = self.connection.inbox.send(Request::Shutdown {
-            reply: Reply::Blocking(tx),
+            reply: Reply::Channel(tx),
         });
     }
 

@@ -316,7 +316,7 @@ pub fn submit_reserve_many(handle: &StreamHandle, sizes: Vec<u64>) -> PendingAns
         update: PageUpdate::Allow,
         mode: AllocationMode::Auto,
         wait: None,
-        reply: Reply::Blocking(tx),
+        reply: Reply::Channel(tx),
     };
     let _ = handle.connection.inbox.send(request);
     PendingAnswer(rx)

@@ -6,18 +6,21 @@ use super::actor::StreamActor;
 use super::error::ServiceError;
 use crate::memory::{Allocation, AllocationMode, PageUpdate, StreamId};
 use crate::sync::channel;
+use crate::sync::reply::ReplyTo;
 use std::time::Duration;
 
-/// Where an answer goes: a blocking caller's channel, or an async caller's.
-/// Sending never blocks (capacity 1, one answer), and an answer to a caller
-/// that went away is dropped, which releases whatever it held.
+/// Where an answer goes: a blocking caller's reply cell (it spins, then
+/// parks until the answer unparks it; `sync/reply.rs`), a channel nobody
+/// waits on yet, or an async caller's channel. Sending never blocks, and an
+/// answer to a caller that went away is dropped, which releases whatever it
+/// held; a reply dropped unanswered tells its caller no answer will come.
 #[derive(Debug)]
 pub(crate) enum Reply<T> {
-    /// A blocking caller waits on this.
-    Blocking(channel::Sender<T>),
-    /// A blocking caller that keeps its channel: the answer brings a
-    /// sender back (see [`Returned`]).
-    Returning(channel::Sender<Returned<T>>),
+    /// A blocking caller waits for this.
+    Waiter(ReplyTo<T>),
+    /// Read later, perhaps on another thread (a detached shutdown's, a
+    /// model's submitted reservation).
+    Channel(channel::Sender<T>),
     /// An async caller awaits this.
     #[cfg(not(streamalloc_loom))]
     Async(crate::sync::async_channel::Sender<T>),
@@ -26,12 +29,9 @@ pub(crate) enum Reply<T> {
 impl<T> Reply<T> {
     pub(crate) fn send(self, value: T) {
         match self {
-            Reply::Blocking(tx) => {
+            Reply::Waiter(to) => to.send(value),
+            Reply::Channel(tx) => {
                 let _ = tx.try_send(value);
-            }
-            Reply::Returning(tx) => {
-                let sender = tx.clone();
-                let _ = tx.try_send(Returned { value, sender });
             }
             #[cfg(not(streamalloc_loom))]
             Reply::Async(tx) => {
@@ -39,18 +39,6 @@ impl<T> Reply<T> {
             }
         }
     }
-}
-
-/// An answer that carries a sender of its own channel back to the caller,
-/// so the caller can keep the channel for its next request without holding
-/// a sender while it waits: a request dropped unanswered (its stream
-/// stopped or failed) still disconnects the channel, which the caller sees.
-#[derive(Debug)]
-pub(crate) struct Returned<T> {
-    /// The answer.
-    pub(crate) value: T,
-    /// For the caller's next request.
-    pub(crate) sender: channel::Sender<Returned<T>>,
 }
 
 /// The answer to most requests.

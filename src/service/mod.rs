@@ -57,18 +57,3 @@ pub use supervisor::{ServiceConfig, StorageFactory, Supervisor};
 #[cfg(streamalloc_loom)]
 #[doc(hidden)]
 pub mod loom_support;
-
-/// Receive attempts that only spin before a waiting thread starts yielding.
-const PURE_SPINS: u32 = 64;
-
-/// Between two receive attempts of a waiting thread (client or actor):
-/// spin first (the answer is usually a microsecond away), then yield, so
-/// when more threads wait than there are cores the one that would answer
-/// gets the core.
-pub(crate) fn backoff(attempt: u32) {
-    if attempt < PURE_SPINS {
-        std::hint::spin_loop();
-    } else {
-        crate::sync::thread::yield_now();
-    }
-}

@@ -104,7 +104,7 @@ pub(crate) fn wire(
         inbox: inbox_tx,
         shared: shared.clone(),
         owner: memory.owner_id(),
-        spin: wiring.timing.spin,
+        spin: crate::sync::reply::AdaptiveSpin::new(wiring.timing.spin),
         // A recorded trace must show each reservation when its client made
         // it: a cache's spares are reserved ahead of their hits.
         hot_cache: wiring.hot_cache && recorder.is_none(),

@@ -2,7 +2,13 @@
 
 pub(crate) use loom::sync::Arc;
 pub(crate) mod atomic {
-    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::atomic::{
+        AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+    };
+}
+
+pub(crate) mod cell {
+    pub(crate) use loom::cell::UnsafeCell;
 }
 
 /// loom's mutex with the poison-free `lock` of the production side.
@@ -23,7 +29,13 @@ impl<T> Mutex<T> {
 }
 
 pub(crate) mod thread {
-    pub(crate) use loom::thread::{JoinHandle, yield_now};
+    pub(crate) use loom::thread::{JoinHandle, Thread, current, yield_now};
+
+    /// Time is not modelled: a timed park waits for its unpark (a model
+    /// that needs the timeout to make progress deadlocks, and fails).
+    pub(crate) fn park_timeout(_: std::time::Duration) {
+        loom::thread::park();
+    }
 
     /// Time is not modelled: a sleep is a yield.
     pub(crate) fn sleep(_: std::time::Duration) {

@@ -19,6 +19,8 @@ mod loom_impl;
 #[cfg(streamalloc_loom)]
 pub(crate) use loom_impl::*;
 
+pub(crate) mod reply;
+
 /// Types other crates' APIs require as they are, on both sides (cudarc
 /// hands out `std` `Arc`s of its contexts and streams).
 #[cfg(feature = "cuda")]

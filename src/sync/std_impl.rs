@@ -15,6 +15,23 @@ pub(crate) mod atomic {
     };
 }
 
+/// `UnsafeCell` with loom's closure API (`with`, `with_mut`), so code that
+/// owns a cell's contents through an atomic protocol is model-checked too.
+pub(crate) mod cell {
+    #[derive(Debug, Default)]
+    pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+    impl<T> UnsafeCell<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Self(std::cell::UnsafeCell::new(value))
+        }
+
+        pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+            f(self.0.get())
+        }
+    }
+}
+
 /// A mutex whose `lock` never reports poisoning (a panicking holder does not
 /// make the data unreachable; the actor boundary handles panics).
 #[derive(Debug, Default)]
@@ -36,7 +53,7 @@ impl<T> Mutex<T> {
 }
 
 pub(crate) mod thread {
-    pub(crate) use std::thread::{JoinHandle, sleep, yield_now};
+    pub(crate) use std::thread::{JoinHandle, Thread, current, park_timeout, sleep, yield_now};
 
     /// Spawn a named thread.
     pub(crate) fn spawn<F, T>(name: String, f: F) -> std::io::Result<JoinHandle<T>>
