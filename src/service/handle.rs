@@ -228,12 +228,20 @@ impl StreamHandle {
     fn terminal_error(&self) -> ServiceError {
         let shared = &self.connection.shared;
         // The actor sets its final state right after its loop ends; a
-        // caller that saw the channel close first waits for it, briefly.
-        for _ in 0..1000 {
+        // caller whose request went unanswered (dropped as a panicking
+        // actor unwound) can see that first, and waits for the state:
+        // yields, then sleeps, since the panic hook may be printing a
+        // backtrace meanwhile (tens of milliseconds). Bounded, so a caller
+        // never hangs on a state that never comes.
+        for attempt in 0..1000 {
             if !shared.is_running() {
                 break;
             }
-            crate::sync::thread::yield_now();
+            if attempt < 100 {
+                crate::sync::thread::yield_now();
+            } else {
+                crate::sync::thread::sleep(Duration::from_millis(1));
+            }
         }
         match shared.state() {
             StreamState::Failed(message) => ServiceError::StreamFailed {

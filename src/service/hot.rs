@@ -21,9 +21,10 @@
 //! registry lists them) without the clients' threads: before its pools
 //! grow, when the stream runs short, on a give-back, settle or headroom
 //! trim, at idle and at shutdown. Spares come only from the room the
-//! stream holds or from growth that stays below its peak reserved bytes,
-//! and every cache is taken back before the stream grows past its peak: a
-//! cache never raises a stream's peak.
+//! stream holds or from growth that stays below its cache ceiling (the
+//! most it needed, less what caches held, plus 1/256), and every cache is
+//! taken back before the stream grows past that ceiling: the caches add at
+//! most 1/256 to what the stream needed.
 
 use crate::memory::{Allocation, AllocationCell};
 use crate::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};

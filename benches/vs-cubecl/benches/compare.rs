@@ -5,6 +5,12 @@
 //! floor. Every contender gets the same sequence from the same seed: a ring
 //! of 64 live allocations, each step replacing the oldest.
 //!
+//! Clients sharing a device (`mixed_clients`, `decode_clients`): 1, 2, 4
+//! and 8 threads, CubeCL and our manager each behind a mutex, our actors
+//! (one stream, or one per client; plain, batched by 16, and for the decode
+//! step with hot caches). `BUSY=1` keeps a spinning thread on one core for
+//! the whole run.
+//!
 //! `cd benches/vs-cubecl && cargo bench`
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
@@ -151,9 +157,25 @@ fn ring_on<S, C, Q>(
     group.finish();
 }
 
-/// `threads` clients, each keeping a ring of 64 mixed-size allocations and
-/// doing `per_thread` replacements; returns the wall time of the slowest.
+/// One decode step's sizes, asked for again every step (KV blocks,
+/// activations, logits), as in `benches/service.rs`.
+const DECODE_STEP: [u64; 8] = [
+    4096,
+    64 << 10,
+    256 << 10,
+    1 << 20,
+    64 << 10,
+    4096,
+    2 << 20,
+    256 << 10,
+];
+
+/// `threads` clients, each keeping a ring of 64 allocations of `workload`'s
+/// sizes (mixed 256 B .. 16 MiB, or a decode step's eight again and again)
+/// and doing `per_thread` replacements; returns the wall time of the
+/// slowest.
 fn clients<H: Send + 'static>(
+    workload: &'static str,
     threads: usize,
     per_thread: u64,
     make: impl Fn() -> Box<dyn FnMut(u64) -> Vec<H> + Send>,
@@ -164,10 +186,13 @@ fn clients<H: Send + 'static>(
             let mut reserve = make();
             let barrier = barrier.clone();
             std::thread::spawn(move || {
-                let sizes = sequence("mixed_256b_16m", 1 << 12);
+                let sizes = match workload {
+                    "decode" => DECODE_STEP.to_vec(),
+                    _ => sequence(workload, 1 << 12),
+                };
                 let mut ring: Vec<Option<H>> = (0..RING).map(|_| None).collect();
                 barrier.wait();
-                let mut step = t * 977;
+                let mut step = if workload == "decode" { 0 } else { t * 977 };
                 let mut done = 0;
                 while done < per_thread {
                     let size = sizes[step % sizes.len()];
@@ -188,18 +213,41 @@ fn clients<H: Send + 'static>(
     start.elapsed()
 }
 
+/// With `BUSY=1`, a thread spins on one core for the whole run (a loaded
+/// server's other work), as in `benches/service.rs`.
+fn busy_core() {
+    if std::env::var("BUSY").is_ok_and(|busy| busy == "1") {
+        std::thread::spawn(|| {
+            loop {
+                std::hint::spin_loop();
+            }
+        });
+    }
+}
+
 fn threads(c: &mut Criterion) {
+    busy_core();
+    for (workload, group_name) in [
+        ("mixed_256b_16m", "mixed_clients"),
+        ("decode", "decode_clients"),
+    ] {
+        clients_group(c, workload, group_name);
+    }
+}
+
+/// One group: every contender at 1, 2, 4 and 8 client threads.
+fn clients_group(c: &mut Criterion, workload: &'static str, group_name: &str) {
     use parking_lot::Mutex;
     use streamalloc::memory::StreamId;
     use streamalloc::service::{ServiceConfig, Supervisor};
-    let mut group = c.benchmark_group("mixed_clients");
+    let mut group = c.benchmark_group(group_name);
     group.sample_size(10);
-    for threads in [1usize, 2, 4] {
+    for threads in [1usize, 2, 4, 8] {
         let cube = Arc::new(Mutex::new(cubecl(CountingStorage::default())));
         group.bench_function(BenchmarkId::new("cubecl_mutex", threads), |b| {
             b.iter_custom(|iters| {
                 let per = iters.div_ceil(threads as u64);
-                let elapsed = clients(threads, per, || {
+                let elapsed = clients(workload, threads, per, || {
                     let cube = cube.clone();
                     Box::new(move |size| {
                         let mut memory = cube.lock();
@@ -223,7 +271,7 @@ fn threads(c: &mut Criterion) {
         group.bench_function(BenchmarkId::new("streamalloc_mutex", threads), |b| {
             b.iter_custom(|iters| {
                 let per = iters.div_ceil(threads as u64);
-                let elapsed = clients(threads, per, || {
+                let elapsed = clients(workload, threads, per, || {
                     let mine = mine.clone();
                     Box::new(move |size| {
                         vec![mine.lock().reserve(size, PageUpdate::Allow).unwrap()]
@@ -256,7 +304,7 @@ fn threads(c: &mut Criterion) {
             group.bench_function(BenchmarkId::new(name, threads), |b| {
                 b.iter_custom(|iters| {
                     let per = iters.div_ceil(threads as u64);
-                    let elapsed = clients(threads, per, || {
+                    let elapsed = clients(workload, threads, per, || {
                         let id = if own_streams {
                             next_stream.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
                                 % threads as u32
@@ -280,8 +328,69 @@ fn threads(c: &mut Criterion) {
                 })
             });
         }
+        if workload == "decode" {
+            hot_contenders(&mut group, threads);
+        }
     }
     group.finish();
+}
+
+/// The decode step through hot caches (`ServiceConfig::hot_cache`): every
+/// client on one stream, or each on its own. Each stream holds 8 GiB first
+/// (a model's weights), so its clients' caches have room (they hold at
+/// most 1/256 of the stream).
+fn hot_contenders(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    threads: usize,
+) {
+    use streamalloc::memory::StreamId;
+    use streamalloc::service::{ServiceConfig, Supervisor};
+    let device = Arc::new(Supervisor::virtual_device(ServiceConfig {
+        idle_tick: None,
+        hot_cache: true,
+        memory: MemoryConfig {
+            device: DeviceProperties::new(128 * MIB, 32),
+            ..MemoryConfig::default()
+        },
+        ..ServiceConfig::default()
+    }));
+    let weights: Vec<_> = (0..threads as u32)
+        .map(|id| {
+            let stream = device.stream(StreamId(id)).unwrap();
+            stream.reserve_many(&[128 * MIB; 64]).unwrap()
+        })
+        .collect();
+    for (name, own_streams) in [
+        ("streamalloc_actor_hot", false),
+        ("streamalloc_actors_hot", true),
+    ] {
+        let next_stream = std::sync::atomic::AtomicU32::new(0);
+        group.bench_function(BenchmarkId::new(name, threads), |b| {
+            b.iter_custom(|iters| {
+                let per = iters.div_ceil(threads as u64);
+                let elapsed = clients("decode", threads, per, || {
+                    let id = if own_streams {
+                        next_stream.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                            % threads as u32
+                    } else {
+                        0
+                    };
+                    let stream = device.stream(StreamId(id)).unwrap();
+                    Box::new(move |size| vec![stream.reserve(size).unwrap()])
+                });
+                elapsed.mul_f64(iters as f64 / (per * threads as u64) as f64)
+            })
+        });
+    }
+    let (hits, misses) = (0..threads as u32).fold((0, 0), |(hits, misses), id| {
+        let stats = device.stream(StreamId(id)).unwrap().stats();
+        (hits + stats.hot_hits, misses + stats.hot_misses)
+    });
+    println!(
+        "  {threads} threads, hot caches: {hits} hits, {misses} misses ({:.1} % without a round trip)",
+        100.0 * hits as f64 / (hits + misses).max(1) as f64
+    );
+    drop(weights);
 }
 
 criterion_group! {

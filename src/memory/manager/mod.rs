@@ -83,6 +83,12 @@ pub struct MemoryManager<S> {
     peak_in_use: u64,
     /// Most bytes reserved at once.
     peak_reserved: u64,
+    /// Most bytes reserved at once less what clients' caches held then
+    /// (what the stream needed; `cache_ceiling`).
+    peak_need: u64,
+    /// Clients' caches may hold one byte in this many of `peak_need` past
+    /// it (0: none past the peak; `set_growth_hook`).
+    cache_share: u64,
     /// The failures taint ranges point at.
     pub(crate) failures: ErrorGraph,
     /// Reserved / carved ratio past which a sliced pool wants compaction.
@@ -176,6 +182,8 @@ impl<S: DeviceStorage> MemoryManager<S> {
             in_use: 0,
             peak_in_use: 0,
             peak_reserved: 0,
+            peak_need: 0,
+            cache_share: 0,
             // Scoped by the owner's identity (one in 2^32 managers could
             // share a scope: the counter wraps only after that many).
             failures: ErrorGraph::scoped(owner as u32),
@@ -193,12 +201,31 @@ impl<S: DeviceStorage> MemoryManager<S> {
         self.owner
     }
 
-    /// Ask `hook` before a reservation grows the pools past their peak
-    /// reserved bytes; when it says it
-    /// gave something back, the releases are taken and the room tried
-    /// again first.
-    pub(crate) fn set_growth_hook(&mut self, hook: Box<dyn FnMut() -> bool + Send>) {
+    /// Ask `hook` before a reservation grows the pools past the cache
+    /// ceiling (the most the stream needed, plus one byte in `share` of it,
+    /// for clients' caches); when it says it gave something back, the
+    /// releases are taken and the room tried again first. Spares for the
+    /// caches ([`reserve_for_cache`](Self::reserve_for_cache)) never grow
+    /// the pools past that ceiling.
+    pub(crate) fn set_growth_hook(&mut self, share: u64, hook: Box<dyn FnMut() -> bool + Send>) {
+        self.cache_share = share;
         self.growth_hook = Some(hook);
+    }
+
+    /// Bytes held by clients' caches: reserved here, not handed out (in
+    /// use, off the live meter).
+    fn cached_bytes(&self) -> u64 {
+        self.meter()
+            .map_or(0, |meter| self.in_use.saturating_sub(meter.live()))
+    }
+
+    /// How far the pools may grow for, or with, clients' caches: the most
+    /// the stream ever needed (reserved less cached, at each growth), plus
+    /// one byte in `cache_share` of it. Measured without the caches'
+    /// bytes, so spares do not ratchet it up.
+    pub(super) fn cache_ceiling(&self) -> u64 {
+        let allowance = self.peak_need.checked_div(self.cache_share).unwrap_or(0);
+        self.peak_need.saturating_add(allowance)
     }
 
     /// Tell `observer` of every event from now on (replacing any other).

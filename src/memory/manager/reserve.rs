@@ -40,11 +40,12 @@ impl<S: DeviceStorage> MemoryManager<S> {
     ) -> Result<Option<Allocation>, MemoryError> {
         self.unmetered = true;
         let mut result = self.reserve_held(size, mode);
-        // Growing for a spare is fine below the peak reserved bytes: the
-        // spare then takes memory the stream held before.
+        // Growing for a spare is fine below the cache ceiling: the spare
+        // then takes memory the stream needed before, or the caches' small
+        // allowance past it.
         if matches!(result, Ok(None))
             && let Ok(grows) = self.new_page_size(size, mode)
-            && self.bytes_reserved().saturating_add(grows) <= self.peak_reserved
+            && self.bytes_reserved().saturating_add(grows) <= self.cache_ceiling()
         {
             result = self.reserve_in(size, PageUpdate::Allow, mode).map(Some);
         }
@@ -127,11 +128,12 @@ impl<S: DeviceStorage> MemoryManager<S> {
             }
             None => 'grow: {
                 // Room handed to clients' caches first, when this growth
-                // would set a new peak: a cache never raises the peak.
+                // would pass the cache ceiling: caches never take the
+                // stream past what it needed by more than their allowance.
                 let grown = self
                     .bytes_reserved()
                     .saturating_add(self.pools[pool].new_page_size(aligned));
-                if grown > self.peak_reserved
+                if grown > self.cache_ceiling()
                     && let Some(hook) = self.growth_hook.as_mut()
                     && hook()
                 {
@@ -315,5 +317,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
     fn note_reserved(&mut self) {
         let reserved = self.bytes_reserved();
         self.peak_reserved = self.peak_reserved.max(reserved);
+        let need = reserved.saturating_sub(self.cached_bytes());
+        self.peak_need = self.peak_need.max(need);
     }
 }
