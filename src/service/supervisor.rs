@@ -38,7 +38,10 @@ pub struct ServiceConfig {
     pub idle_tick: Option<Duration>,
     /// How long a shutdown waits for pinned allocations to be unpinned.
     pub pin_wait: Duration,
-    /// Receive attempts before a thread parks (actor and callers).
+    /// The most receive attempts a waiting thread (an actor for its next
+    /// request, a caller for its answer) spins before it parks; each
+    /// learns how many of them pay from its recent waits (`sync/reply.rs`,
+    /// `docs/service.md`, "Waiting"). 0: park at once.
     pub spin: u32,
     /// Client handles keep hot caches: a reserve of a size the client
     /// asked for lately is served on its own thread, with no round trip
