@@ -161,8 +161,8 @@ impl<T> ReplyCell<T> {
         }
     }
 
-    /// The sender for the next answer, unparking the calling thread; the
-    /// caller waits for it on the same thread ([`wait`](Self::wait)). A
+    /// The sender for the next answer; it will unpark the calling thread,
+    /// so the caller waits for it on this thread ([`wait`](Self::wait)). A
     /// cell whose last sender is still out (a wait that gave up) is left to
     /// it, and a fresh one taken.
     pub(crate) fn reply_to(&mut self) -> ReplyTo<T> {
