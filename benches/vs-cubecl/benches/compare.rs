@@ -238,7 +238,6 @@ fn threads(c: &mut Criterion) {
 /// One group: every contender at 1, 2, 4 and 8 client threads.
 fn clients_group(c: &mut Criterion, workload: &'static str, group_name: &str) {
     use parking_lot::Mutex;
-    use streamalloc::memory::StreamId;
     use streamalloc::service::{ServiceConfig, Supervisor};
     let mut group = c.benchmark_group(group_name);
     group.sample_size(10);
@@ -305,13 +304,7 @@ fn clients_group(c: &mut Criterion, workload: &'static str, group_name: &str) {
                 b.iter_custom(|iters| {
                     let per = iters.div_ceil(threads as u64);
                     let elapsed = clients(workload, threads, per, || {
-                        let id = if own_streams {
-                            next_stream.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-                                % threads as u32
-                        } else {
-                            0
-                        };
-                        let stream = device.stream(StreamId(id)).unwrap();
+                        let stream = client_stream(&device, own_streams, &next_stream, threads);
                         let mut pending = Vec::new();
                         Box::new(move |size| {
                             if batch == 1 {
@@ -333,6 +326,22 @@ fn clients_group(c: &mut Criterion, workload: &'static str, group_name: &str) {
         }
     }
     group.finish();
+}
+
+/// The stream of the next client: stream 0 for every client, or (with
+/// `own_streams`) the next of `threads` streams in turn.
+fn client_stream(
+    device: &streamalloc::service::Supervisor,
+    own_streams: bool,
+    next: &std::sync::atomic::AtomicU32,
+    threads: usize,
+) -> streamalloc::service::StreamHandle {
+    let id = if own_streams {
+        next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % threads as u32
+    } else {
+        0
+    };
+    device.stream(streamalloc::memory::StreamId(id)).unwrap()
 }
 
 /// The decode step through hot caches (`ServiceConfig::hot_cache`): every
@@ -369,13 +378,7 @@ fn hot_contenders(
             b.iter_custom(|iters| {
                 let per = iters.div_ceil(threads as u64);
                 let elapsed = clients("decode", threads, per, || {
-                    let id = if own_streams {
-                        next_stream.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-                            % threads as u32
-                    } else {
-                        0
-                    };
-                    let stream = device.stream(StreamId(id)).unwrap();
+                    let stream = client_stream(&device, own_streams, &next_stream, threads);
                     Box::new(move |size| vec![stream.reserve(size).unwrap()])
                 });
                 elapsed.mul_f64(iters as f64 / (per * threads as u64) as f64)
