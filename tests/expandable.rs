@@ -150,22 +150,88 @@ fn compaction_before_growth_moves_bytes_intact_instead_of_mapping() {
     );
 }
 
+/// In MiB: keep 1, gap .5, small .5, big 1, keep 1, gap .5, keep 2,
+/// gap .5, keep 2, gap .5, keep .5: five granules, full, with four
+/// half-MiB holes no two of which touch.
+fn small_holes(memory: &mut Memory) -> Vec<Option<Allocation>> {
+    let layout = [1.0, 0.5, 0.5, 1.0, 1.0, 0.5, 2.0, 0.5, 2.0, 0.5, 0.5];
+    let sizes: Vec<u64> = layout.iter().map(|mib| (mib * MIB as f64) as u64).collect();
+    let all = laid_out(memory, &sizes, &[1, 5, 7, 9]);
+    assert_eq!(memory.bytes_reserved(), 10 * MIB);
+    all
+}
+
 #[test]
 fn nothing_moves_unless_everything_on_the_window_has_somewhere_to_go() {
     let mut memory = memory();
-    // In MiB: keep 1, gap .5, small .5, big 1, keep 1, gap .5, keep 2,
-    // gap .5, keep 2, gap .5, keep .5: five granules, full.
-    let layout = [1.0, 0.5, 0.5, 1.0, 1.0, 0.5, 2.0, 0.5, 2.0, 0.5, 0.5];
-    let sizes: Vec<u64> = layout.iter().map(|mib| (mib * MIB as f64) as u64).collect();
-    let all = laid_out(&mut memory, &sizes, &[1, 5, 7, 9]);
+    let all = small_holes(&mut memory);
     let reserved = memory.bytes_reserved();
-    assert_eq!(reserved, 10 * MIB);
-    // The cheapest window for 1.5 MiB is gap, small, big: the small one
-    // would fit in another gap, the big one in none. Moving the small one
-    // would be in vain, so nothing moves and a granule is mapped.
+    // The two keeps of 2 MiB are pinned, so no slide can gather the holes
+    // above the big one. The cheapest window for 1.5 MiB is gap, small,
+    // big: the small one would fit in another gap, the big one in none.
+    // Moving the small one would be in vain, so nothing moves and a
+    // granule is mapped.
+    let pins = [6, 8].map(|i| memory.pin(all[i].as_ref().unwrap()).unwrap());
     let wanted = memory.reserve(3 * MIB / 2, PageUpdate::Allow).unwrap();
     assert_eq!(memory.moved_before_growth(), (0, 0), "no move in vain");
     assert_eq!(memory.bytes_reserved(), reserved + HOST_GRANULE);
+    drop(pins);
+    memory.write(&wanted, 0, &[0xEE; 64]).unwrap();
+    assert_all_hold(&mut memory, &all);
+}
+
+#[test]
+fn a_growth_slides_allocations_down_to_gather_holes_too_small_for_it() {
+    let mut memory = memory();
+    let all = small_holes(&mut memory);
+    let reserved = memory.bytes_reserved();
+    // No hole holds 1.5 MiB and no window's allocations fit elsewhere, but
+    // sliding the two keeps of 2 MiB down over the holes below them (each
+    // overlapping itself) gathers the last three holes into one block.
+    let wanted = memory.reserve(3 * MIB / 2, PageUpdate::Allow).unwrap();
+    assert_eq!(
+        memory.bytes_reserved(),
+        reserved,
+        "served by sliding, not mapping"
+    );
+    assert_eq!(
+        memory.moved_before_growth(),
+        (2, 4 * MIB),
+        "the cheapest run slid"
+    );
+    memory
+        .write(&wanted, 0, &[0xEE; 3 * MIB as usize / 2])
+        .unwrap();
+    assert_all_hold(&mut memory, &all);
+    assert!(
+        memory
+            .read(&wanted, 0, 3 * MIB / 2)
+            .unwrap()
+            .iter()
+            .all(|&b| b == 0xEE)
+    );
+}
+
+#[test]
+fn a_pinned_address_stays_valid_while_its_neighbours_slide() {
+    let mut memory = memory();
+    let all = small_holes(&mut memory);
+    // The keep of 2 MiB at the top stays pinned: the cheapest run that does
+    // not cross it is the lower keep's alone, which gathers only two holes;
+    // a run from the small one up to it gathers three.
+    let pinned = memory.pin(all[8].as_ref().unwrap()).unwrap();
+    let address = pinned.addr();
+    let wanted = memory.reserve(3 * MIB / 2, PageUpdate::Allow).unwrap();
+    // SAFETY: the pin keeps the allocation's bytes at this host address.
+    let first = unsafe { *(address as *const u8) };
+    assert_eq!(first, 9, "the pinned bytes are where the pin says");
+    assert_eq!(pinned.addr(), address);
+    assert_eq!(
+        memory.moved_before_growth(),
+        (4, 9 * MIB / 2),
+        "the run below the pin slid"
+    );
+    drop(pinned);
     memory.write(&wanted, 0, &[0xEE; 64]).unwrap();
     assert_all_hold(&mut memory, &all);
 }

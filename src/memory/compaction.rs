@@ -18,6 +18,7 @@ use super::manager::MemoryManager;
 use super::pool::{Placement, PlannedMove, Pool};
 use super::relocation::Destination;
 use super::relocation::RelocationReport;
+use super::slide::Slid;
 use crate::storage::DeviceStorage;
 
 /// Bytes a compaction before growth may copy for each byte of memory it
@@ -27,12 +28,27 @@ use crate::storage::DeviceStorage;
 /// 1.113 peak ratio at one, 1.066 at four, no better at sixteen.
 pub const MOVE_PER_BYTE_SAVED: u64 = 4;
 
-/// A growth no window could spare evacuates first when at least one
-/// mapped byte in this many lies free. Sixteen: on the fragmentation and
-/// random families (seeds 1, 2, 4, manager alone) one in eight left
-/// fragment at 1.053-1.080 and random at 1.131-1.135, sixteen gave
-/// 1.037-1.061 and 1.108-1.119, thirty-two the same at twice the time.
-pub const EVACUATE_WHEN_FREE_ONE_IN: u64 = 16;
+/// Bytes a slide (`pool/expandable/slide.rs`) may copy for each byte of
+/// memory it saves mapping or releases. More than [`MOVE_PER_BYTE_SAVED`]:
+/// the holes a slide gathers are the small ones nothing else can use, so
+/// it moves many bytes for each it saves, and a copy at memory bandwidth
+/// still costs far less than the memory. On the random-allocations family
+/// (seeds 1, 2, 4, through the service) 4 left 1.081-1.089 peak reserved
+/// over live, 16 gave 1.050-1.066, 24 gave 1.050-1.058, 32 no better
+/// (`docs/performance.md`).
+pub const SLIDE_PER_BYTE_SAVED: u64 = 24;
+
+/// A growth that no window or slide could spare evacuates first when at
+/// least one mapped byte in this many lies free. Thirty-two: with slides,
+/// one in sixteen left random at 1.054-1.066 (seeds 1, 2, 4, through the
+/// service) and one in thirty-two at 1.050-1.058; sixty-four no better at
+/// a third more time. (Before slides, sixteen beat eight and thirty-two
+/// only cost time.)
+pub const EVACUATE_WHEN_FREE_ONE_IN: u64 = 32;
+
+/// Slides one relocation or growth plans and makes at most, one after
+/// another (each plan walks the pool's blocks).
+const SLIDES_PLANNED: usize = 16;
 
 /// What a run of planned moves did.
 struct Run {
@@ -87,6 +103,43 @@ impl<S: DeviceStorage> MemoryManager<S> {
             unreachable!("checked above");
         };
         expandable.unfence_and_reserve(size, aligned, slot)
+    }
+
+    /// Serve `aligned` bytes of expandable pool `pool` by sliding the
+    /// allocations of the cheapest run of it down until its holes gather
+    /// into one block that holds them (`pool/expandable/slide.rs`), when
+    /// the bytes moved pay for the bytes not mapped; `None` when none does
+    /// or a slide could not be made (what slid stays slid).
+    pub(crate) fn slide_before_growth(
+        &mut self,
+        pool: usize,
+        size: u64,
+        aligned: u64,
+        slot: u32,
+    ) -> Option<Placement> {
+        let Pool::Expandable(expandable) = &self.pools[pool] else {
+            return None;
+        };
+        if expandable.free_mapped() < aligned {
+            return None;
+        }
+        let budget = expandable
+            .new_page_size(aligned)
+            .saturating_mul(SLIDE_PER_BYTE_SAVED);
+        let slide = expandable.plan_room(aligned, budget, self.movable())?;
+        for slot in slide.slots {
+            match self.slide_slot(pool, slot) {
+                Ok(Slid::Moved(bytes)) => {
+                    self.moved_before_growth.0 += 1;
+                    self.moved_before_growth.1 += bytes;
+                }
+                Ok(Slid::InPlace) => {}
+                // Pinned since the plan, or a failed copy (its bytes stay
+                // where they were): the growth goes ahead.
+                Ok(Slid::Pinned) | Err(_) => return None,
+            }
+        }
+        self.pools[pool].try_reserve(size, aligned, slot)
     }
 
     /// Serve `aligned` bytes of expandable pool `pool` after an evacuation
@@ -146,7 +199,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
             };
             let next = expandable.next_group(&mut evacuation, MOVE_PER_BYTE_SAVED, self.movable());
             let Some(group) = next else {
-                return Ok(());
+                break;
             };
             let (run, landed) = self.move_as_planned(pool, &group.moves);
             report.moved += run.moved;
@@ -162,6 +215,44 @@ impl<S: DeviceStorage> MemoryManager<S> {
                 Ended::Failed(error) => return Err(error),
             }
         }
+        self.slide_down(pool, report)
+    }
+
+    /// Slide the top allocations of each segment of expandable pool `pool`
+    /// down where that releases granules worth the bytes moved
+    /// (`pool/expandable/slide.rs`): what the groups could not move for
+    /// want of a hole that holds them.
+    fn slide_down(
+        &mut self,
+        pool: usize,
+        report: &mut RelocationReport,
+    ) -> Result<(), MemoryError> {
+        let Pool::Expandable(_) = &self.pools[pool] else {
+            return Ok(());
+        };
+        for _ in 0..SLIDES_PLANNED {
+            let Pool::Expandable(expandable) = &self.pools[pool] else {
+                unreachable!("checked above");
+            };
+            let Some(slide) = expandable.plan_slide(SLIDE_PER_BYTE_SAVED, self.movable()) else {
+                break;
+            };
+            for slot in slide.slots {
+                match self.slide_slot(pool, slot)? {
+                    Slid::Moved(bytes) => {
+                        report.moved += 1;
+                        report.bytes_moved += bytes;
+                    }
+                    Slid::InPlace => {}
+                    // Pinned since the plan: the ones above it stay too.
+                    Slid::Pinned => {
+                        report.skipped_pinned += 1;
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Whether the allocation in a slot may move now: not pinned, not even

@@ -194,6 +194,10 @@ impl<S: DeviceStorage> DeviceStorage for BudgetedStorage<S> {
         self.inner.copy(from, to)
     }
 
+    fn slide(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
+        self.inner.slide(from, to)
+    }
+
     fn bytes_allocated(&self) -> u64 {
         self.inner.bytes_allocated()
     }

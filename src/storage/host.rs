@@ -370,6 +370,17 @@ impl DeviceStorage for HostStorage {
         Ok(())
     }
 
+    /// `copy` is a `memmove`: one call, overlap and all.
+    fn slide(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
+        if from.id != to.id || to.offset >= from.offset {
+            return Err(StorageError::NotASlide {
+                from: *from,
+                to: *to,
+            });
+        }
+        self.copy(from, to)
+    }
+
     fn bytes_allocated(&self) -> u64 {
         self.bytes
     }

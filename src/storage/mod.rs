@@ -127,6 +127,14 @@ pub enum StorageError {
         /// Size of the page.
         page_size: u64,
     },
+    /// A slide that does not move bytes down within one allocation.
+    #[error("a slide moves bytes down within one allocation, not {from:?} to {to:?}")]
+    NotASlide {
+        /// Source.
+        from: StorageHandle,
+        /// Destination.
+        to: StorageHandle,
+    },
     /// A copy between ranges of different lengths.
     #[error("copy between ranges of {from} and {to} bytes")]
     LengthMismatch {
@@ -195,6 +203,45 @@ pub trait DeviceStorage: Send {
     /// Copy the bytes of `from` into `to` (same lengths), as a relocation does.
     fn copy(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError>;
 
+    /// Move the bytes of `from` down to `to`: the same allocation (`id`),
+    /// the same length, `to` starting below `from` and possibly overlapping
+    /// it (a sliding compaction closing the hole below an allocation).
+    ///
+    /// The default copies forward in chunks no longer than the distance,
+    /// so no chunk overlaps its own source (a device copy of overlapping
+    /// ranges is undefined); if a chunk fails, the chunks already copied
+    /// are copied back, last first, and the bytes are where they were. A
+    /// storage whose `copy` handles overlap (`memmove`) does it in one.
+    fn slide(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
+        let distance = from.offset.checked_sub(to.offset).filter(|&d| d > 0);
+        let (Some(distance), true, true) = (distance, from.id == to.id, from.size == to.size)
+        else {
+            return Err(StorageError::NotASlide {
+                from: *from,
+                to: *to,
+            });
+        };
+        let chunk = |at: u64, offset: u64| StorageHandle {
+            id: from.id,
+            offset: offset.saturating_add(at),
+            size: distance.min(from.size.saturating_sub(at)),
+        };
+        let mut at = 0;
+        while at < from.size {
+            if let Err(error) = self.copy(&chunk(at, from.offset), &chunk(at, to.offset)) {
+                // Undo, last chunk first: restoring chunk k overwrites only
+                // the copy of chunk k + 1, already restored.
+                while at > 0 {
+                    at = at.saturating_sub(distance);
+                    self.copy(&chunk(at, to.offset), &chunk(at, from.offset))?;
+                }
+                return Err(error);
+            }
+            at = at.saturating_add(distance);
+        }
+        Ok(())
+    }
+
     /// Bytes the storage holds from the driver now, queued deallocations
     /// (and unmappings) included; a reserved range counts its mapped bytes.
     fn bytes_allocated(&self) -> u64;
@@ -255,6 +302,9 @@ impl<S: DeviceStorage + ?Sized> DeviceStorage for Box<S> {
     }
     fn copy(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
         (**self).copy(from, to)
+    }
+    fn slide(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
+        (**self).slide(from, to)
     }
     fn bytes_allocated(&self) -> u64 {
         (**self).bytes_allocated()

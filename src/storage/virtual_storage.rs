@@ -167,6 +167,17 @@ impl DeviceStorage for VirtualStorage {
         Ok(())
     }
 
+    /// Nothing is copied: one check of both ranges.
+    fn slide(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
+        if from.id != to.id || to.offset >= from.offset {
+            return Err(StorageError::NotASlide {
+                from: *from,
+                to: *to,
+            });
+        }
+        self.copy(from, to)
+    }
+
     fn bytes_allocated(&self) -> u64 {
         self.bytes
     }

@@ -151,6 +151,11 @@ impl<S: DeviceStorage> MemoryManager<S> {
                     break 'grow placement;
                 }
                 if update == PageUpdate::Allow
+                    && let Some(placement) = self.slide_before_growth(pool, size, aligned, slot)
+                {
+                    break 'grow placement;
+                }
+                if update == PageUpdate::Allow
                     && let Some(placement) = self.evacuate_before_growth(pool, size, aligned, slot)
                 {
                     break 'grow placement;

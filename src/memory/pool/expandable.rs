@@ -30,6 +30,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 mod evacuate;
 mod holes;
+mod slide;
 mod window;
 
 /// An allocation's slot and the free block it moves to, by the block's
@@ -192,8 +193,20 @@ impl ExpandablePool {
             } else {
                 0
             };
-            let needed = align_up(aligned.saturating_sub(before), self.granule);
-            if needed <= self.arena.size(node) && best.is_none_or(|(_, least)| needed < least) {
+            let size = self.arena.size(node);
+            let mut needed = align_up(aligned.saturating_sub(before), self.granule);
+            // Mapped whole, a void also joins the free block after it: a
+            // gap between two segments filled closes both their edges.
+            let next = self.arena.next(node);
+            let after = if next != NONE && self.arena.is_free(next) {
+                self.arena.size(next)
+            } else {
+                0
+            };
+            if before + size + after >= aligned && size <= needed {
+                needed = size;
+            }
+            if needed <= size && best.is_none_or(|(_, least)| needed < least) {
                 best = Some((node, needed));
             }
         }

@@ -1,0 +1,83 @@
+//! Making a sliding compaction's moves (`pool/expandable/slide.rs` plans
+//! them): each allocation claimed with the pin-word CAS every relocation
+//! uses, its bytes moved down with the storage's overlapping
+//! [`slide`](crate::storage::DeviceStorage::slide), then its new place
+//! published before the claim is dropped.
+
+use super::error::MemoryError;
+use super::handle::MOVING;
+use super::manager::MemoryManager;
+use super::pool::Pool;
+use crate::storage::{DeviceStorage, StorageHandle};
+use crate::sync::atomic::Ordering;
+
+/// What a slide did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Slid {
+    /// Moved down, this many bytes.
+    Moved(u64),
+    /// Nothing free right below it (it stays, and needs not move).
+    InPlace,
+    /// Pinned by a client (it stays).
+    Pinned,
+}
+
+impl<S: DeviceStorage> MemoryManager<S> {
+    /// Slide the allocation of `slot` in expandable pool `pool` down over
+    /// the free block right below it, if it is not pinned. A failed copy
+    /// leaves its bytes where they were (the storage undoes a partial one).
+    pub(crate) fn slide_slot(&mut self, pool: usize, slot: u32) -> Result<Slid, MemoryError> {
+        let live = self
+            .slots
+            .get(slot)
+            .expect("a carved block has a live slot");
+        if live.pinned_through_retired() {
+            return Ok(Slid::Pinned);
+        }
+        let cell = live.cell.clone();
+        if cell
+            .pins
+            .compare_exchange(0, MOVING, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            return Ok(Slid::Pinned);
+        }
+        let slid = self.slide_claimed(pool, slot);
+        // Release: a client that pins after this sees the new place.
+        cell.pins.store(0, Ordering::SeqCst);
+        slid
+    }
+
+    fn slide_claimed(&mut self, pool: usize, slot: u32) -> Result<Slid, MemoryError> {
+        let live = self.slots.get(slot).expect("claimed");
+        let (size, from) = (live.size, live.placement);
+        let Pool::Expandable(expandable) = &self.pools[pool] else {
+            return Ok(Slid::InPlace);
+        };
+        let Some(to) = expandable.slide_target(from.node) else {
+            return Ok(Slid::InPlace);
+        };
+        if let Some(range) = self.pools[pool].page_storage(from.page) {
+            let at = |offset: u64| StorageHandle {
+                id: range.id,
+                offset: range.offset + offset,
+                size,
+            };
+            self.storage.slide(&at(from.offset), &at(to))?;
+        }
+        let tick = self.tick;
+        let Pool::Expandable(expandable) = &mut self.pools[pool] else {
+            unreachable!("checked above");
+        };
+        let placement = expandable.slid(from.node, slot, tick);
+        let addr = self.pools[pool]
+            .page_base(placement.page)
+            .map_or(0, |base| base + placement.offset);
+        let live = self.slots.get_mut(slot).expect("claimed");
+        live.placement = placement;
+        // Published before the claim is dropped (`slide_slot`), so a client
+        // that pins next reads the new address.
+        live.cell.addr.store(addr, Ordering::SeqCst);
+        Ok(Slid::Moved(size))
+    }
+}
