@@ -391,3 +391,22 @@ fn allocations_that_share_the_top_granule_leave_it_together() {
     assert_eq!(memory.bytes_reserved(), 4 * MIB, "granule 2 unmapped");
     assert_all_hold(&mut memory, &all);
 }
+
+#[test]
+fn a_relocation_slides_what_no_hole_can_take_and_gives_back_the_granule_gathered() {
+    let mut memory = memory();
+    let all = small_holes(&mut memory);
+    // Four half-MiB holes: no granule lies free and nothing above a hole
+    // fits in another, so only sliding every allocation above the first
+    // hole down gathers them, into the top granule.
+    let report = memory.compact().unwrap();
+    assert_eq!(
+        memory.bytes_reserved(),
+        8 * MIB,
+        "the top granule went back: {report:?}"
+    );
+    assert_eq!(memory.bytes_reserved(), memory.bytes_allocated());
+    assert_all_hold(&mut memory, &all);
+    let again = memory.compact().unwrap();
+    assert_eq!(again.moved, 0, "packed: nothing more pays: {again:?}");
+}

@@ -161,3 +161,45 @@ fn a_capacity_below_the_working_set_fails_cleanly() {
     assert!(memory.reserve(MIB, PageUpdate::Allow).is_ok());
     verify(&mut memory, &live);
 }
+
+/// A storage whose `copy` is not a `memmove` slides in chunks no longer
+/// than the distance; a chunk that fails puts back the ones before it.
+#[test]
+fn a_slide_failing_at_any_chunk_leaves_the_bytes_where_they_were() {
+    use streamalloc::storage::{DeviceStorage, HOST_GRANULE, StorageHandle};
+    let pattern: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+    let len = pattern.len() as u64;
+    // From 1000 down to 0: ten chunks of 1000 bytes, each overlapping the
+    // source of the next.
+    let setup = |faults: FaultPlan| {
+        let mut storage = LimitedStorage::new(HostStorage::new(), u64::MAX).with_faults(faults);
+        let range = storage.reserve_range(HOST_GRANULE).unwrap();
+        storage.map(&range).unwrap();
+        let at = |offset: u64| StorageHandle {
+            id: range.id,
+            offset,
+            size: len,
+        };
+        storage.write(&at(1000), &pattern).unwrap();
+        (storage, at(1000), at(0))
+    };
+    let (mut storage, from, to) = setup(FaultPlan::none());
+    storage.slide(&from, &to).unwrap();
+    assert_eq!(storage.copy_attempts(), 10, "one copy a chunk");
+    let mut out = vec![0; pattern.len()];
+    storage.read(&to, &mut out).unwrap();
+    assert_eq!(out, pattern, "slid intact");
+    for chunk in 1..=10 {
+        let (mut storage, from, to) = setup(FaultPlan::none().fail_copy(chunk));
+        let error = storage.slide(&from, &to).unwrap_err();
+        assert!(matches!(error, StorageError::InjectedFault(_)), "{error}");
+        storage.read(&from, &mut out).unwrap();
+        assert_eq!(out, pattern, "chunk {chunk} failed: bytes put back");
+    }
+    // Up, or across allocations, is no slide.
+    let (mut storage, from, to) = setup(FaultPlan::none());
+    assert!(matches!(
+        storage.slide(&to, &from),
+        Err(StorageError::NotASlide { .. })
+    ));
+}
