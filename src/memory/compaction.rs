@@ -120,13 +120,24 @@ impl<S: DeviceStorage> MemoryManager<S> {
         let Pool::Expandable(expandable) = &self.pools[pool] else {
             return None;
         };
-        if expandable.free_mapped() < aligned {
+        let growth = expandable.new_page_size(aligned);
+        // The room must come from free blocks for all but less than the
+        // growth (the voids a run may map).
+        if expandable.free_mapped() + growth <= aligned {
             return None;
         }
-        let budget = expandable
-            .new_page_size(aligned)
-            .saturating_mul(SLIDE_PER_BYTE_SAVED);
-        let slide = expandable.plan_room(aligned, budget, self.movable())?;
+        let slide = expandable.plan_room(aligned, growth, SLIDE_PER_BYTE_SAVED, self.movable())?;
+        let tick = self.tick;
+        for &void in &slide.voids {
+            let Pool::Expandable(expandable) = &mut self.pools[pool] else {
+                unreachable!("checked above");
+            };
+            // Refused (a budget): what was mapped goes back at the next
+            // cleanup point, and the growth meets the same refusal.
+            expandable
+                .map_for_slide(&mut self.storage, void, tick)
+                .ok()?;
+        }
         for slot in slide.slots {
             match self.slide_slot(pool, slot) {
                 Ok(Slid::Moved(bytes)) => {

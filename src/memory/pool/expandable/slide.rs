@@ -12,23 +12,28 @@
 //! run in address order gathers all the run's free bytes into one block at
 //! its top, whose whole granules the unmapping that follows gives back.
 //!
-//! What to slide is decided per *segment*, a run of mapped blocks between
-//! void runs (or a range's ends): sliding its top allocations, from some
-//! allocation up, packs them onto the end of the allocation below that one.
-//! Of those starting points the one that releases the most granules is
-//! taken, when the granules it releases beyond what lies free whole already,
-//! times the bytes-moved-per-byte-saved rule, come to at least the bytes it
-//! moves. Top allocations only: the allocations below the starting point
-//! stay where they are, so a pinned allocation ends the choice there.
+//! Slides are planned two ways. At a compacting relocation, per *segment*
+//! (a run of mapped blocks between void runs, or a range's ends): the run
+//! of allocations whose slide releases the most granules beyond those that
+//! lie free whole already, when those granules, times the
+//! bytes-moved-per-byte-saved rule, come to at least the bytes it moves.
+//! Before a growth: the cheapest run whose holes hold the reservation, and
+//! it may cross void runs between segments, mapping them first, when they
+//! come to less than the growth would map (the growth was to map that much
+//! anyway; what the run gathers above it closes the partial granules at
+//! the void's edges too). A pinned allocation ends a run.
 
 use super::{ExpandablePool, VOID, align_up};
 use crate::memory::arena::NONE;
 use crate::memory::pool::Placement;
+use crate::storage::{DeviceStorage, StorageError};
 
-/// The allocations of one segment to slide down, lowest first (each slides
-/// over the room the ones before gathered below it).
+/// A run of allocations to slide down, lowest first (each slides over the
+/// room the ones before gathered below it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Slide {
+    /// Void runs to map first (arena nodes), lowest first.
+    pub(crate) voids: Vec<u32>,
     /// Their slots, in address order.
     pub(crate) slots: Vec<u32>,
     /// Their bytes.
@@ -37,13 +42,21 @@ pub(crate) struct Slide {
     pub(crate) gained: u64,
 }
 
-/// A block of a segment as the plan sees it.
+/// A block of a range as the plan sees it.
 #[derive(Debug, Clone, Copy)]
 struct Block {
     offset: u64,
     size: u64,
-    /// The slot of an allocation; `None` for a free block.
+    /// The slot of an allocation; `None` for a free block or a void run.
     owner: Option<u32>,
+    /// The arena node of a void run; `None` otherwise.
+    void: Option<u32>,
+}
+
+impl Block {
+    fn is_free(&self) -> bool {
+        self.owner.is_none() && self.void.is_none()
+    }
 }
 
 impl ExpandablePool {
@@ -68,90 +81,117 @@ impl ExpandablePool {
         best
     }
 
-    /// The cheapest slide that gathers at least `aligned` bytes of free room
-    /// into one block, moving at most `budget` bytes (ties to the lowest
-    /// address): how a growth is spared when the free room is all in holes
-    /// smaller than the reservation and no window's allocations fit
-    /// elsewhere.
+    /// The cheapest slide (bytes moved, then void bytes mapped; ties to the
+    /// lowest address) that gathers at least `aligned` bytes into one free
+    /// block, mapping fewer than `growth` bytes of the void runs it crosses
+    /// and moving at most `move_per_byte_saved` bytes for each byte of
+    /// `growth` it spares: how a growth is spared when the free room lies
+    /// in holes smaller than the reservation and no window's allocations
+    /// fit elsewhere.
     pub(crate) fn plan_room(
         &self,
         aligned: u64,
-        budget: u64,
+        growth: u64,
+        move_per_byte_saved: u64,
         movable: impl Fn(u32) -> bool,
     ) -> Option<Slide> {
-        let mut best: Option<Slide> = None;
-        self.each_segment(|blocks| {
+        let mut best: Option<(u64, u64, Slide)> = None;
+        self.each_range(|blocks| {
             for (first, block) in blocks.iter().enumerate() {
-                let Some(below) = first.checked_sub(1).map(|at| &blocks[at]) else {
-                    continue;
-                };
-                if block.owner.is_none() || below.owner.is_some() {
+                // A run starts above free room (mapped or not) and slides
+                // down to the start of all of it.
+                if block.owner.is_none() {
                     continue;
                 }
-                let limit = best
-                    .as_ref()
-                    .map_or(budget, |best| best.cost.saturating_sub(1));
-                let (mut live, mut room) = (0u64, below.size);
+                let base = blocks[..first]
+                    .iter()
+                    .rposition(|below| below.owner.is_some())
+                    .map_or(0, |at| at + 1);
+                if base == first {
+                    continue;
+                }
+                let (mut live, mut room, mut voids) = (0u64, 0u64, 0u64);
+                for below in &blocks[base..first] {
+                    room += below.size;
+                    voids += below.void.map_or(0, |_| below.size);
+                }
                 for (last, block) in blocks.iter().enumerate().skip(first) {
                     let Some(slot) = block.owner else {
                         room += block.size;
+                        voids += block.void.map_or(0, |_| block.size);
                         continue;
                     };
                     live += block.size;
-                    if !movable(slot) || live > limit {
+                    if voids >= growth || !movable(slot) {
                         break;
                     }
-                    let above = blocks.get(last + 1).filter(|above| above.owner.is_none());
+                    let spared = growth - voids;
+                    let dearer = best
+                        .as_ref()
+                        .is_some_and(|(cost, mapped, _)| (live, voids) >= (*cost, *mapped));
+                    if live > spared.saturating_mul(move_per_byte_saved) || dearer {
+                        break;
+                    }
+                    // The free block right above the run joins the room; a
+                    // void there is left for the growth's own mapping.
+                    let above = blocks.get(last + 1).filter(|above| above.is_free());
                     if room + above.map_or(0, |above| above.size) >= aligned {
-                        let slots = blocks[first..=last]
-                            .iter()
-                            .filter_map(|block| block.owner)
-                            .collect();
-                        best = Some(Slide {
-                            slots,
+                        let run = &blocks[base..=last];
+                        let slide = Slide {
+                            voids: run.iter().filter_map(|block| block.void).collect(),
+                            slots: run.iter().filter_map(|block| block.owner).collect(),
                             cost: live,
                             gained: 0,
-                        });
+                        };
+                        best = Some((live, voids, slide));
                         break;
                     }
                 }
             }
         });
-        best
+        best.map(|(_, _, slide)| slide)
     }
 
     /// Call `visit` with the blocks of each segment (a run of mapped blocks
     /// between void runs or a range's ends) of every held range without a
     /// page guard, in address order.
     fn each_segment(&self, mut visit: impl FnMut(&[Block])) {
-        let mut segment: Vec<Block> = Vec::new();
+        self.each_range(|blocks| {
+            for segment in blocks.split(|block| block.void.is_some()) {
+                if !segment.is_empty() {
+                    visit(segment);
+                }
+            }
+        });
+    }
+
+    /// Call `visit` with the blocks of every held range without a page
+    /// guard, in address order, its last void run (the unmapped rest of
+    /// the range, which nothing lies above) left out.
+    fn each_range(&self, mut visit: impl FnMut(&[Block])) {
+        let mut blocks: Vec<Block> = Vec::new();
         for range in self
             .ranges
             .iter()
             .filter(|range| range.held && range.guards == 0)
         {
+            blocks.clear();
             let mut node = range.first;
-            loop {
-                let void =
-                    node == NONE || (!self.arena.is_free(node) && self.arena.owner(node) == VOID);
-                if void {
-                    if !segment.is_empty() {
-                        visit(&segment);
-                    }
-                    segment.clear();
-                } else {
-                    let free = self.arena.is_free(node);
-                    segment.push(Block {
-                        offset: self.arena.offset(node),
-                        size: self.arena.size(node),
-                        owner: (!free).then(|| self.arena.owner(node)),
-                    });
-                }
-                if node == NONE {
-                    break;
-                }
+            while node != NONE {
+                let carved = !self.arena.is_free(node);
+                let owner = carved.then(|| self.arena.owner(node));
+                blocks.push(Block {
+                    offset: self.arena.offset(node),
+                    size: self.arena.size(node),
+                    owner: owner.filter(|&owner| owner != VOID),
+                    void: (owner == Some(VOID)).then_some(node),
+                });
                 node = self.arena.next(node);
             }
+            if blocks.last().is_some_and(|block| block.void.is_some()) {
+                blocks.pop();
+            }
+            visit(&blocks);
         }
     }
 
@@ -216,10 +256,29 @@ impl ExpandablePool {
             .filter_map(|block| block.owner)
             .collect();
         Some(Slide {
+            voids: Vec::new(),
             slots,
             cost,
             gained,
         })
+    }
+
+    /// Map the whole void run `node` (a slide's plan crosses it), the free
+    /// block it becomes queued as an empty: if the slide stops short, the
+    /// next cleanup point gives it back.
+    pub(crate) fn map_for_slide(
+        &mut self,
+        storage: &mut dyn DeviceStorage,
+        node: u32,
+        tick: u64,
+    ) -> Result<(), StorageError> {
+        if self.arena.is_free(node) || self.arena.owner(node) != VOID {
+            return Ok(());
+        }
+        let size = self.arena.size(node);
+        let free = self.map_void(storage, node, size)?;
+        self.empties.push_back((free, tick));
+        Ok(())
     }
 
     /// Where the allocation at `node` lands when it slides over the free
