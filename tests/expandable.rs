@@ -410,3 +410,30 @@ fn a_relocation_slides_what_no_hole_can_take_and_gives_back_the_granule_gathered
     let again = memory.compact().unwrap();
     assert_eq!(again.moved, 0, "packed: nothing more pays: {again:?}");
 }
+
+#[test]
+fn a_growth_slides_across_a_gap_it_maps_when_that_maps_less_than_growing() {
+    let mut memory = memory();
+    // In MiB: 1.5, 2.5, 2, 1.5, .5 in four granules; the 2.5 and the
+    // second 1.5 go, and the granule 2..4 the first hole holds whole is
+    // unmapped: a gap between two segments, each with a partial edge.
+    let sizes = [3 * MIB / 2, 5 * MIB / 2, 2 * MIB, 3 * MIB / 2, MIB / 2];
+    let all = laid_out(&mut memory, &sizes, &[1, 3]);
+    memory.cleanup(Cleanup::Explicit);
+    assert_eq!(memory.bytes_reserved(), 6 * MIB);
+    // 3 MiB fits no hole, and mapping for it would take two granules at the
+    // top. Mapping the gap's one granule and sliding the 2 MiB allocation
+    // down across it gathers 4 MiB above it.
+    let wanted = memory.reserve(3 * MIB, PageUpdate::Allow).unwrap();
+    assert_eq!(memory.bytes_reserved(), 8 * MIB, "one granule, not two");
+    assert_eq!(memory.moved_before_growth(), (1, 2 * MIB));
+    memory.write(&wanted, 0, &[0xEE; 3 * MIB as usize]).unwrap();
+    assert_all_hold(&mut memory, &all);
+    assert!(
+        memory
+            .read(&wanted, 0, 3 * MIB)
+            .unwrap()
+            .iter()
+            .all(|&b| b == 0xEE)
+    );
+}
