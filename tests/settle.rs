@@ -74,7 +74,8 @@ fn a_stream_whose_load_fell_gives_the_excess_back() {
     assert!(stream.stats().bytes_reserved >= 48 * MIB);
     // A window after it fell: settled, down to what the policy keeps.
     pass(&device, &clock, 2 * TICK);
-    let limit = |in_use: u64| (in_use as f64 * 1.10) as u64 + Settle::default().slack;
+    let limit =
+        |in_use: u64| (in_use as f64 * Settle::default().ratio) as u64 + Settle::default().slack;
     let stats = stream.stats();
     assert_eq!(stats.settles, 1, "{stats:?}");
     assert!(

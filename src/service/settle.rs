@@ -23,7 +23,8 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Settle {
     /// A stream may hold this many times the most it had in use within the
-    /// window (1.10: 10 % above).
+    /// window (1.04: 4 % above; an arena compacts to within a granule, so
+    /// more would only keep free granules mapped).
     pub ratio: f64,
     /// How far back "lately" looks; also the least time between two settles
     /// of one stream.
@@ -36,7 +37,7 @@ pub struct Settle {
 impl Default for Settle {
     fn default() -> Self {
         Self {
-            ratio: 1.10,
+            ratio: 1.04,
             window: Duration::from_secs(1),
             slack: ADAPTIVE_MIN_PAGE_SIZE,
         }

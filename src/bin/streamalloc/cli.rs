@@ -81,9 +81,9 @@ pub(crate) struct Common {
     #[arg(long, default_value = "0.05", value_parser = parse_headroom)]
     pub(crate) headroom: HeadroomArg,
     /// The ratio of reserved to recently used bytes past which a stream
-    /// gives the excess back when its load falls (1.10), or `off` to keep
+    /// gives the excess back when its load falls (1.04), or `off` to keep
     /// pages cached until each pool's periodic cleanup.
-    #[arg(long, default_value = "1.10", value_parser = parse_settle)]
+    #[arg(long, default_value = "1.04", value_parser = parse_settle)]
     pub(crate) settle: SettleArg,
     /// Let each client handle keep hot caches of the sizes it repeats
     /// (served with no round trip; can move the peak by a percent or two).

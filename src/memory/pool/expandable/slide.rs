@@ -61,17 +61,23 @@ impl Block {
 
 impl ExpandablePool {
     /// The slide worth making that releases the most granules, over every
-    /// segment of every held range without a page guard: one whose released
-    /// granules (beyond the free ones) times `move_per_byte_saved` come to
-    /// at least the bytes it moves. Planned again after each is made.
+    /// held range without a page guard: one whose released granules (beyond
+    /// those released already) times `move_per_byte_saved` come to at least
+    /// the bytes it moves. Planned again after each is made.
     pub(crate) fn plan_slide(
         &self,
         move_per_byte_saved: u64,
         movable: impl Fn(u32) -> bool,
     ) -> Option<Slide> {
+        // Void runs a slide crosses are mapped before it unmaps what it
+        // gathers: never past the pool's high-water mark.
+        let may_map = self
+            .stats
+            .peak_reserved
+            .saturating_sub(self.stats.usage.bytes_reserved);
         let mut best: Option<Slide> = None;
-        self.each_segment(|segment| {
-            let planned = self.plan_segment(segment, move_per_byte_saved, &movable);
+        self.each_range(|blocks| {
+            let planned = self.plan_run(blocks, move_per_byte_saved, may_map, &movable);
             if let Some(slide) = planned
                 && best.as_ref().is_none_or(|best| slide.gained > best.gained)
             {
@@ -152,19 +158,6 @@ impl ExpandablePool {
         best.map(|(_, _, slide)| slide)
     }
 
-    /// Call `visit` with the blocks of each segment (a run of mapped blocks
-    /// between void runs or a range's ends) of every held range without a
-    /// page guard, in address order.
-    fn each_segment(&self, mut visit: impl FnMut(&[Block])) {
-        self.each_range(|blocks| {
-            for segment in blocks.split(|block| block.void.is_some()) {
-                if !segment.is_empty() {
-                    visit(segment);
-                }
-            }
-        });
-    }
-
     /// Call `visit` with the blocks of every held range without a page
     /// guard, in address order, its last void run (the unmapped rest of
     /// the range, which nothing lies above) left out.
@@ -195,69 +188,77 @@ impl ExpandablePool {
         }
     }
 
-    /// The best slide of one segment (its blocks in address order), if any
+    /// The best slide of one range (its blocks in address order), if any
     /// pays: the run of allocations, from any one up to any one above it,
-    /// whose slide releases the most granules beyond the whole free ones
-    /// among the free blocks it gathers (the one below the run, those in
-    /// it, the one right above it), ties to the cheapest, then the lowest.
-    fn plan_segment(
+    /// whose slide releases the most granules beyond those already
+    /// released among the room it gathers (the whole free granules of the
+    /// free blocks below the run, among it and right above it, and the void
+    /// runs it crosses, mapped first: at most `may_map` bytes of them); ties
+    /// to the cheapest, then the lowest.
+    fn plan_run(
         &self,
         blocks: &[Block],
         move_per_byte_saved: u64,
+        may_map: u64,
         movable: &impl Fn(u32) -> bool,
     ) -> Option<Slide> {
         let granule = self.granule;
-        let free_whole = |block: &Block| match block.owner {
-            None => whole_granules(block.offset, block.size, granule),
-            Some(_) => 0,
+        // Bytes of a block that lie released already: whole free granules,
+        // or all of a void run.
+        let released_already = |block: &Block| match (block.owner, block.void) {
+            (None, None) => whole_granules(block.offset, block.size, granule),
+            (None, Some(_)) => block.size,
+            (Some(_), _) => 0,
         };
-        // The best run so far: (released beyond the free, bytes, first, last).
+        let void_bytes = |block: &Block| block.void.map_or(0, |_| block.size);
+        // The best run so far: (released beyond the free, bytes, base, last).
         let mut best: Option<(u64, u64, usize, usize)> = None;
         for (first, block) in blocks.iter().enumerate() {
-            // Only a run with a free block below it moves at all.
-            let Some(below) = first.checked_sub(1).map(|at| &blocks[at]) else {
-                continue;
-            };
-            if block.owner.is_none() || below.owner.is_some() {
+            if block.owner.is_none() {
                 continue;
             }
-            let base = below.offset;
-            // Bytes of the run's allocations, and the whole free granules
-            // of the free blocks it gathers, below its last allocation.
-            let (mut live, mut whole) = (0u64, free_whole(below));
+            // The run slides down to the start of the room below it.
+            let base = blocks[..first]
+                .iter()
+                .rposition(|below| below.owner.is_some())
+                .map_or(0, |at| at + 1);
+            if base == first {
+                continue;
+            }
+            let below = &blocks[base..first];
+            let (mut live, mut already) = (0u64, below.iter().map(released_already).sum::<u64>());
+            let mut voids: u64 = below.iter().map(void_bytes).sum();
             for (last, block) in blocks.iter().enumerate().skip(first) {
                 let Some(slot) = block.owner else {
-                    whole += free_whole(block);
+                    already += released_already(block);
+                    voids += void_bytes(block);
                     continue;
                 };
-                if !movable(slot) {
+                if !movable(slot) || voids > may_map {
                     break;
                 }
                 live += block.size;
                 // The gathered room runs to the end of the free block above
-                // the run, if there is one.
-                let above = blocks.get(last + 1).filter(|above| above.owner.is_none());
+                // the run, if there is one (a void there stays unmapped).
+                let above = blocks.get(last + 1).filter(|above| above.is_free());
                 let end =
                     above.map_or(block.offset + block.size, |above| above.offset + above.size);
-                let packed_end = base + live;
+                let packed_end = blocks[base].offset + live;
                 let released = whole_granules(packed_end, end - packed_end, granule);
-                let gained = released.saturating_sub(whole + above.map_or(0, free_whole));
+                let gained = released.saturating_sub(already + above.map_or(0, released_already));
                 let better = best.is_none_or(|(most, cost, _, _)| {
                     gained > most || (gained == most && live < cost)
                 });
                 if gained > 0 && gained.saturating_mul(move_per_byte_saved) >= live && better {
-                    best = Some((gained, live, first, last));
+                    best = Some((gained, live, base, last));
                 }
             }
         }
-        let (gained, cost, first, last) = best?;
-        let slots = blocks[first..=last]
-            .iter()
-            .filter_map(|block| block.owner)
-            .collect();
+        let (gained, cost, base, last) = best?;
+        let run = &blocks[base..=last];
         Some(Slide {
-            voids: Vec::new(),
-            slots,
+            voids: run.iter().filter_map(|block| block.void).collect(),
+            slots: run.iter().filter_map(|block| block.owner).collect(),
             cost,
             gained,
         })
