@@ -12,16 +12,16 @@
 //! run in address order gathers all the run's free bytes into one block at
 //! its top, whose whole granules the unmapping that follows gives back.
 //!
-//! Slides are planned two ways. At a compacting relocation, per *segment*
-//! (a run of mapped blocks between void runs, or a range's ends): the run
-//! of allocations whose slide releases the most granules beyond those that
-//! lie free whole already, when those granules, times the
-//! bytes-moved-per-byte-saved rule, come to at least the bytes it moves.
-//! Before a growth: the cheapest run whose holes hold the reservation, and
-//! it may cross void runs between segments, mapping them first, when they
-//! come to less than the growth would map (the growth was to map that much
-//! anyway; what the run gathers above it closes the partial granules at
-//! the void's edges too). A pinned allocation ends a run.
+//! Slides are planned two ways, both over a range's blocks in address
+//! order, a run starting above free room (mapped or not) and sliding down to
+//! its start. At a compacting relocation: the run whose slide releases the
+//! most granules beyond those released already among the room it gathers,
+//! when those granules, times the bytes-moved-per-byte-saved rule, come to
+//! at least the bytes it moves. Before a growth: the cheapest run whose room
+//! holds the reservation; this one may cross void runs, mapping them first,
+//! when they come to less than the growth would map (it was to map that
+//! much anyway), which closes the partial granules at both edges of each.
+//! A pinned allocation ends a run.
 
 use super::{ExpandablePool, VOID, align_up};
 use crate::memory::arena::NONE;
@@ -69,12 +69,11 @@ impl ExpandablePool {
         move_per_byte_saved: u64,
         movable: impl Fn(u32) -> bool,
     ) -> Option<Slide> {
-        // Void runs a slide crosses are mapped before it unmaps what it
-        // gathers: never past the pool's high-water mark.
-        let may_map = self
-            .stats
-            .peak_reserved
-            .saturating_sub(self.stats.usage.bytes_reserved);
+        // No void is mapped here: relocations of several streams may run at
+        // once under one device budget, so whether a mapping succeeded
+        // would depend on timing, and a replay's figures with it. (Before a
+        // growth the stream maps in its request path anyway.)
+        let may_map = 0;
         let mut best: Option<Slide> = None;
         self.each_range(|blocks| {
             let planned = self.plan_run(blocks, move_per_byte_saved, may_map, &movable);
