@@ -20,7 +20,7 @@ use crate::memory::{ADAPTIVE_MIN_PAGE_SIZE, Cleanup, RelocationReason};
 /// How far reserved bytes may run ahead of live bytes (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Headroom {
-    /// Reserved may pass live by this fraction of live (0.05: 5 %).
+    /// Reserved may pass live by this fraction of live (0.04: 4 %).
     pub fraction: f64,
     /// ... or by this many bytes, whichever is more: below a few pages,
     /// trimming costs more than it wins back.
@@ -30,8 +30,8 @@ pub struct Headroom {
 impl Default for Headroom {
     fn default() -> Self {
         Self {
-            fraction: 0.05,
-            slack: 4 * ADAPTIVE_MIN_PAGE_SIZE,
+            fraction: 0.04,
+            slack: 2 * ADAPTIVE_MIN_PAGE_SIZE,
         }
     }
 }

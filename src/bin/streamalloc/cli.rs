@@ -77,8 +77,8 @@ pub(crate) struct Common {
     pub(crate) budget: Option<u64>,
     /// How far the device's reserved bytes may run ahead of its peak live
     /// bytes before a growing stream first gets cached pages back, as a
-    /// fraction (0.05 is 5 %), or `off` to let every stream keep its cache.
-    #[arg(long, default_value = "0.05", value_parser = parse_headroom)]
+    /// fraction (0.04 is 4 %), or `off` to let every stream keep its cache.
+    #[arg(long, default_value = "0.04", value_parser = parse_headroom)]
     pub(crate) headroom: HeadroomArg,
     /// The ratio of reserved to recently used bytes past which a stream
     /// gives the excess back when its load falls (1.04), or `off` to keep
