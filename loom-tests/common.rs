@@ -27,6 +27,22 @@ pub fn tiny_pages() -> MemoryConfig {
     }
 }
 
+/// One expandable arena of 4 KiB granules, for allocations up to 16 KiB.
+pub fn tiny_arena() -> MemoryConfig {
+    MemoryConfig {
+        pools: MemoryConfiguration::Custom(vec![PoolConfig {
+            kind: PoolKind::Expandable {
+                range_size: 64 * 1024,
+            },
+            max_alloc_size: 16 * 1024,
+            dealloc_period: Some(0),
+        }]),
+        device: streamalloc::memory::DeviceProperties::new(1 << 20, 256),
+        compaction_threshold: None,
+        ..MemoryConfig::default()
+    }
+}
+
 /// Pages of `page` bytes that keep what empties (no periodic cleanup), for
 /// allocations up to a page: what a stream's cache looks like.
 pub fn caching_pages(page: u64) -> MemoryConfig {
@@ -115,8 +131,28 @@ impl DeviceStorage for WatchedStorage {
         self.moved.store(true, Ordering::SeqCst);
         self.inner.copy(from, to)
     }
+    fn slide(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
+        assert!(
+            !self.in_use.load(Ordering::SeqCst),
+            "bytes slid while a client held a pin on them"
+        );
+        self.moved.store(true, Ordering::SeqCst);
+        self.inner.slide(from, to)
+    }
     fn bytes_allocated(&self) -> u64 {
         self.inner.bytes_allocated()
+    }
+    fn granule(&self) -> Option<u64> {
+        self.inner.granule()
+    }
+    fn reserve_range(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
+        self.inner.reserve_range(size)
+    }
+    fn map(&mut self, range: &StorageHandle) -> Result<(), StorageError> {
+        self.inner.map(range)
+    }
+    fn unmap(&mut self, range: &StorageHandle) {
+        self.inner.unmap(range)
     }
 }
 

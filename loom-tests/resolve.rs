@@ -5,13 +5,15 @@
 //!
 //! Fails when `Pinned::try_pin` ignores the `MOVING` flag, or when
 //! `move_slot` moves without claiming the allocation (its CAS from 0 pins to
-//! `MOVING`), or publishes the new address after dropping the claim.
+//! `MOVING`), or publishes the new address after dropping the claim. The
+//! second model is the same race against a slide (`slide_slot`: the
+//! allocation moved down over the hole below it, overlapping itself).
 
 #![cfg(streamalloc_loom)]
 
 mod common;
 
-use common::{WatchedStorage, run_model, tiny_pages};
+use common::{WatchedStorage, run_model, tiny_arena, tiny_pages};
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicBool, Ordering};
 use streamalloc::memory::RelocationReason;
@@ -54,6 +56,56 @@ fn resolve_racing_relocation_never_uses_moved_bytes() {
         let now = actor.memory().get_resource(&x, None, None).unwrap().addr;
         if report.moved == 1 {
             assert_eq!(now, new);
+        } else {
+            assert_eq!(report.skipped_pinned, 1, "only a pin keeps x in place");
+            assert_eq!(now, old);
+        }
+        drop((a, x));
+    });
+}
+
+#[test]
+fn resolve_racing_a_slide_never_uses_moved_bytes() {
+    run_model("resolve racing a slide", || {
+        let in_use = Arc::new(AtomicBool::new(false));
+        let moved = Arc::new(AtomicBool::new(false));
+        let storage = WatchedStorage {
+            inner: VirtualStorage::with_granule(Some(4096)),
+            in_use: in_use.clone(),
+            moved: moved.clone(),
+        };
+        let (handle, mut actor) = stream_on(Box::new(storage), tiny_arena(), 4);
+        // Granules of 4 KiB: a (1 KiB), b (1 KiB), x (3 KiB) across both.
+        // Once b goes, no hole holds x, but x sliding down 1 KiB over it
+        // leaves the second granule free.
+        let a = actor.reserve(1024).unwrap();
+        let b = actor.reserve(1024).unwrap();
+        let x = actor.reserve(3072).unwrap();
+        let old = actor.memory().get_resource(&x, None, None).unwrap().addr;
+        let new = old - 1024;
+        drop(b);
+        actor.memory().process_releases();
+
+        let client_x = x.clone();
+        let client = loom::thread::spawn(move || {
+            if let Some(pinned) = handle.try_resolve(&client_x).unwrap() {
+                in_use.store(true, Ordering::SeqCst);
+                let seen_move = moved.load(Ordering::SeqCst);
+                let expected = if seen_move { new } else { old };
+                assert_eq!(pinned.addr(), expected, "a stale address after a slide");
+                in_use.store(false, Ordering::SeqCst);
+            }
+        });
+        let report = actor.relocate(RelocationReason::Compaction).unwrap();
+        client.join().unwrap();
+        let now = actor.memory().get_resource(&x, None, None).unwrap().addr;
+        if report.moved == 1 {
+            assert_eq!(now, new);
+            assert_eq!(
+                actor.memory().bytes_reserved(),
+                4096,
+                "the top granule went back"
+            );
         } else {
             assert_eq!(report.skipped_pinned, 1, "only a pin keeps x in place");
             assert_eq!(now, old);
