@@ -402,15 +402,20 @@ impl<S: DeviceStorage> MemoryManager<S> {
             return Err(err);
         }
         self.pools[pool].free(from, size, aligned, self.tick);
+        self.publish_place(pool, slot, to);
+        Ok(Some(size))
+    }
+
+    /// Record that the allocation of `slot` now lies at `to`, and publish
+    /// its address. Called before a move's claim is dropped (`move_slot`,
+    /// `slide_slot`), so a client that pins next reads the new address.
+    pub(crate) fn publish_place(&mut self, pool: usize, slot: u32, to: Placement) {
         let addr = self.pools[pool]
             .page_base(to.page)
             .map_or(0, |base| base + to.offset);
         let live = self.slots.get_mut(slot).expect("live");
         live.placement = to;
-        // Published before the move's claim is dropped (`move_slot`), so a
-        // client that pins next reads the new address.
         live.cell.addr.store(addr, Ordering::SeqCst);
-        Ok(Some(size))
     }
 
     /// Copy `size` bytes from one placement to another; a source page never

@@ -70,14 +70,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
             unreachable!("checked above");
         };
         let placement = expandable.slid(from.node, slot, tick);
-        let addr = self.pools[pool]
-            .page_base(placement.page)
-            .map_or(0, |base| base + placement.offset);
-        let live = self.slots.get_mut(slot).expect("claimed");
-        live.placement = placement;
-        // Published before the claim is dropped (`slide_slot`), so a client
-        // that pins next reads the new address.
-        live.cell.addr.store(addr, Ordering::SeqCst);
+        self.publish_place(pool, slot, placement);
         Ok(Slid::Moved(size))
     }
 }

@@ -372,12 +372,7 @@ impl DeviceStorage for HostStorage {
 
     /// `copy` is a `memmove`: one call, overlap and all.
     fn slide(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
-        if from.id != to.id || to.offset >= from.offset {
-            return Err(StorageError::NotASlide {
-                from: *from,
-                to: *to,
-            });
-        }
+        super::check_slide(from, to)?;
         self.copy(from, to)
     }
 

@@ -213,14 +213,7 @@ pub trait DeviceStorage: Send {
     /// are copied back, last first, and the bytes are where they were. A
     /// storage whose `copy` handles overlap (`memmove`) does it in one.
     fn slide(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
-        let distance = from.offset.checked_sub(to.offset).filter(|&d| d > 0);
-        let (Some(distance), true, true) = (distance, from.id == to.id, from.size == to.size)
-        else {
-            return Err(StorageError::NotASlide {
-                from: *from,
-                to: *to,
-            });
-        };
+        let distance = check_slide(from, to)?;
         let chunk = |at: u64, offset: u64| StorageHandle {
             id: from.id,
             offset: offset.saturating_add(at),
@@ -320,6 +313,19 @@ impl<S: DeviceStorage + ?Sized> DeviceStorage for Box<S> {
     }
     fn unmap(&mut self, range: &StorageHandle) {
         (**self).unmap(range)
+    }
+}
+
+/// Check that `from` to `to` is a slide (the same allocation and length,
+/// `to` below `from`): the distance it moves.
+pub(crate) fn check_slide(from: &StorageHandle, to: &StorageHandle) -> Result<u64, StorageError> {
+    let distance = from.offset.checked_sub(to.offset).filter(|&d| d > 0);
+    match distance {
+        Some(distance) if from.id == to.id && from.size == to.size => Ok(distance),
+        _ => Err(StorageError::NotASlide {
+            from: *from,
+            to: *to,
+        }),
     }
 }
 

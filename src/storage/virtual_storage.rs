@@ -169,12 +169,7 @@ impl DeviceStorage for VirtualStorage {
 
     /// Nothing is copied: one check of both ranges.
     fn slide(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
-        if from.id != to.id || to.offset >= from.offset {
-            return Err(StorageError::NotASlide {
-                from: *from,
-                to: *to,
-            });
-        }
+        super::check_slide(from, to)?;
         self.copy(from, to)
     }
 

@@ -102,19 +102,7 @@ impl ExpandablePool {
     ) -> Option<Slide> {
         let mut best: Option<(u64, u64, Slide)> = None;
         self.each_range(|blocks| {
-            for (first, block) in blocks.iter().enumerate() {
-                // A run starts above free room (mapped or not) and slides
-                // down to the start of all of it.
-                if block.owner.is_none() {
-                    continue;
-                }
-                let base = blocks[..first]
-                    .iter()
-                    .rposition(|below| below.owner.is_some())
-                    .map_or(0, |at| at + 1);
-                if base == first {
-                    continue;
-                }
+            for (base, first) in run_starts(blocks) {
                 let (mut live, mut room, mut voids) = (0u64, 0u64, 0u64);
                 for below in &blocks[base..first] {
                     room += below.size;
@@ -212,18 +200,7 @@ impl ExpandablePool {
         let void_bytes = |block: &Block| block.void.map_or(0, |_| block.size);
         // The best run so far: (released beyond the free, bytes, base, last).
         let mut best: Option<(u64, u64, usize, usize)> = None;
-        for (first, block) in blocks.iter().enumerate() {
-            if block.owner.is_none() {
-                continue;
-            }
-            // The run slides down to the start of the room below it.
-            let base = blocks[..first]
-                .iter()
-                .rposition(|below| below.owner.is_some())
-                .map_or(0, |at| at + 1);
-            if base == first {
-                continue;
-            }
+        for (base, first) in run_starts(blocks) {
             let below = &blocks[base..first];
             let (mut live, mut already) = (0u64, below.iter().map(released_already).sum::<u64>());
             let mut voids: u64 = below.iter().map(void_bytes).sum();
@@ -317,4 +294,18 @@ fn whole_granules(offset: u64, size: u64, granule: u64) -> u64 {
     let first = align_up(offset, granule);
     let last = (offset + size) / granule * granule;
     last.saturating_sub(first)
+}
+
+/// Where a run may start in `blocks`: (the first block of the room below
+/// it, its first allocation), for every allocation right above free room,
+/// mapped or not. The run slides down to the start of that room.
+fn run_starts(blocks: &[Block]) -> impl Iterator<Item = (usize, usize)> + '_ {
+    blocks.iter().enumerate().filter_map(move |(first, block)| {
+        block.owner?;
+        let base = blocks[..first]
+            .iter()
+            .rposition(|below| below.owner.is_some())
+            .map_or(0, |at| at + 1);
+        (base < first).then_some((base, first))
+    })
 }
