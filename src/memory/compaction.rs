@@ -245,10 +245,25 @@ impl<S: DeviceStorage> MemoryManager<S> {
             let Pool::Expandable(expandable) = &self.pools[pool] else {
                 unreachable!("checked above");
             };
-            let Some(slide) = expandable.plan_slide(SLIDE_PER_BYTE_SAVED, self.movable()) else {
+            let shares = self.storage.shares_a_budget();
+            let planned = expandable.plan_slide(SLIDE_PER_BYTE_SAVED, shares, self.movable());
+            let Some(slide) = planned else {
                 break;
             };
-            debug_assert!(slide.voids.is_empty(), "a relocation maps nothing");
+            let tick = self.tick;
+            for &void in &slide.voids {
+                let Pool::Expandable(expandable) = &mut self.pools[pool] else {
+                    unreachable!("checked above");
+                };
+                // Refused (the device is full): what was mapped goes back at
+                // the unmapping that follows, and nothing slides.
+                if expandable
+                    .map_for_slide(&mut self.storage, void, tick)
+                    .is_err()
+                {
+                    return Ok(());
+                }
+            }
             for slot in slide.slots {
                 match self.slide_slot(pool, slot)? {
                     Slid::Moved(bytes) => {

@@ -198,6 +198,12 @@ impl<S: DeviceStorage> DeviceStorage for BudgetedStorage<S> {
         self.inner.slide(from, to)
     }
 
+    /// The budget is the device's, shared by every stream's storage (an
+    /// unlimited one refuses nothing).
+    fn shares_a_budget(&self) -> bool {
+        self.budget.limit() < u64::MAX || self.inner.shares_a_budget()
+    }
+
     fn bytes_allocated(&self) -> u64 {
         self.inner.bytes_allocated()
     }

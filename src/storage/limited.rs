@@ -154,6 +154,10 @@ impl<S: DeviceStorage> DeviceStorage for LimitedStorage<S> {
     fn unmap(&mut self, range: &StorageHandle) {
         self.inner.unmap(range)
     }
+
+    fn shares_a_budget(&self) -> bool {
+        self.inner.shares_a_budget()
+    }
 }
 
 impl<S: DeviceStorage> LimitedStorage<S> {

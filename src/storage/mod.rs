@@ -269,6 +269,15 @@ pub trait DeviceStorage: Send {
     fn unmap(&mut self, range: &StorageHandle) {
         let _ = range;
     }
+
+    /// Whether a [`map`](Self::map) may be refused because of what other
+    /// streams hold at that moment (a budget the device's streams share):
+    /// then whether a mapping made off a request's path succeeds depends on
+    /// thread timing, and such mappings are not made (a relocation's slide
+    /// crosses no void), so that replays stay the same on every run.
+    fn shares_a_budget(&self) -> bool {
+        false
+    }
 }
 
 impl<S: DeviceStorage + ?Sized> DeviceStorage for Box<S> {
@@ -313,6 +322,9 @@ impl<S: DeviceStorage + ?Sized> DeviceStorage for Box<S> {
     }
     fn unmap(&mut self, range: &StorageHandle) {
         (**self).unmap(range)
+    }
+    fn shares_a_budget(&self) -> bool {
+        (**self).shares_a_budget()
     }
 }
 

@@ -18,10 +18,12 @@
 //! most granules beyond those released already among the room it gathers,
 //! when those granules, times the bytes-moved-per-byte-saved rule, come to
 //! at least the bytes it moves. Before a growth: the cheapest run whose room
-//! holds the reservation; this one may cross void runs, mapping them first,
-//! when they come to less than the growth would map (it was to map that
-//! much anyway), which closes the partial granules at both edges of each.
-//! A pinned allocation ends a run.
+//! holds the reservation. Either may cross void runs, mapping them first,
+//! which closes the partial granules at both edges of each: before a
+//! growth, when they come to less than the growth would map (it was to map
+//! that much anyway); at a relocation, while the pool stays within its
+//! high-water mark and no budget is shared (see
+//! [`DeviceStorage::shares_a_budget`]). A pinned allocation ends a run.
 
 use super::{ExpandablePool, VOID, align_up};
 use crate::memory::arena::NONE;
@@ -67,13 +69,21 @@ impl ExpandablePool {
     pub(crate) fn plan_slide(
         &self,
         move_per_byte_saved: u64,
+        shares_a_budget: bool,
         movable: impl Fn(u32) -> bool,
     ) -> Option<Slide> {
-        // No void is mapped here: relocations of several streams may run at
-        // once under one device budget, so whether a mapping succeeded
-        // would depend on timing, and a replay's figures with it. (Before a
-        // growth the stream maps in its request path anyway.)
-        let may_map = 0;
+        // Void runs a slide crosses are mapped before it unmaps what it
+        // gathers: never past the pool's high-water mark, and not at all
+        // when the device's streams share a budget (relocations of several
+        // streams may run at once, and whether a mapping succeeded would
+        // depend on timing, a replay's figures with it).
+        let may_map = if shares_a_budget {
+            0
+        } else {
+            self.stats
+                .peak_reserved
+                .saturating_sub(self.stats.usage.bytes_reserved)
+        };
         let mut best: Option<Slide> = None;
         self.each_range(|blocks| {
             let planned = self.plan_run(blocks, move_per_byte_saved, may_map, &movable);
