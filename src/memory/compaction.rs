@@ -15,6 +15,7 @@
 
 use super::error::MemoryError;
 use super::manager::MemoryManager;
+use super::pool::Slide;
 use super::pool::{Placement, PlannedMove, Pool};
 use super::relocation::Destination;
 use super::relocation::RelocationReport;
@@ -127,28 +128,14 @@ impl<S: DeviceStorage> MemoryManager<S> {
             return None;
         }
         let slide = expandable.plan_room(aligned, growth, SLIDE_PER_BYTE_SAVED, self.movable())?;
-        let tick = self.tick;
-        for &void in &slide.voids {
-            let Pool::Expandable(expandable) = &mut self.pools[pool] else {
-                unreachable!("checked above");
-            };
-            // Refused (a budget): what was mapped goes back at the next
-            // cleanup point, and the growth meets the same refusal.
-            expandable
-                .map_for_slide(&mut self.storage, void, tick)
-                .ok()?;
-        }
-        for slot in slide.slots {
-            match self.slide_slot(pool, slot) {
-                Ok(Slid::Moved(bytes)) => {
-                    self.moved_before_growth.0 += 1;
-                    self.moved_before_growth.1 += bytes;
-                }
-                Ok(Slid::InPlace) => {}
-                // Pinned since the plan, or a failed copy (its bytes stay
-                // where they were): the growth goes ahead.
-                Ok(Slid::Pinned) | Err(_) => return None,
-            }
+        // Refused a mapping (a budget: the growth meets the same refusal),
+        // pinned since the plan, or a failed copy (its bytes stay where they
+        // were): the growth goes ahead.
+        let run = self.make_slide(pool, slide)?;
+        self.moved_before_growth.0 += run.moved;
+        self.moved_before_growth.1 += run.bytes;
+        if !matches!(run.ended, Ended::Done) {
+            return None;
         }
         self.pools[pool].try_reserve(size, aligned, slot)
     }
@@ -250,36 +237,63 @@ impl<S: DeviceStorage> MemoryManager<S> {
             let Some(slide) = planned else {
                 break;
             };
-            let tick = self.tick;
-            for &void in &slide.voids {
-                let Pool::Expandable(expandable) = &mut self.pools[pool] else {
-                    unreachable!("checked above");
-                };
-                // Refused (the device is full): what was mapped goes back at
-                // the unmapping that follows, and nothing slides.
-                if expandable
-                    .map_for_slide(&mut self.storage, void, tick)
-                    .is_err()
-                {
+            // A mapping refused (the device is full): what was mapped goes
+            // back at the unmapping that follows.
+            let Some(run) = self.make_slide(pool, slide) else {
+                return Ok(());
+            };
+            report.moved += run.moved;
+            report.bytes_moved += run.bytes;
+            match run.ended {
+                Ended::Done => {}
+                // Pinned since the plan: the ones above it stay too.
+                Ended::Pinned => {
+                    report.skipped_pinned += 1;
                     return Ok(());
                 }
-            }
-            for slot in slide.slots {
-                match self.slide_slot(pool, slot)? {
-                    Slid::Moved(bytes) => {
-                        report.moved += 1;
-                        report.bytes_moved += bytes;
-                    }
-                    Slid::InPlace => {}
-                    // Pinned since the plan: the ones above it stay too.
-                    Slid::Pinned => {
-                        report.skipped_pinned += 1;
-                        return Ok(());
-                    }
-                }
+                Ended::Failed(error) => return Err(error),
             }
         }
         Ok(())
+    }
+
+    /// Make `slide` in expandable pool `pool`: map the void runs it crosses,
+    /// then slide its allocations in address order until one cannot be
+    /// made. `None` when a mapping was refused (nothing slid; what was
+    /// mapped lies free, queued for the next cleanup point).
+    fn make_slide(&mut self, pool: usize, slide: Slide) -> Option<Run> {
+        let tick = self.tick;
+        for &void in &slide.voids {
+            let Pool::Expandable(expandable) = &mut self.pools[pool] else {
+                unreachable!("a slide is planned in an expandable pool");
+            };
+            expandable
+                .map_for_slide(&mut self.storage, void, tick)
+                .ok()?;
+        }
+        let mut run = Run {
+            moved: 0,
+            bytes: 0,
+            ended: Ended::Done,
+        };
+        for slot in slide.slots {
+            match self.slide_slot(pool, slot) {
+                Ok(Slid::Moved(bytes)) => {
+                    run.moved += 1;
+                    run.bytes += bytes;
+                }
+                Ok(Slid::InPlace) => {}
+                Ok(Slid::Pinned) => {
+                    run.ended = Ended::Pinned;
+                    break;
+                }
+                Err(error) => {
+                    run.ended = Ended::Failed(error);
+                    break;
+                }
+            }
+        }
+        Some(run)
     }
 
     /// Whether the allocation in a slot may move now: not pinned, not even

@@ -37,6 +37,7 @@ mod window;
 /// node when planned: several moves may go to one block, each to the start
 /// of what the ones before left of it (`MemoryManager::move_as_planned`).
 pub(crate) type PlannedMove = (u32, u32);
+pub(crate) use slide::Slide;
 pub(crate) use window::Window;
 
 /// The owner of carved blocks that stand for unmapped address space (no

@@ -8,7 +8,7 @@ mod expandable;
 mod sliced;
 mod whole;
 
-pub(crate) use expandable::{ExpandablePool, PlannedMove};
+pub(crate) use expandable::{ExpandablePool, PlannedMove, Slide};
 pub(crate) use sliced::SlicedPool;
 pub(crate) use whole::WholePagePool;
 
