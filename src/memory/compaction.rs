@@ -12,6 +12,12 @@
 //! (`unmap_before_growth`): free granules go back before anything moves.
 //! Pinned allocations, guarded ranges and whole-page pools never move; a
 //! move claims its allocation with the pin-word CAS every relocation uses.
+//!
+//! When no window serves, a *slide* may (`pool/expandable/slide.rs`, at
+//! most [`SLIDE_PER_BYTE_SAVED`] bytes moved per byte spared), then an
+//! evacuation of granule groups and slides (when one mapped byte in
+//! [`EVACUATE_WHEN_FREE_ONE_IN`] lies free); a relocation runs the same
+//! evacuation.
 
 use super::error::MemoryError;
 use super::manager::MemoryManager;
@@ -216,23 +222,20 @@ impl<S: DeviceStorage> MemoryManager<S> {
         self.slide_down(pool, report)
     }
 
-    /// Slide the top allocations of each segment of expandable pool `pool`
-    /// down where that releases granules worth the bytes moved
-    /// (`pool/expandable/slide.rs`): what the groups could not move for
-    /// want of a hole that holds them.
+    /// Slide runs of allocations of expandable pool `pool` down where that
+    /// releases granules worth the bytes moved, the best first, planned
+    /// again after each (`pool/expandable/slide.rs`): what the groups could
+    /// not move for want of a hole that holds them.
     fn slide_down(
         &mut self,
         pool: usize,
         report: &mut RelocationReport,
     ) -> Result<(), MemoryError> {
-        let Pool::Expandable(_) = &self.pools[pool] else {
-            return Ok(());
-        };
+        let shares = self.storage.shares_a_budget();
         for _ in 0..SLIDES_PLANNED {
             let Pool::Expandable(expandable) = &self.pools[pool] else {
-                unreachable!("checked above");
+                return Ok(());
             };
-            let shares = self.storage.shares_a_budget();
             let planned = expandable.plan_slide(SLIDE_PER_BYTE_SAVED, shares, self.movable());
             let Some(slide) = planned else {
                 break;

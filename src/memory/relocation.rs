@@ -346,23 +346,41 @@ impl<S: DeviceStorage> MemoryManager<S> {
             .get(slot)
             .expect("a carved block has a live slot");
         let (size, aligned, from) = (live.size, live.aligned, live.placement);
-        let cell = live.cell.clone();
+        self.while_claimed(slot, |memory| {
+            memory.copy_to_new_place(pool, slot, size, aligned, from, to)
+        })
+        .unwrap_or(Ok(None))
+    }
+
+    /// Run `moving` with the allocation of `slot` claimed for a move (its
+    /// pin word from 0 to `MOVING`, back to 0 after); `None`, without
+    /// running it, when a client holds a pin on it.
+    pub(crate) fn while_claimed<T>(
+        &mut self,
+        slot: u32,
+        moving: impl FnOnce(&mut Self) -> T,
+    ) -> Option<T> {
+        let live = self
+            .slots
+            .get(slot)
+            .expect("a carved block has a live slot");
         // A pin through a cell it was bound away from holds it too (no
         // client can pin those afresh: their address is unpublished).
         if live.pinned_through_retired() {
-            return Ok(None);
+            return None;
         }
+        let cell = live.cell.clone();
         if cell
             .pins
             .compare_exchange(0, MOVING, Ordering::SeqCst, Ordering::SeqCst)
             .is_err()
         {
-            return Ok(None);
+            return None;
         }
-        let moved = self.copy_to_new_place(pool, slot, size, aligned, from, to);
+        let moved = moving(self);
         // Release: a client that pins after this sees the new place.
         cell.pins.store(0, Ordering::SeqCst);
-        moved
+        Some(moved)
     }
 
     fn copy_to_new_place(

@@ -1,15 +1,13 @@
 //! Making a sliding compaction's moves (`pool/expandable/slide.rs` plans
 //! them): each allocation claimed with the pin-word CAS every relocation
-//! uses, its bytes moved down with the storage's overlapping
+//! uses (`while_claimed`), its bytes moved down with the storage's overlapping
 //! [`slide`](crate::storage::DeviceStorage::slide), then its new place
 //! published before the claim is dropped.
 
 use super::error::MemoryError;
-use super::handle::MOVING;
 use super::manager::MemoryManager;
 use super::pool::Pool;
 use crate::storage::{DeviceStorage, StorageHandle};
-use crate::sync::atomic::Ordering;
 
 /// What a slide did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,25 +25,8 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// the free block right below it, if it is not pinned. A failed copy
     /// leaves its bytes where they were (the storage undoes a partial one).
     pub(crate) fn slide_slot(&mut self, pool: usize, slot: u32) -> Result<Slid, MemoryError> {
-        let live = self
-            .slots
-            .get(slot)
-            .expect("a carved block has a live slot");
-        if live.pinned_through_retired() {
-            return Ok(Slid::Pinned);
-        }
-        let cell = live.cell.clone();
-        if cell
-            .pins
-            .compare_exchange(0, MOVING, Ordering::SeqCst, Ordering::SeqCst)
-            .is_err()
-        {
-            return Ok(Slid::Pinned);
-        }
-        let slid = self.slide_claimed(pool, slot);
-        // Release: a client that pins after this sees the new place.
-        cell.pins.store(0, Ordering::SeqCst);
-        slid
+        self.while_claimed(slot, |memory| memory.slide_claimed(pool, slot))
+            .unwrap_or(Ok(Slid::Pinned))
     }
 
     fn slide_claimed(&mut self, pool: usize, slot: u32) -> Result<Slid, MemoryError> {

@@ -38,10 +38,21 @@ pub(crate) struct Slide {
     pub(crate) voids: Vec<u32>,
     /// Their slots, in address order.
     pub(crate) slots: Vec<u32>,
-    /// Their bytes.
-    pub(crate) cost: u64,
-    /// Bytes of granules it releases beyond the free ones.
+    /// Bytes of granules it releases beyond the free ones (0 for a slide
+    /// planned to gather room for a growth).
     pub(crate) gained: u64,
+}
+
+impl Slide {
+    /// The slide of the blocks `run` (the room below its first allocation
+    /// included).
+    fn of(run: &[Block], gained: u64) -> Self {
+        Self {
+            voids: run.iter().filter_map(|block| block.void).collect(),
+            slots: run.iter().filter_map(|block| block.owner).collect(),
+            gained,
+        }
+    }
 }
 
 /// A block of a range as the plan sees it.
@@ -58,6 +69,11 @@ struct Block {
 impl Block {
     fn is_free(&self) -> bool {
         self.owner.is_none() && self.void.is_none()
+    }
+
+    /// Its bytes if it is a void run (a slide across it maps them first).
+    fn void_bytes(&self) -> u64 {
+        self.void.map_or(0, |_| self.size)
     }
 }
 
@@ -116,12 +132,12 @@ impl ExpandablePool {
                 let (mut live, mut room, mut voids) = (0u64, 0u64, 0u64);
                 for below in &blocks[base..first] {
                     room += below.size;
-                    voids += below.void.map_or(0, |_| below.size);
+                    voids += below.void_bytes();
                 }
                 for (last, block) in blocks.iter().enumerate().skip(first) {
                     let Some(slot) = block.owner else {
                         room += block.size;
-                        voids += block.void.map_or(0, |_| block.size);
+                        voids += block.void_bytes();
                         continue;
                     };
                     live += block.size;
@@ -139,14 +155,7 @@ impl ExpandablePool {
                     // void there is left for the growth's own mapping.
                     let above = blocks.get(last + 1).filter(|above| above.is_free());
                     if room + above.map_or(0, |above| above.size) >= aligned {
-                        let run = &blocks[base..=last];
-                        let slide = Slide {
-                            voids: run.iter().filter_map(|block| block.void).collect(),
-                            slots: run.iter().filter_map(|block| block.owner).collect(),
-                            cost: live,
-                            gained: 0,
-                        };
-                        best = Some((live, voids, slide));
+                        best = Some((live, voids, Slide::of(&blocks[base..=last], 0)));
                         break;
                     }
                 }
@@ -207,17 +216,16 @@ impl ExpandablePool {
             (None, Some(_)) => block.size,
             (Some(_), _) => 0,
         };
-        let void_bytes = |block: &Block| block.void.map_or(0, |_| block.size);
         // The best run so far: (released beyond the free, bytes, base, last).
         let mut best: Option<(u64, u64, usize, usize)> = None;
         for (base, first) in run_starts(blocks) {
             let below = &blocks[base..first];
             let (mut live, mut already) = (0u64, below.iter().map(released_already).sum::<u64>());
-            let mut voids: u64 = below.iter().map(void_bytes).sum();
+            let mut voids: u64 = below.iter().map(Block::void_bytes).sum();
             for (last, block) in blocks.iter().enumerate().skip(first) {
                 let Some(slot) = block.owner else {
                     already += released_already(block);
-                    voids += void_bytes(block);
+                    voids += block.void_bytes();
                     continue;
                 };
                 if !movable(slot) || voids > may_map {
@@ -240,14 +248,8 @@ impl ExpandablePool {
                 }
             }
         }
-        let (gained, cost, base, last) = best?;
-        let run = &blocks[base..=last];
-        Some(Slide {
-            voids: run.iter().filter_map(|block| block.void).collect(),
-            slots: run.iter().filter_map(|block| block.owner).collect(),
-            cost,
-            gained,
-        })
+        let (gained, _, base, last) = best?;
+        Some(Slide::of(&blocks[base..=last], gained))
     }
 
     /// Map the whole void run `node` (a slide's plan crosses it), the free
