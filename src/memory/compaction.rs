@@ -302,11 +302,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// Whether the allocation in a slot may move now: not pinned, not even
     /// through a cell it was bound away from.
     fn movable(&self) -> impl Fn(u32) -> bool + '_ {
-        |slot| {
-            self.slots
-                .get(slot)
-                .is_some_and(|live| !live.is_pinned() && !live.pinned_through_retired())
-        }
+        |slot| self.slots.get(slot).is_some_and(|live| !live.is_pinned())
     }
 
     /// Make `moves` in expandable pool `pool` in order, each to the start

@@ -28,6 +28,7 @@ use crate::memory::report::{PoolReport, PoolStats};
 use crate::storage::{DeviceStorage, StorageError, StorageHandle};
 use std::collections::{BTreeMap, VecDeque};
 
+mod blocks;
 mod evacuate;
 mod holes;
 mod slide;
@@ -97,6 +98,10 @@ pub(crate) struct ExpandablePool {
     /// Room a compaction is clearing: a free block that forms there is not
     /// listed, so nothing moved out lands back in it.
     fence: Option<Window>,
+    /// The planners' view of a range, kept so that its buffers are reused
+    /// (a plan runs before most growths; allocating them each time was a
+    /// page fault per plan on a large pool).
+    view: std::cell::RefCell<blocks::RangeView>,
 }
 
 impl ExpandablePool {
@@ -116,6 +121,7 @@ impl ExpandablePool {
             stats: PoolStats::default(),
             used: 0,
             fence: None,
+            view: std::cell::RefCell::default(),
         }
     }
 

@@ -25,7 +25,8 @@
 //! high-water mark and no budget is shared (see
 //! [`DeviceStorage::shares_a_budget`]). A pinned allocation ends a run.
 
-use super::{ExpandablePool, VOID, align_up};
+use super::blocks::{Block, RangeView, whole_granules};
+use super::{ExpandablePool, VOID};
 use crate::memory::arena::NONE;
 use crate::memory::pool::Placement;
 use crate::storage::{DeviceStorage, StorageError};
@@ -48,32 +49,14 @@ impl Slide {
     /// included).
     fn of(run: &[Block], gained: u64) -> Self {
         Self {
-            voids: run.iter().filter_map(|block| block.void).collect(),
+            voids: run
+                .iter()
+                .filter(|block| block.void)
+                .map(|block| block.node)
+                .collect(),
             slots: run.iter().filter_map(|block| block.owner).collect(),
             gained,
         }
-    }
-}
-
-/// A block of a range as the plan sees it.
-#[derive(Debug, Clone, Copy)]
-struct Block {
-    offset: u64,
-    size: u64,
-    /// The slot of an allocation; `None` for a free block or a void run.
-    owner: Option<u32>,
-    /// The arena node of a void run; `None` otherwise.
-    void: Option<u32>,
-}
-
-impl Block {
-    fn is_free(&self) -> bool {
-        self.owner.is_none() && self.void.is_none()
-    }
-
-    /// Its bytes if it is a void run (a slide across it maps them first).
-    fn void_bytes(&self) -> u64 {
-        self.void.map_or(0, |_| self.size)
     }
 }
 
@@ -101,8 +84,8 @@ impl ExpandablePool {
                 .saturating_sub(self.stats.usage.bytes_reserved)
         };
         let mut best: Option<Slide> = None;
-        self.each_range(|blocks| {
-            let planned = self.plan_run(blocks, move_per_byte_saved, may_map, &movable);
+        self.each_range(|view| {
+            let planned = self.plan_run(view, move_per_byte_saved, may_map, &movable);
             if let Some(slide) = planned
                 && best.as_ref().is_none_or(|best| slide.gained > best.gained)
             {
@@ -119,6 +102,13 @@ impl ExpandablePool {
     /// `growth` it spares: how a growth is spared when the free room lies
     /// in holes smaller than the reservation and no window's allocations
     /// fit elsewhere.
+    ///
+    /// From each start, the run ends at the first allocation whose room
+    /// (below it, among it and the free block right above it) holds
+    /// `aligned`: later ones only move more. That room grows with the run,
+    /// and so do the bytes moved, the voids crossed and whether a pinned
+    /// allocation lies in it, so the first such allocation is found by a
+    /// binary search and the run is judged there alone.
     pub(crate) fn plan_room(
         &self,
         aligned: u64,
@@ -127,111 +117,98 @@ impl ExpandablePool {
         movable: impl Fn(u32) -> bool,
     ) -> Option<Slide> {
         let mut best: Option<(u64, u64, Slide)> = None;
-        self.each_range(|blocks| {
+        self.each_range(|view| {
+            let blocks = view.blocks();
+            let owners = view.owners();
+            // The room a run ending at the allocation `last` gathers, from
+            // the range's start: the free block right above it joins (a
+            // void there is left for the growth's own mapping).
+            let gathered = |last: usize| {
+                let above = blocks.get(last + 1).filter(|above| above.is_free());
+                view.room_before(last + 1) + above.map_or(0, |above| above.size)
+            };
             for (base, first) in run_starts(blocks) {
-                let (mut live, mut room, mut voids) = (0u64, 0u64, 0u64);
-                for below in &blocks[base..first] {
-                    room += below.size;
-                    voids += below.void_bytes();
+                let from = owners.partition_point(|&owner| owner < first);
+                let need = view.room_before(base).saturating_add(aligned);
+                let at = from + owners[from..].partition_point(|&owner| gathered(owner) < need);
+                let Some(&last) = owners.get(at) else {
+                    continue;
+                };
+                let voids = view.voids(base, last);
+                if voids >= growth {
+                    continue;
                 }
-                for (last, block) in blocks.iter().enumerate().skip(first) {
-                    let Some(slot) = block.owner else {
-                        room += block.size;
-                        voids += block.void_bytes();
-                        continue;
-                    };
-                    live += block.size;
-                    if voids >= growth || !movable(slot) {
-                        break;
-                    }
-                    let spared = growth - voids;
-                    let dearer = best
-                        .as_ref()
-                        .is_some_and(|(cost, mapped, _)| (live, voids) >= (*cost, *mapped));
-                    if live > spared.saturating_mul(move_per_byte_saved) || dearer {
-                        break;
-                    }
-                    // The free block right above the run joins the room; a
-                    // void there is left for the growth's own mapping.
-                    let above = blocks.get(last + 1).filter(|above| above.is_free());
-                    if room + above.map_or(0, |above| above.size) >= aligned {
-                        best = Some((live, voids, Slide::of(&blocks[base..=last], 0)));
-                        break;
-                    }
+                let live = view.live(base, last + 1);
+                let spared = growth - voids;
+                let dearer = best
+                    .as_ref()
+                    .is_some_and(|(cost, mapped, _)| (live, voids) >= (*cost, *mapped));
+                // Pins last: the only question that reads the allocations.
+                if live > spared.saturating_mul(move_per_byte_saved)
+                    || dearer
+                    || view.any_pinned(first, last + 1, &movable)
+                {
+                    continue;
                 }
+                best = Some((live, voids, Slide::of(&blocks[base..=last], 0)));
             }
         });
         best.map(|(_, _, slide)| slide)
     }
 
-    /// Call `visit` with the blocks of every held range without a page
-    /// guard, in address order, its last void run (the unmapped rest of
-    /// the range, which nothing lies above) left out.
-    fn each_range(&self, mut visit: impl FnMut(&[Block])) {
-        let mut blocks: Vec<Block> = Vec::new();
-        for range in self
-            .ranges
-            .iter()
-            .filter(|range| range.held && range.guards == 0)
-        {
-            blocks.clear();
-            let mut node = range.first;
-            while node != NONE {
-                let carved = !self.arena.is_free(node);
-                let owner = carved.then(|| self.arena.owner(node));
-                blocks.push(Block {
-                    offset: self.arena.offset(node),
-                    size: self.arena.size(node),
-                    owner: owner.filter(|&owner| owner != VOID),
-                    void: (owner == Some(VOID)).then_some(node),
-                });
-                node = self.arena.next(node);
-            }
-            if blocks.last().is_some_and(|block| block.void.is_some()) {
-                blocks.pop();
-            }
-            visit(&blocks);
-        }
-    }
-
-    /// The best slide of one range (its blocks in address order), if any
-    /// pays: the run of allocations, from any one up to any one above it,
-    /// whose slide releases the most granules beyond those already
-    /// released among the room it gathers (the whole free granules of the
-    /// free blocks below the run, among it and right above it, and the void
-    /// runs it crosses, mapped first: at most `may_map` bytes of them); ties
-    /// to the cheapest, then the lowest.
+    /// The best slide of one range, if any pays: the run of allocations,
+    /// from any one up to any one above it, whose slide releases the most
+    /// granules beyond those already released among the room it gathers
+    /// (the whole free granules of the free blocks below the run, among it
+    /// and right above it, and the void runs it crosses, mapped first: at
+    /// most `may_map` bytes of them); ties to the cheapest, then the
+    /// lowest.
     fn plan_run(
         &self,
-        blocks: &[Block],
+        view: &RangeView,
         move_per_byte_saved: u64,
         may_map: u64,
         movable: &impl Fn(u32) -> bool,
     ) -> Option<Slide> {
         let granule = self.granule;
-        // Bytes of a block that lie released already: whole free granules,
-        // or all of a void run.
-        let released_already = |block: &Block| match (block.owner, block.void) {
-            (None, None) => whole_granules(block.offset, block.size, granule),
-            (None, Some(_)) => block.size,
-            (Some(_), _) => 0,
-        };
+        let blocks = view.blocks();
         // The best run so far: (released beyond the free, bytes, base, last).
         let mut best: Option<(u64, u64, usize, usize)> = None;
         for (base, first) in run_starts(blocks) {
+            // No run from here releases more than the room above `base`
+            // not released yet, and that shrinks as `base` rises: once it
+            // cannot beat the best, no later start can.
+            let most_possible = view.unreleased_from(base);
+            let cannot_win = |live: u64, best: Option<(u64, u64, usize, usize)>| {
+                best.is_some_and(|(most, cost, _, _)| {
+                    most_possible < most || (most_possible == most && live >= cost)
+                })
+            };
+            if cannot_win(0, best) {
+                break;
+            }
             let below = &blocks[base..first];
-            let (mut live, mut already) = (0u64, below.iter().map(released_already).sum::<u64>());
+            let mut live = 0u64;
+            let mut already = below
+                .iter()
+                .map(|block| block.released(granule))
+                .sum::<u64>();
             let mut voids: u64 = below.iter().map(Block::void_bytes).sum();
             for (last, block) in blocks.iter().enumerate().skip(first) {
-                let Some(slot) = block.owner else {
-                    already += released_already(block);
+                if block.owner.is_none() {
+                    already += block.released(granule);
                     voids += block.void_bytes();
                     continue;
-                };
-                if !movable(slot) || voids > may_map {
+                }
+                if voids > may_map || !view.is_movable(last, movable) {
                     break;
                 }
                 live += block.size;
+                if live > most_possible.saturating_mul(move_per_byte_saved)
+                    || cannot_win(live, best)
+                {
+                    break;
+                }
                 // The gathered room runs to the end of the free block above
                 // the run, if there is one (a void there stays unmapped).
                 let above = blocks.get(last + 1).filter(|above| above.is_free());
@@ -239,7 +216,8 @@ impl ExpandablePool {
                     above.map_or(block.offset + block.size, |above| above.offset + above.size);
                 let packed_end = blocks[base].offset + live;
                 let released = whole_granules(packed_end, end - packed_end, granule);
-                let gained = released.saturating_sub(already + above.map_or(0, released_already));
+                let above_already = above.map_or(0, |above| above.released(granule));
+                let gained = released.saturating_sub(already + above_already);
                 let better = best.is_none_or(|(most, cost, _, _)| {
                     gained > most || (gained == most && live < cost)
                 });
@@ -299,13 +277,6 @@ impl ExpandablePool {
             offset: self.arena.offset(merged),
         }
     }
-}
-
-/// Bytes of whole granules in `size` bytes from `offset`.
-fn whole_granules(offset: u64, size: u64, granule: u64) -> u64 {
-    let first = align_up(offset, granule);
-    let last = (offset + size) / granule * granule;
-    last.saturating_sub(first)
 }
 
 /// Where a run may start in `blocks`: (the first block of the room below

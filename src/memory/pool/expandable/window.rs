@@ -13,7 +13,7 @@
 //! room half-way and the growth happened anyway.
 
 use super::holes::Holes;
-use super::{ExpandablePool, PlannedMove, VOID};
+use super::{ExpandablePool, PlannedMove};
 use crate::memory::arena::NONE;
 use crate::memory::pool::Placement;
 
@@ -68,44 +68,54 @@ impl ExpandablePool {
         let mut candidates: Vec<Candidate> = Vec::with_capacity(WINDOWS_TRIED + 1);
         // Free blocks a move may land in: (size, range, offset, index).
         let mut holes = Vec::new();
-        for (index, range) in self.ranges.iter().enumerate() {
-            if !range.held || range.guards > 0 {
-                continue;
-            }
-            let index = index as u32;
-            let mut node = range.first;
-            while node != NONE {
-                if self.arena.is_free(node) {
-                    let start = self.arena.offset(node);
-                    holes.push((self.arena.size(node), index, start, node as usize));
-                    // Only the cheapest few are tried: once that many are
-                    // known, a window must be cheaper than the dearest
-                    // (blocks are walked in address order, so an equal
-                    // cost loses the tie).
-                    let limit = match candidates.last() {
-                        Some(dearest) if candidates.len() == WINDOWS_TRIED => {
-                            dearest.cost.saturating_sub(1)
-                        }
-                        _ => budget,
-                    };
-                    if let Some((end, cost)) = self.window_from(node, aligned, limit, &movable) {
-                        let at = candidates.partition_point(|c| c.cost <= cost);
-                        candidates.insert(
-                            at,
-                            Candidate {
-                                cost,
-                                range: index,
-                                start,
-                                anchor: node,
-                                end,
-                            },
-                        );
-                        candidates.truncate(WINDOWS_TRIED);
-                    }
+        self.each_range(|view| {
+            let blocks = view.blocks();
+            // The end of the shortest run covering `aligned` bytes only
+            // moves up as its start does.
+            let mut to = 0;
+            for (at, block) in blocks.iter().enumerate() {
+                if !block.is_free() {
+                    continue;
                 }
-                node = self.arena.next(node);
+                holes.push((block.size, view.range, block.offset, block.node as usize));
+                // Only the cheapest few are tried: once that many are
+                // known, a window must be cheaper than the dearest (blocks
+                // are walked in address order, so an equal cost loses the
+                // tie).
+                let limit = match candidates.last() {
+                    Some(dearest) if candidates.len() == WINDOWS_TRIED => {
+                        dearest.cost.saturating_sub(1)
+                    }
+                    _ => budget,
+                };
+                // The shortest run of blocks from this one that covers
+                // `aligned` bytes, with no void run or pinned allocation.
+                to = to.max(at);
+                while to < blocks.len() && view.bytes(at, to) < aligned {
+                    to += 1;
+                }
+                if view.bytes(at, to) < aligned {
+                    continue;
+                }
+                let cost = view.live(at, to);
+                if cost > limit || view.any_blocked(at, to, &movable) {
+                    continue;
+                }
+                let end = block.offset + view.bytes(at, to);
+                let rank = candidates.partition_point(|c| c.cost <= cost);
+                candidates.insert(
+                    rank,
+                    Candidate {
+                        cost,
+                        range: view.range,
+                        start: block.offset,
+                        anchor: block.node,
+                        end,
+                    },
+                );
+                candidates.truncate(WINDOWS_TRIED);
             }
-        }
+        });
         let free = self.free_mapped();
         // Only windows whose allocations could fit in the free room outside
         // them are planned; the holes are sorted for the first of those.
@@ -166,39 +176,6 @@ impl ExpandablePool {
                 .map(|(slot, hole)| (slot, hole as u32))
                 .collect()
         })
-    }
-
-    /// From the free block `anchor`, the end of the shortest run of mapped
-    /// blocks covering `aligned` bytes and the bytes of allocations on it,
-    /// if every one is movable and they come to at most `limit`.
-    fn window_from(
-        &self,
-        anchor: u32,
-        aligned: u64,
-        limit: u64,
-        movable: &impl Fn(u32) -> bool,
-    ) -> Option<(u64, u64)> {
-        let (mut covered, mut cost) = (0u64, 0u64);
-        let mut node = anchor;
-        while covered < aligned {
-            if node == NONE {
-                return None;
-            }
-            let size = self.arena.size(node);
-            if !self.arena.is_free(node) {
-                let owner = self.arena.owner(node);
-                if owner == VOID || !movable(owner) {
-                    return None;
-                }
-                cost += size;
-                if cost > limit {
-                    return None;
-                }
-            }
-            covered += size;
-            node = self.arena.next(node);
-        }
-        Some((self.arena.offset(anchor) + covered, cost))
     }
 
     /// Keep `window`'s free room off the lists while its allocations move.

@@ -1,0 +1,249 @@
+//! A held range's blocks as the compaction planners see them: in address
+//! order, each allocation's movability looked up once, and running sums
+//! over them, so that a planner asks "what lies between block `i` and
+//! block `j`" in constant time instead of walking it.
+//!
+//! The planners used to walk the arena from every candidate start and ask
+//! the slot table about each allocation on the way: work that grew with
+//! the live allocations times the span each start covers, tens of
+//! microseconds a growth with ten thousand allocations live
+//! (`docs/performance.md`, "Planning cost"). With the sums, a window or a
+//! room-gathering run is found with one binary search per start.
+
+use super::{ExpandablePool, VOID, align_down, align_up};
+use crate::memory::arena::NONE;
+use std::cell::Cell;
+
+/// A block of a range as a plan sees it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Block {
+    /// Its arena node.
+    pub(super) node: u32,
+    pub(super) offset: u64,
+    pub(super) size: u64,
+    /// The slot of an allocation; `None` for a free block or a void run.
+    pub(super) owner: Option<u32>,
+    /// Whether it is a void run (unmapped address space).
+    pub(super) void: bool,
+}
+
+impl Block {
+    pub(super) fn is_free(&self) -> bool {
+        self.owner.is_none() && !self.void
+    }
+
+    /// Its bytes if it is a void run (a slide across it maps them first).
+    pub(super) fn void_bytes(&self) -> u64 {
+        if self.void { self.size } else { 0 }
+    }
+
+    /// Its bytes if it is free room, mapped or not.
+    fn room(&self) -> u64 {
+        if self.owner.is_none() { self.size } else { 0 }
+    }
+
+    /// Its bytes if it is an allocation.
+    fn live(&self) -> u64 {
+        if self.owner.is_some() { self.size } else { 0 }
+    }
+
+    /// Bytes of it that lie released already: the whole free granules of a
+    /// free block, all of a void run, none of an allocation.
+    pub(super) fn released(&self, granule: u64) -> u64 {
+        match (self.owner, self.void) {
+            (None, false) => whole_granules(self.offset, self.size, granule),
+            (None, true) => self.size,
+            (Some(_), _) => 0,
+        }
+    }
+}
+
+/// Sums over the blocks before one index.
+#[derive(Debug, Clone, Copy, Default)]
+struct Sums {
+    /// Bytes of every block.
+    all: u64,
+    /// Bytes of allocations.
+    live: u64,
+    /// Bytes of free blocks and void runs.
+    room: u64,
+    /// Bytes of void runs.
+    voids: u64,
+    /// Void runs.
+    void_runs: u32,
+}
+
+/// The blocks of one held range without a page guard, in address order,
+/// with their running sums: the range's last void run (the unmapped rest,
+/// which nothing lies above) left out.
+#[derive(Debug, Default)]
+pub(super) struct RangeView {
+    /// The range's index.
+    pub(super) range: u32,
+    blocks: Vec<Block>,
+    /// `sums[i]`: over `blocks[..i]`.
+    sums: Vec<Sums>,
+    /// Indices of the allocations in `blocks`.
+    owners: Vec<usize>,
+    /// `unreleased[i]`: bytes of free room in `blocks[i..]` that are not
+    /// released already (partial granules of free blocks).
+    unreleased: Vec<u64>,
+    /// Whether each block's allocation may move, once asked: unknown,
+    /// movable or pinned. Asked only of allocations a plan would move (a
+    /// pin is a load from the allocation's cell, a cache miss apiece on a
+    /// large pool: a third of the planning time when every one was asked).
+    movable: Vec<Cell<Movable>>,
+}
+
+/// What a view knows of an allocation's pins.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Movable {
+    #[default]
+    Unknown,
+    Yes,
+    No,
+}
+
+impl RangeView {
+    pub(super) fn blocks(&self) -> &[Block] {
+        &self.blocks
+    }
+
+    /// Indices of the allocations, in address order.
+    pub(super) fn owners(&self) -> &[usize] {
+        &self.owners
+    }
+
+    /// Bytes of all blocks in `from..to`.
+    pub(super) fn bytes(&self, from: usize, to: usize) -> u64 {
+        self.sums[to].all - self.sums[from].all
+    }
+
+    /// Bytes of allocations in `from..to`.
+    pub(super) fn live(&self, from: usize, to: usize) -> u64 {
+        self.sums[to].live - self.sums[from].live
+    }
+
+    /// Bytes of free room (mapped or not) in `..to`.
+    pub(super) fn room_before(&self, to: usize) -> u64 {
+        self.sums[to].room
+    }
+
+    /// Bytes of void runs in `from..to`.
+    pub(super) fn voids(&self, from: usize, to: usize) -> u64 {
+        self.sums[to].voids - self.sums[from].voids
+    }
+
+    /// Whether block `at` is an allocation that may move, as `movable`
+    /// says (asked once a view).
+    pub(super) fn is_movable(&self, at: usize, movable: &impl Fn(u32) -> bool) -> bool {
+        let Some(slot) = self.blocks[at].owner else {
+            return false;
+        };
+        match self.movable[at].get() {
+            Movable::Yes => true,
+            Movable::No => false,
+            Movable::Unknown => {
+                let answer = movable(slot);
+                self.movable[at].set(if answer { Movable::Yes } else { Movable::No });
+                answer
+            }
+        }
+    }
+
+    /// Whether an allocation in `from..to` may not move.
+    pub(super) fn any_pinned(
+        &self,
+        from: usize,
+        to: usize,
+        movable: &impl Fn(u32) -> bool,
+    ) -> bool {
+        (from..to).any(|at| self.blocks[at].owner.is_some() && !self.is_movable(at, movable))
+    }
+
+    /// Whether a void run or an allocation that may not move lies in
+    /// `from..to`.
+    pub(super) fn any_blocked(
+        &self,
+        from: usize,
+        to: usize,
+        movable: &impl Fn(u32) -> bool,
+    ) -> bool {
+        self.sums[to].void_runs > self.sums[from].void_runs || self.any_pinned(from, to, movable)
+    }
+
+    /// Bytes of free room from block `from` on that are not released
+    /// already: no slide starting at `from` releases more than that.
+    pub(super) fn unreleased_from(&self, from: usize) -> u64 {
+        self.unreleased[from]
+    }
+}
+
+impl ExpandablePool {
+    /// Call `visit` with the view of every held range without a page
+    /// guard, in index order.
+    pub(super) fn each_range(&self, mut visit: impl FnMut(&RangeView)) {
+        let mut view = self.view.borrow_mut();
+        for (index, range) in self.ranges.iter().enumerate() {
+            if !range.held || range.guards > 0 {
+                continue;
+            }
+            view.range = index as u32;
+            view.blocks.clear();
+            let mut node = range.first;
+            while node != NONE {
+                let carved = !self.arena.is_free(node);
+                let owner = carved.then(|| self.arena.owner(node));
+                let slot = owner.filter(|&owner| owner != VOID);
+                view.blocks.push(Block {
+                    node,
+                    offset: self.arena.offset(node),
+                    size: self.arena.size(node),
+                    owner: slot,
+                    void: owner == Some(VOID),
+                });
+                node = self.arena.next(node);
+            }
+            if view.blocks.last().is_some_and(|block| block.void) {
+                view.blocks.pop();
+            }
+            view.sum(self.granule);
+            visit(&view);
+        }
+    }
+}
+
+impl RangeView {
+    fn sum(&mut self, granule: u64) {
+        self.sums.clear();
+        self.owners.clear();
+        let mut sums = Sums::default();
+        self.sums.push(sums);
+        for (index, block) in self.blocks.iter().enumerate() {
+            if block.owner.is_some() {
+                self.owners.push(index);
+            }
+            sums.all += block.size;
+            sums.live += block.live();
+            sums.room += block.room();
+            sums.voids += block.void_bytes();
+            sums.void_runs += u32::from(block.void);
+            self.sums.push(sums);
+        }
+        self.movable.clear();
+        self.movable.resize(self.blocks.len(), Cell::default());
+        self.unreleased.clear();
+        self.unreleased.resize(self.blocks.len() + 1, 0);
+        for (index, block) in self.blocks.iter().enumerate().rev() {
+            let partial = block.room() - block.released(granule);
+            self.unreleased[index] = self.unreleased[index + 1] + partial;
+        }
+    }
+}
+
+/// Bytes of whole granules in `size` bytes from `offset`.
+pub(super) fn whole_granules(offset: u64, size: u64, granule: u64) -> u64 {
+    let first = align_up(offset, granule);
+    let last = align_down(offset + size, granule);
+    last.saturating_sub(first)
+}
