@@ -1,7 +1,8 @@
 //! Core cost of the single-threaded manager: reserve + release with a given
 //! number of live allocations (small sizes, `VirtualStorage`), to show the
 //! cost stays flat from 1K to 1M live; and the ring workloads of DESIGN.md
-//! (fixed 4 KiB, fixed 1 MiB, mixed 256 B..16 MiB with 64 live); and
+//! (fixed 4 KiB, fixed 1 MiB, mixed 256 B..16 MiB with 64 live); a
+//! fragmented live set of 1K to 30K small tensors, replaced at random; and
 //! relocation's bytes moved per second on host memory beside a plain
 //! `memcpy` of the same bytes.
 //!
@@ -57,6 +58,44 @@ fn live_set_scaling(c: &mut Criterion) {
             })
         });
         drop(held);
+    }
+    group.finish();
+}
+
+/// Log-uniform between 256 B and 256 KiB: a layer's small tensors.
+fn tensor(sizes: &mut Sizes) -> u64 {
+    let exp = 8 + sizes.next() % 10;
+    (1 << exp) + sizes.next() % (1 << exp)
+}
+
+/// Reserve + release where the live set is fragmented: each step replaces
+/// a random one of `live` allocations of 256 B .. 256 KiB, so most
+/// reservations miss the room held and plan a compaction before growing
+/// (the planners' cost with the pool's size: `docs/performance.md`,
+/// "Planning cost").
+fn fragmented_live_set(c: &mut Criterion) {
+    let mut group = c.benchmark_group("fragmented_live_set");
+    group.throughput(Throughput::Elements(1));
+    for live in [1_000usize, 10_000, 30_000] {
+        let mut memory = manager();
+        let mut sizes = Sizes(0x5eed);
+        let mut held: Vec<_> = (0..live)
+            .map(|_| memory.reserve(tensor(&mut sizes), PageUpdate::Allow).unwrap())
+            .collect();
+        let mut replace = |memory: &mut MemoryManager<VirtualStorage>, sizes: &mut Sizes| {
+            let at = (sizes.next() % live as u64) as usize;
+            held[at] = memory
+                .reserve(black_box(tensor(sizes)), PageUpdate::Allow)
+                .unwrap();
+        };
+        // Fragmented before it is measured: what the first samples see is
+        // what the last do.
+        for _ in 0..20_000 {
+            replace(&mut memory, &mut sizes);
+        }
+        group.bench_with_input(BenchmarkId::from_parameter(live), &live, |b, _| {
+            b.iter(|| replace(&mut memory, &mut sizes))
+        });
     }
     group.finish();
 }
@@ -137,6 +176,6 @@ fn relocation(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(30).warm_up_time(std::time::Duration::from_millis(500)).measurement_time(std::time::Duration::from_secs(2));
-    targets = live_set_scaling, ring, relocation
+    targets = live_set_scaling, fragmented_live_set, ring, relocation
 }
 criterion_main!(benches);
