@@ -80,7 +80,11 @@ fn fragmented_live_set(c: &mut Criterion) {
         let mut memory = manager();
         let mut sizes = Sizes(0x5eed);
         let mut held: Vec<_> = (0..live)
-            .map(|_| memory.reserve(tensor(&mut sizes), PageUpdate::Allow).unwrap())
+            .map(|_| {
+                memory
+                    .reserve(tensor(&mut sizes), PageUpdate::Allow)
+                    .unwrap()
+            })
             .collect();
         let mut replace = |memory: &mut MemoryManager<VirtualStorage>, sizes: &mut Sizes| {
             let at = (sizes.next() % live as u64) as usize;

@@ -31,6 +31,8 @@ use std::collections::{BTreeMap, VecDeque};
 mod blocks;
 mod evacuate;
 mod holes;
+#[cfg(test)]
+mod plan_tests;
 mod slide;
 mod window;
 

@@ -188,32 +188,40 @@ impl ExpandablePool {
             if !range.held || range.guards > 0 {
                 continue;
             }
-            view.range = index as u32;
-            view.blocks.clear();
+            // The last view's buffer, reused.
+            let mut blocks = std::mem::take(&mut view.blocks);
+            blocks.clear();
             let mut node = range.first;
             while node != NONE {
                 let carved = !self.arena.is_free(node);
                 let owner = carved.then(|| self.arena.owner(node));
-                let slot = owner.filter(|&owner| owner != VOID);
-                view.blocks.push(Block {
+                blocks.push(Block {
                     node,
                     offset: self.arena.offset(node),
                     size: self.arena.size(node),
-                    owner: slot,
+                    owner: owner.filter(|&owner| owner != VOID),
                     void: owner == Some(VOID),
                 });
                 node = self.arena.next(node);
             }
-            if view.blocks.last().is_some_and(|block| block.void) {
-                view.blocks.pop();
-            }
-            view.sum(self.granule);
+            view.rebuild(index as u32, blocks, self.granule);
             visit(&view);
         }
     }
 }
 
 impl RangeView {
+    /// The view of range `range` whose blocks, in address order, are
+    /// `blocks` (its last void run, if any, is left out).
+    pub(super) fn rebuild(&mut self, range: u32, mut blocks: Vec<Block>, granule: u64) {
+        if blocks.last().is_some_and(|block| block.void) {
+            blocks.pop();
+        }
+        self.range = range;
+        self.blocks = blocks;
+        self.sum(granule);
+    }
+
     fn sum(&mut self, granule: u64) {
         self.sums.clear();
         self.owners.clear();

@@ -85,7 +85,7 @@ impl ExpandablePool {
         };
         let mut best: Option<Slide> = None;
         self.each_range(|view| {
-            let planned = self.plan_run(view, move_per_byte_saved, may_map, &movable);
+            let planned = best_run(view, self.granule, move_per_byte_saved, may_map, &movable);
             if let Some(slide) = planned
                 && best.as_ref().is_none_or(|best| slide.gained > best.gained)
             {
@@ -118,116 +118,16 @@ impl ExpandablePool {
     ) -> Option<Slide> {
         let mut best: Option<(u64, u64, Slide)> = None;
         self.each_range(|view| {
-            let blocks = view.blocks();
-            let owners = view.owners();
-            // The room a run ending at the allocation `last` gathers, from
-            // the range's start: the free block right above it joins (a
-            // void there is left for the growth's own mapping).
-            let gathered = |last: usize| {
-                let above = blocks.get(last + 1).filter(|above| above.is_free());
-                view.room_before(last + 1) + above.map_or(0, |above| above.size)
-            };
-            for (base, first) in run_starts(blocks) {
-                let from = owners.partition_point(|&owner| owner < first);
-                let need = view.room_before(base).saturating_add(aligned);
-                let at = from + owners[from..].partition_point(|&owner| gathered(owner) < need);
-                let Some(&last) = owners.get(at) else {
-                    continue;
-                };
-                let voids = view.voids(base, last);
-                if voids >= growth {
-                    continue;
-                }
-                let live = view.live(base, last + 1);
-                let spared = growth - voids;
-                let dearer = best
-                    .as_ref()
-                    .is_some_and(|(cost, mapped, _)| (live, voids) >= (*cost, *mapped));
-                // Pins last: the only question that reads the allocations.
-                if live > spared.saturating_mul(move_per_byte_saved)
-                    || dearer
-                    || view.any_pinned(first, last + 1, &movable)
-                {
-                    continue;
-                }
-                best = Some((live, voids, Slide::of(&blocks[base..=last], 0)));
-            }
+            room_in(
+                view,
+                aligned,
+                growth,
+                move_per_byte_saved,
+                &movable,
+                &mut best,
+            );
         });
         best.map(|(_, _, slide)| slide)
-    }
-
-    /// The best slide of one range, if any pays: the run of allocations,
-    /// from any one up to any one above it, whose slide releases the most
-    /// granules beyond those already released among the room it gathers
-    /// (the whole free granules of the free blocks below the run, among it
-    /// and right above it, and the void runs it crosses, mapped first: at
-    /// most `may_map` bytes of them); ties to the cheapest, then the
-    /// lowest.
-    fn plan_run(
-        &self,
-        view: &RangeView,
-        move_per_byte_saved: u64,
-        may_map: u64,
-        movable: &impl Fn(u32) -> bool,
-    ) -> Option<Slide> {
-        let granule = self.granule;
-        let blocks = view.blocks();
-        // The best run so far: (released beyond the free, bytes, base, last).
-        let mut best: Option<(u64, u64, usize, usize)> = None;
-        for (base, first) in run_starts(blocks) {
-            // No run from here releases more than the room above `base`
-            // not released yet, and that shrinks as `base` rises: once it
-            // cannot beat the best, no later start can.
-            let most_possible = view.unreleased_from(base);
-            let cannot_win = |live: u64, best: Option<(u64, u64, usize, usize)>| {
-                best.is_some_and(|(most, cost, _, _)| {
-                    most_possible < most || (most_possible == most && live >= cost)
-                })
-            };
-            if cannot_win(0, best) {
-                break;
-            }
-            let below = &blocks[base..first];
-            let mut live = 0u64;
-            let mut already = below
-                .iter()
-                .map(|block| block.released(granule))
-                .sum::<u64>();
-            let mut voids: u64 = below.iter().map(Block::void_bytes).sum();
-            for (last, block) in blocks.iter().enumerate().skip(first) {
-                if block.owner.is_none() {
-                    already += block.released(granule);
-                    voids += block.void_bytes();
-                    continue;
-                }
-                if voids > may_map || !view.is_movable(last, movable) {
-                    break;
-                }
-                live += block.size;
-                if live > most_possible.saturating_mul(move_per_byte_saved)
-                    || cannot_win(live, best)
-                {
-                    break;
-                }
-                // The gathered room runs to the end of the free block above
-                // the run, if there is one (a void there stays unmapped).
-                let above = blocks.get(last + 1).filter(|above| above.is_free());
-                let end =
-                    above.map_or(block.offset + block.size, |above| above.offset + above.size);
-                let packed_end = blocks[base].offset + live;
-                let released = whole_granules(packed_end, end - packed_end, granule);
-                let above_already = above.map_or(0, |above| above.released(granule));
-                let gained = released.saturating_sub(already + above_already);
-                let better = best.is_none_or(|(most, cost, _, _)| {
-                    gained > most || (gained == most && live < cost)
-                });
-                if gained > 0 && gained.saturating_mul(move_per_byte_saved) >= live && better {
-                    best = Some((gained, live, base, last));
-                }
-            }
-        }
-        let (gained, _, base, last) = best?;
-        Some(Slide::of(&blocks[base..=last], gained))
     }
 
     /// Map the whole void run `node` (a slide's plan crosses it), the free
@@ -277,6 +177,122 @@ impl ExpandablePool {
             offset: self.arena.offset(merged),
         }
     }
+}
+
+/// [`ExpandablePool::plan_room`] in one range: `best` (bytes moved, void
+/// bytes mapped, the slide) becomes this range's run where that is
+/// cheaper.
+pub(super) fn room_in(
+    view: &RangeView,
+    aligned: u64,
+    growth: u64,
+    move_per_byte_saved: u64,
+    movable: &impl Fn(u32) -> bool,
+    best: &mut Option<(u64, u64, Slide)>,
+) {
+    let blocks = view.blocks();
+    let owners = view.owners();
+    // The room a run ending at the allocation `last` gathers, from
+    // the range's start: the free block right above it joins (a
+    // void there is left for the growth's own mapping).
+    let gathered = |last: usize| {
+        let above = blocks.get(last + 1).filter(|above| above.is_free());
+        view.room_before(last + 1) + above.map_or(0, |above| above.size)
+    };
+    for (base, first) in run_starts(blocks) {
+        let from = owners.partition_point(|&owner| owner < first);
+        let need = view.room_before(base).saturating_add(aligned);
+        let at = from + owners[from..].partition_point(|&owner| gathered(owner) < need);
+        let Some(&last) = owners.get(at) else {
+            continue;
+        };
+        let voids = view.voids(base, last);
+        if voids >= growth {
+            continue;
+        }
+        let live = view.live(base, last + 1);
+        let spared = growth - voids;
+        let dearer = best
+            .as_ref()
+            .is_some_and(|(cost, mapped, _)| (live, voids) >= (*cost, *mapped));
+        // Pins last: the only question that reads the allocations.
+        if live > spared.saturating_mul(move_per_byte_saved)
+            || dearer
+            || view.any_pinned(first, last + 1, movable)
+        {
+            continue;
+        }
+        *best = Some((live, voids, Slide::of(&blocks[base..=last], 0)));
+    }
+}
+
+/// The best slide of one range, if any pays: the run of allocations,
+/// from any one up to any one above it, whose slide releases the most
+/// granules beyond those already released among the room it gathers
+/// (the whole free granules of the free blocks below the run, among it
+/// and right above it, and the void runs it crosses, mapped first: at
+/// most `may_map` bytes of them); ties to the cheapest, then the
+/// lowest.
+pub(super) fn best_run(
+    view: &RangeView,
+    granule: u64,
+    move_per_byte_saved: u64,
+    may_map: u64,
+    movable: &impl Fn(u32) -> bool,
+) -> Option<Slide> {
+    let blocks = view.blocks();
+    // The best run so far: (released beyond the free, bytes, base, last).
+    let mut best: Option<(u64, u64, usize, usize)> = None;
+    for (base, first) in run_starts(blocks) {
+        // No run from here releases more than the room above `base`
+        // not released yet, and that shrinks as `base` rises: once it
+        // cannot beat the best, no later start can.
+        let most_possible = view.unreleased_from(base);
+        let cannot_win = |live: u64, best: Option<(u64, u64, usize, usize)>| {
+            best.is_some_and(|(most, cost, _, _)| {
+                most_possible < most || (most_possible == most && live >= cost)
+            })
+        };
+        if cannot_win(0, best) {
+            break;
+        }
+        let below = &blocks[base..first];
+        let mut live = 0u64;
+        let mut already = below
+            .iter()
+            .map(|block| block.released(granule))
+            .sum::<u64>();
+        let mut voids: u64 = below.iter().map(Block::void_bytes).sum();
+        for (last, block) in blocks.iter().enumerate().skip(first) {
+            if block.owner.is_none() {
+                already += block.released(granule);
+                voids += block.void_bytes();
+                continue;
+            }
+            if voids > may_map || !view.is_movable(last, movable) {
+                break;
+            }
+            live += block.size;
+            if live > most_possible.saturating_mul(move_per_byte_saved) || cannot_win(live, best) {
+                break;
+            }
+            // The gathered room runs to the end of the free block above
+            // the run, if there is one (a void there stays unmapped).
+            let above = blocks.get(last + 1).filter(|above| above.is_free());
+            let end = above.map_or(block.offset + block.size, |above| above.offset + above.size);
+            let packed_end = blocks[base].offset + live;
+            let released = whole_granules(packed_end, end - packed_end, granule);
+            let above_already = above.map_or(0, |above| above.released(granule));
+            let gained = released.saturating_sub(already + above_already);
+            let better = best
+                .is_none_or(|(most, cost, _, _)| gained > most || (gained == most && live < cost));
+            if gained > 0 && gained.saturating_mul(move_per_byte_saved) >= live && better {
+                best = Some((gained, live, base, last));
+            }
+        }
+    }
+    let (gained, _, base, last) = best?;
+    Some(Slide::of(&blocks[base..=last], gained))
 }
 
 /// Where a run may start in `blocks`: (the first block of the room below

@@ -12,14 +12,15 @@
 //! thirds of the windows chosen on the random-allocations family ran out of
 //! room half-way and the growth happened anyway.
 
-use super::holes::Holes;
+use super::blocks::RangeView;
+use super::holes::{Hole, Holes};
 use super::{ExpandablePool, PlannedMove};
 use crate::memory::arena::NONE;
 use crate::memory::pool::Placement;
 
 /// Windows planned on paper before a compaction gives up (each costs a few
 /// set operations per allocation on it).
-const WINDOWS_TRIED: usize = 8;
+pub(super) const WINDOWS_TRIED: usize = 8;
 
 /// A run of blocks a compaction empties to serve one reservation: from the
 /// free block `anchor` on, `end - start` bytes, of which `cost` are live
@@ -43,13 +44,13 @@ pub(crate) struct Window {
 }
 
 /// A window before it is planned: where it is and what moving costs.
-#[derive(Debug, Clone, Copy)]
-struct Candidate {
-    cost: u64,
-    range: u32,
-    start: u64,
-    anchor: u32,
-    end: u64,
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Candidate {
+    pub(super) cost: u64,
+    pub(super) range: u32,
+    pub(super) start: u64,
+    pub(super) anchor: u32,
+    pub(super) end: u64,
 }
 
 impl ExpandablePool {
@@ -69,52 +70,7 @@ impl ExpandablePool {
         // Free blocks a move may land in: (size, range, offset, index).
         let mut holes = Vec::new();
         self.each_range(|view| {
-            let blocks = view.blocks();
-            // The end of the shortest run covering `aligned` bytes only
-            // moves up as its start does.
-            let mut to = 0;
-            for (at, block) in blocks.iter().enumerate() {
-                if !block.is_free() {
-                    continue;
-                }
-                holes.push((block.size, view.range, block.offset, block.node as usize));
-                // Only the cheapest few are tried: once that many are
-                // known, a window must be cheaper than the dearest (blocks
-                // are walked in address order, so an equal cost loses the
-                // tie).
-                let limit = match candidates.last() {
-                    Some(dearest) if candidates.len() == WINDOWS_TRIED => {
-                        dearest.cost.saturating_sub(1)
-                    }
-                    _ => budget,
-                };
-                // The shortest run of blocks from this one that covers
-                // `aligned` bytes, with no void run or pinned allocation.
-                to = to.max(at);
-                while to < blocks.len() && view.bytes(at, to) < aligned {
-                    to += 1;
-                }
-                if view.bytes(at, to) < aligned {
-                    continue;
-                }
-                let cost = view.live(at, to);
-                if cost > limit || view.any_blocked(at, to, &movable) {
-                    continue;
-                }
-                let end = block.offset + view.bytes(at, to);
-                let rank = candidates.partition_point(|c| c.cost <= cost);
-                candidates.insert(
-                    rank,
-                    Candidate {
-                        cost,
-                        range: view.range,
-                        start: block.offset,
-                        anchor: block.node,
-                        end,
-                    },
-                );
-                candidates.truncate(WINDOWS_TRIED);
-            }
+            windows_in(view, aligned, budget, &movable, &mut candidates, &mut holes);
         });
         let free = self.free_mapped();
         // Only windows whose allocations could fit in the free room outside
@@ -240,5 +196,62 @@ impl ExpandablePool {
         self.arena.set_listed(anchor, false);
         self.arena.carve_at(anchor, aligned);
         Some(self.carved(anchor, size, aligned, slot))
+    }
+}
+
+/// The windows of one range, into `candidates` (the
+/// [`WINDOWS_TRIED`] cheapest so far, by cost, then address) and its free
+/// blocks into `holes` (where a move may land).
+pub(super) fn windows_in(
+    view: &RangeView,
+    aligned: u64,
+    budget: u64,
+    movable: &impl Fn(u32) -> bool,
+    candidates: &mut Vec<Candidate>,
+    holes: &mut Vec<Hole>,
+) {
+    let blocks = view.blocks();
+    // The end of the shortest run covering `aligned` bytes only
+    // moves up as its start does.
+    let mut to = 0;
+    for (at, block) in blocks.iter().enumerate() {
+        if !block.is_free() {
+            continue;
+        }
+        holes.push((block.size, view.range, block.offset, block.node as usize));
+        // Only the cheapest few are tried: once that many are
+        // known, a window must be cheaper than the dearest (blocks
+        // are walked in address order, so an equal cost loses the
+        // tie).
+        let limit = match candidates.last() {
+            Some(dearest) if candidates.len() == WINDOWS_TRIED => dearest.cost.saturating_sub(1),
+            _ => budget,
+        };
+        // The shortest run of blocks from this one that covers
+        // `aligned` bytes, with no void run or pinned allocation.
+        to = to.max(at);
+        while to < blocks.len() && view.bytes(at, to) < aligned {
+            to += 1;
+        }
+        if view.bytes(at, to) < aligned {
+            continue;
+        }
+        let cost = view.live(at, to);
+        if cost > limit || view.any_blocked(at, to, movable) {
+            continue;
+        }
+        let end = block.offset + view.bytes(at, to);
+        let rank = candidates.partition_point(|c| c.cost <= cost);
+        candidates.insert(
+            rank,
+            Candidate {
+                cost,
+                range: view.range,
+                start: block.offset,
+                anchor: block.node,
+                end,
+            },
+        );
+        candidates.truncate(WINDOWS_TRIED);
     }
 }
