@@ -4,6 +4,15 @@
 //! allocation either way (from the cache, or from the actor once the cache
 //! is empty), and once everything is dropped every page is back.
 //!
+//! A second model races a refill ahead: the client's hit takes the last
+//! entry, which sends the actor a request to refill without waiting, and
+//! the client reserves again at once, from the refill if the actor got
+//! there first, through a round trip if not. The actor's offer fills an
+//! empty slot with a CAS from null while the client takes with a swap, so
+//! each spare is handed out once or goes back with the handle. It fails
+//! ("a release was lost") when a cache that ends does not give back what a
+//! refill that came after its handle's end put in it.
+//!
 //! Fails (loom reports the cell's `Arc` dropped once too often, or "an
 //! entry was taken twice") when a slot is emptied with a load and a store
 //! instead of one swap, on either side: both sides then read the same
@@ -13,8 +22,8 @@
 
 mod common;
 
-use common::{run_model, tiny_pages};
-use streamalloc::memory::Cleanup;
+use common::{run_model, tiny_arena, tiny_pages};
+use streamalloc::memory::{Cleanup, PageUpdate};
 use streamalloc::service::loom_support::stream_on;
 use streamalloc::storage::VirtualStorage;
 
@@ -42,6 +51,39 @@ fn a_cache_taken_back_while_its_client_reserves_loses_nothing() {
             "an entry was taken twice"
         );
         drop(allocation);
+        actor.cleanup(Cleanup::Explicit);
+        assert_eq!(actor.live_allocations(), 0, "a release was lost");
+        assert_eq!(actor.bytes_allocated(), 0, "a page leaked");
+    });
+}
+
+#[test]
+fn a_cache_refilled_ahead_while_its_client_reserves_loses_nothing() {
+    run_model("hot cache refilled ahead while its client reserves", || {
+        let (handle, mut actor) = stream_on(Box::new(VirtualStorage::new()), tiny_arena(), 4);
+        // What the stream holds makes the cache's part (1/256 of it) room
+        // for one entry of 64 bytes.
+        let weights = actor
+            .memory()
+            .reserve(16 * 1024, PageUpdate::Allow)
+            .unwrap();
+        actor.fill_hot(&handle, 64, 1);
+        let client = loom::thread::spawn(move || {
+            // The last entry: a refill ahead goes to the actor.
+            let first = handle.reserve(64).expect("served");
+            // From the refill, or from a round trip.
+            let second = handle.reserve(64).expect("served");
+            assert!(!first.same(&second), "one entry handed out twice");
+            drop(handle);
+            (first, second)
+        });
+        // Serves the refill ahead and any round trip; ends when the handle
+        // is gone (its end takes back what the cache still holds).
+        while actor.step() {}
+        let (first, second) = client.join().unwrap();
+        let (hits, _) = actor.hot_counts();
+        assert!((1..=2).contains(&hits), "{hits} hits");
+        drop((first, second, weights));
         actor.cleanup(Cleanup::Explicit);
         assert_eq!(actor.live_allocations(), 0, "a release was lost");
         assert_eq!(actor.bytes_allocated(), 0, "a page leaked");

@@ -8,7 +8,7 @@ mod common;
 use common::{KIB, MIB, quiet};
 use std::time::Duration;
 use streamalloc::clock::ManualClock;
-use streamalloc::memory::{AllocationMode, StreamId};
+use streamalloc::memory::{AllocationMode, PageUpdate, StreamId};
 use streamalloc::service::{ServiceConfig, ServiceError, StreamHandle, Supervisor};
 
 /// A stream that holds a large allocation, so its cache has room (a cache
@@ -254,4 +254,30 @@ fn a_decode_loop_is_served_from_its_cache_within_a_small_allowance() {
         cached.peak_bytes_reserved,
         plain.peak_bytes_reserved
     );
+}
+
+/// A hit that leaves few entries of its size asks the actor for more
+/// without waiting; the next round trip (the inbox is first in, first out)
+/// finds them served. On a manual clock (a replay) a cache refills only in
+/// a miss's round trip, so the same sequence misses.
+#[test]
+fn a_cache_running_low_is_refilled_ahead_of_its_misses() {
+    let sequence = |config: ServiceConfig| {
+        let device = Supervisor::virtual_device(config);
+        let (stream, _big) = busy(&device);
+        let before = stream.stats().hot_misses;
+        // Two misses: the second brings 31 spares (the cache's part of a
+        // 64 MiB stream is 256 KiB). Then 27 hits leave 4.
+        repeat(&stream, 4 * KIB, 2 + 27);
+        // Any round trip: a refill ahead sent before it is served by now.
+        drop(stream.reserve_with(4 * KIB, PageUpdate::Allow).unwrap());
+        repeat(&stream, 4 * KIB, 35);
+        stream.stats().hot_misses - before
+    };
+    let live = ServiceConfig {
+        clock: ServiceConfig::default().clock,
+        ..hot()
+    };
+    assert_eq!(sequence(live), 2, "every reserve after the refill hit");
+    assert!(sequence(hot()) > 2, "a replay's cache waits for its misses");
 }

@@ -14,10 +14,11 @@
 use super::device::{DeviceShared, Notice};
 use super::error::ServiceError;
 use super::events::SupervisorEvent;
+use super::hot::HotCache;
 use super::message::{Control, Request, ShutdownReport};
 use super::shared::StreamShared;
 use super::short::{Pending, PendingState};
-use crate::memory::{MemoryManager, RelocationNeed, RelocationReason};
+use crate::memory::{AllocationMode, MemoryManager, RelocationNeed, RelocationReason};
 use crate::storage::DeviceStorage;
 use crate::sync::Arc;
 use crate::sync::atomic::Ordering;
@@ -223,6 +224,37 @@ impl StreamActor {
         if taken > 0 {
             super::shared::bump(&self.shared.hot_taken_back, taken);
             self.memory.process_releases();
+        }
+    }
+
+    /// A client's refill ahead (`hot.rs`): spares of each of `sizes` for
+    /// `cache`, as many as its part of the stream and its free slots allow
+    /// now, each from the room held or from growth below the cache ceiling,
+    /// as a miss's spares; none while the device is past its headroom or a
+    /// recovery round is out.
+    pub(crate) fn refill_hot(&mut self, cache: &HotCache, sizes: &[u64], mode: AllocationMode) {
+        if self.short_pending {
+            return;
+        }
+        let caches = self.shared.hot.refilling(cache);
+        for &size in sizes {
+            let reserved = self.memory.bytes_reserved();
+            let count = cache.refill(size, reserved, caches);
+            let wanted: smallvec::SmallVec<[u64; 32]> = std::iter::repeat_n(size, count).collect();
+            if count == 0 || self.over_headroom_for(&wanted, mode) {
+                continue;
+            }
+            for _ in 0..count {
+                let Ok(Some(spare)) = self.memory.reserve_for_cache(size, mode) else {
+                    break;
+                };
+                if let Some(unkept) = cache.offer(spare) {
+                    // Filled meanwhile by its client's own refill: back now.
+                    drop(unkept);
+                    self.memory.process_releases();
+                    break;
+                }
+            }
         }
     }
 

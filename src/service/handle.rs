@@ -12,8 +12,8 @@
 
 use super::actor::StreamActor;
 use super::error::ServiceError;
-use super::hot::HotCache;
-use super::message::{Allocations, Answer, Reply, Request, ShutdownReport, Sizes, job};
+use super::hot::{AHEAD_WHEN_LEFT, HotCache};
+use super::message::{Allocations, Answer, Job, Reply, Request, ShutdownReport, Sizes, job};
 use super::shared::{StreamShared, StreamState, StreamStats};
 use crate::memory::{
     Allocation, AllocationCell, AllocationMode, PageUpdate, Pinned, PinnedRef, StreamId,
@@ -68,6 +68,8 @@ pub(crate) struct Connection {
     pub(crate) spin: AdaptiveSpin,
     /// Whether handles keep hot caches.
     pub(crate) hot_cache: bool,
+    /// Whether a hit that empties a size asks for more without waiting.
+    pub(crate) refill_ahead: bool,
 }
 
 /// A client's handle to one stream: `Clone + Send + Sync`.
@@ -365,6 +367,7 @@ impl StreamHandle {
         }
         if let Some(allocation) = self.hot.take(size) {
             if self.is_running() {
+                self.refill_ahead(size);
                 return Ok(allocation);
             }
             // Kept from before the stream stopped: the stream answers.
@@ -373,10 +376,41 @@ impl StreamHandle {
         self.reserve_missed(size)
     }
 
+    /// A hit left few entries of `size` ([`AHEAD_WHEN_LEFT`]): ask the
+    /// actor for more of it, and of every other size running low, without
+    /// waiting (at most one such request out per cache), so that the next
+    /// reserves of those sizes find some. The actor decides how many
+    /// (`StreamActor::refill_hot`); a full inbox or a stopped stream drops
+    /// the request, and the next miss refills as before.
+    fn refill_ahead(&self, size: u64) {
+        if !self.connection.refill_ahead
+            || self.hot.held(size) > AHEAD_WHEN_LEFT
+            || !self.hot.claim_ahead()
+        {
+            return;
+        }
+        let cache = self.hot.clone();
+        let sizes = cache.running_low(size);
+        let mode = self.mode();
+        let request = Request::Run(Job::new(self.stream(), move |actor| {
+            if let Ok(actor) = actor {
+                actor.refill_hot(&cache, &sizes, mode);
+            }
+            cache.ahead_done();
+        }));
+        // Refused, the job runs as refused and clears the claim.
+        if self.connection.inbox.try_send(request).is_ok() && self.connection.shared.has_exited() {
+            self.connection
+                .shared
+                .refuse_leftovers(&self.terminal_error());
+        }
+    }
+
     /// A reserve the hot cache could not serve: one round trip, which for
-    /// a size missed lately also reserves a few more for the cache.
+    /// a size missed lately also reserves a few more for the cache (none
+    /// while a refill ahead is out: the two could pass the cache's part).
     fn reserve_missed(&self, size: u64) -> Result<Allocation, ServiceError> {
-        let extra = if self.hot.missed(size) {
+        let extra = if self.hot.missed(size) && !self.hot.ahead_out() {
             let shared = &self.connection.shared;
             let reserved = shared.bytes_reserved.load(Ordering::Acquire);
             self.hot

@@ -15,7 +15,7 @@
 
 use super::actor::StreamActor;
 use super::short::{Pending, PendingState};
-use crate::memory::{ADAPTIVE_MIN_PAGE_SIZE, Cleanup, RelocationReason};
+use crate::memory::{ADAPTIVE_MIN_PAGE_SIZE, AllocationMode, Cleanup, RelocationReason};
 
 /// How far reserved bytes may run ahead of live bytes (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -113,19 +113,23 @@ impl StreamActor {
     /// Whether growing for `pending` would carry the device past its
     /// headroom (counting a new page for each size, the most it could take).
     pub(crate) fn over_headroom(&self, pending: &Pending) -> bool {
+        self.over_headroom_for(&pending.sizes, pending.mode)
+    }
+
+    /// [`over_headroom`](Self::over_headroom) for reserving `sizes` in
+    /// `mode`.
+    pub(crate) fn over_headroom_for(&self, sizes: &[u64], mode: AllocationMode) -> bool {
         if self.device.headroom.is_none() {
             return false;
         }
-        let page = pending
-            .sizes
+        let page = sizes
             .iter()
-            .map(|&size| {
-                self.memory
-                    .new_page_size(size, pending.mode)
-                    .unwrap_or(size)
-            })
+            .map(|&size| self.memory.new_page_size(size, mode).unwrap_or(size))
             .fold(0u64, u64::saturating_add);
-        self.device.over_headroom(pending.requested(), page)
+        let requested = sizes
+            .iter()
+            .fold(0u64, |total, size| total.saturating_add(*size));
+        self.device.over_headroom(requested, page)
     }
 
     /// The device holds more than its headroom above what is live, and this

@@ -25,6 +25,12 @@
 //! most it needed, less what caches held, plus 1/256), and every cache is
 //! taken back before the stream grows past that ceiling: the caches add at
 //! most 1/256 to what the stream needed.
+//!
+//! A hit that leaves a size running low ([`AHEAD_WHEN_LEFT`]) sends the
+//! actor a *refill ahead* without waiting (one out per cache at a time):
+//! the actor offers the spares into empty slots with the same CAS from
+//! null, so a client that lives on hits rarely misses at all. Off on a
+//! manual clock, where a replay must not depend on when the actor ran.
 
 use crate::memory::{Allocation, AllocationCell};
 use crate::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
@@ -45,11 +51,16 @@ pub(crate) const HOT_REFILL: usize = 31;
 /// the stream's reserved bytes together (0.4 %: issue 18 allows 0.5 % on
 /// a peak), each an equal part.
 pub(crate) const HOT_SHARE: u64 = 256;
+/// A hit that leaves this few entries of its size asks for more ahead
+/// (without waiting): the actor then has the reserves of the other sizes
+/// in between to answer before the last is taken. At zero, the refill
+/// came too late: the next reserve of the size missed every time.
+pub(crate) const AHEAD_WHEN_LEFT: usize = 4;
 /// Sizes a handle remembers having missed.
 #[cfg(not(streamalloc_loom))]
-const RECENT: usize = 8;
+pub(crate) const RECENT: usize = 8;
 #[cfg(streamalloc_loom)]
-const RECENT: usize = 2;
+pub(crate) const RECENT: usize = 2;
 
 /// One cached allocation, or none.
 #[derive(Debug)]
@@ -76,6 +87,8 @@ pub(crate) struct HotCache {
     /// It has refilled once: it counts among the caches sharing the
     /// stream's part (handles that never repeat a size take none).
     active: AtomicBool,
+    /// A refill ahead is on its way to the actor (at most one at a time).
+    ahead: AtomicBool,
 }
 
 impl HotCache {
@@ -91,7 +104,52 @@ impl HotCache {
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             active: AtomicBool::new(false),
+            ahead: AtomicBool::new(false),
         }
+    }
+
+    /// How many entries of `size` bytes it holds (by the hints: loads
+    /// only).
+    pub(crate) fn held(&self, size: u64) -> usize {
+        self.slots
+            .iter()
+            .filter(|slot| {
+                slot.size.load(Ordering::Relaxed) == size
+                    && !slot.cell.load(Ordering::Relaxed).is_null()
+            })
+            .count()
+    }
+
+    /// The sizes missed lately of which this cache holds
+    /// [`AHEAD_WHEN_LEFT`] entries or fewer, `size` among them: what a
+    /// refill ahead asks for.
+    pub(crate) fn running_low(&self, size: u64) -> smallvec::SmallVec<[u64; RECENT]> {
+        let mut low = smallvec::SmallVec::new();
+        low.push(size);
+        for recent in &self.recent {
+            let recent = recent.load(Ordering::Relaxed);
+            if recent != 0 && !low.contains(&recent) && self.held(recent) <= AHEAD_WHEN_LEFT {
+                low.push(recent);
+            }
+        }
+        low
+    }
+
+    /// Claim the one refill ahead this cache may have out; `false` when
+    /// one is out already.
+    pub(crate) fn claim_ahead(&self) -> bool {
+        !self.ahead.swap(true, Ordering::AcqRel)
+    }
+
+    /// Whether a refill ahead is out (a miss then asks for no spares of
+    /// its own: the two together could pass the cache's part).
+    pub(crate) fn ahead_out(&self) -> bool {
+        self.ahead.load(Ordering::Acquire)
+    }
+
+    /// The refill ahead was served, refused or dropped.
+    pub(crate) fn ahead_done(&self) {
+        self.ahead.store(false, Ordering::Release);
     }
 
     /// A cached allocation of exactly `size` bytes, taken.

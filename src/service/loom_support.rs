@@ -50,6 +50,7 @@ fn model_wiring(inbox_capacity: usize) -> Wiring {
         },
         inbox_capacity,
         hot_cache: true,
+        refill_ahead: true,
     }
 }
 

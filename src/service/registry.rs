@@ -76,6 +76,10 @@ pub(crate) struct Wiring {
     pub(crate) inbox_capacity: usize,
     /// Whether client handles keep hot caches (`hot.rs`).
     pub(crate) hot_cache: bool,
+    /// Whether a hit that empties a size asks for more without waiting
+    /// (`hot.rs`, "refill ahead"); off on a manual clock, where a replay's
+    /// figures must not depend on when the actor got to it.
+    pub(crate) refill_ahead: bool,
 }
 
 /// Put stream `id` together on `device`: its manager over `storage`
@@ -108,6 +112,7 @@ pub(crate) fn wire(
         // A recorded trace must show each reservation when its client made
         // it: a cache's spares are reserved ahead of their hits.
         hot_cache: wiring.hot_cache && recorder.is_none(),
+        refill_ahead: wiring.refill_ahead,
     });
     let (control, control_rx) = channel::unbounded();
     let actor = StreamActor::new(memory, shared, wiring.timing, device.clone(), control_rx);

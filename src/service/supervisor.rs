@@ -49,7 +49,11 @@ pub struct ServiceConfig {
     /// allocations land, and on the placement corpus that cost up to 1.9 %
     /// more peak memory on some families (`docs/performance.md`); turn it
     /// on for decode loops that repeat their sizes. Ignored while a trace
-    /// is recorded (spares are reserved ahead of their hits).
+    /// is recorded (spares are reserved ahead of their hits). A hit that
+    /// takes a size's last entry asks the actor for more without waiting,
+    /// except on a manual clock (a replay): there a cache refills only in
+    /// a miss's round trip, so that what it holds at each reserve does not
+    /// depend on when the actor ran.
     pub hot_cache: bool,
     /// Bytes all streams together may hold (`None`: what the storages give).
     /// For a fraction of a GPU, see [`DeviceBudget::fraction_of`].
@@ -378,6 +382,7 @@ impl Supervisor {
             },
             inbox_capacity: self.config.inbox_capacity,
             hot_cache: self.config.hot_cache,
+            refill_ahead: self.config.clock.as_manual().is_none(),
         };
         let (actor, inbox, mut entry) = wire(
             &self.device,
