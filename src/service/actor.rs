@@ -227,17 +227,19 @@ impl StreamActor {
         }
     }
 
-    /// A client's refill ahead (`hot.rs`): spares of each of `sizes` for
-    /// `cache`, as many as its part of the stream and its free slots allow
+    /// A client's refill ahead (`hot.rs`): spares of `size` and of every
+    /// other size `cache` runs low on, as many as its part of the stream and its free slots allow
     /// now, each from the room held or from growth below the cache ceiling,
     /// as a miss's spares; none while the device is past its headroom or a
     /// recovery round is out.
-    pub(crate) fn refill_hot(&mut self, cache: &HotCache, sizes: &[u64], mode: AllocationMode) {
+    pub(crate) fn refill_hot(&mut self, cache: &HotCache, size: u64, mode: AllocationMode) {
         if self.short_pending {
             return;
         }
         let caches = self.shared.hot.refilling(cache);
-        for &size in sizes {
+        // Running low now, not when the client sent it: sizes that ran low
+        // meanwhile missed without spares of their own (one refill is out).
+        for size in cache.running_low(size) {
             let reserved = self.memory.bytes_reserved();
             let count = cache.refill(size, reserved, caches);
             let wanted: smallvec::SmallVec<[u64; 32]> = std::iter::repeat_n(size, count).collect();

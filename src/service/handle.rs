@@ -390,11 +390,10 @@ impl StreamHandle {
             return;
         }
         let cache = self.hot.clone();
-        let sizes = cache.running_low(size);
         let mode = self.mode();
         let request = Request::Run(Job::new(self.stream(), move |actor| {
             if let Ok(actor) = actor {
-                actor.refill_hot(&cache, &sizes, mode);
+                actor.refill_hot(&cache, size, mode);
             }
             cache.ahead_done();
         }));

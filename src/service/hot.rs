@@ -122,7 +122,7 @@ impl HotCache {
 
     /// The sizes missed lately of which this cache holds
     /// [`AHEAD_WHEN_LEFT`] entries or fewer, `size` among them: what a
-    /// refill ahead asks for.
+    /// refill ahead serves (looked up when the actor gets to it).
     pub(crate) fn running_low(&self, size: u64) -> smallvec::SmallVec<[u64; RECENT]> {
         let mut low = smallvec::SmallVec::new();
         low.push(size);
