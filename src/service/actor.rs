@@ -228,12 +228,13 @@ impl StreamActor {
     }
 
     /// A client's refill ahead (`hot.rs`): spares of `size` and of every
-    /// other size `cache` runs low on, as many as its part of the stream and its free slots allow
-    /// now, each from the room held or from growth below the cache ceiling,
-    /// as a miss's spares; none while the device is past its headroom or a
-    /// recovery round is out.
+    /// other size `cache` runs low on, as many as its part of the stream
+    /// and its free slots allow now, each from the room held or from growth
+    /// below the cache ceiling, as a miss's spares; none while the device
+    /// is past its headroom or a recovery round is out, or once the cache's
+    /// handle has ended.
     pub(crate) fn refill_hot(&mut self, cache: &HotCache, size: u64, mode: AllocationMode) {
-        if self.short_pending {
+        if self.short_pending || cache.is_closed() {
             return;
         }
         let caches = self.shared.hot.refilling(cache);

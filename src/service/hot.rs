@@ -89,6 +89,9 @@ pub(crate) struct HotCache {
     active: AtomicBool,
     /// A refill ahead is on its way to the actor (at most one at a time).
     ahead: AtomicBool,
+    /// Its handle has ended: a refill ahead that comes later puts nothing
+    /// in it (and does not count it among the caches sharing the part).
+    closed: AtomicBool,
 }
 
 impl HotCache {
@@ -105,7 +108,13 @@ impl HotCache {
             misses: AtomicU64::new(0),
             active: AtomicBool::new(false),
             ahead: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
         }
+    }
+
+    /// Whether its handle has ended.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 
     /// How many entries of `size` bytes it holds (by the hints: loads
@@ -310,6 +319,7 @@ impl HotCaches {
 
     /// A handle's end: its cache unlisted and emptied.
     pub(crate) fn close(&self, cache: &Arc<HotCache>) {
+        cache.closed.store(true, Ordering::Release);
         self.caches.lock().retain(|listed| listed.id != cache.id);
         if cache.active.load(Ordering::Acquire) {
             self.active.fetch_sub(1, Ordering::AcqRel);
