@@ -104,8 +104,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
         // needs no round trip; a failed copy, the allocation staying where
         // it was) leaves the window short, and the growth goes ahead.
         let (run, _) = self.move_as_planned(pool, &window.moves);
-        self.moved_before_growth.0 += run.moved;
-        self.moved_before_growth.1 += run.bytes;
+        self.count_moved_before_growth(run.moved, run.bytes);
         let Pool::Expandable(expandable) = &mut self.pools[pool] else {
             unreachable!("checked above");
         };
@@ -138,8 +137,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
         // pinned since the plan, or a failed copy (its bytes stay where they
         // were): the growth goes ahead.
         let run = self.make_slide(pool, slide)?;
-        self.moved_before_growth.0 += run.moved;
-        self.moved_before_growth.1 += run.bytes;
+        self.count_moved_before_growth(run.moved, run.bytes);
         if !matches!(run.ended, Ended::Done) {
             return None;
         }
@@ -174,8 +172,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
         if report.moved == 0 {
             return None;
         }
-        self.moved_before_growth.0 += report.moved;
-        self.moved_before_growth.1 += report.bytes_moved;
+        self.count_moved_before_growth(report.moved, report.bytes_moved);
         if let Some(placement) = self.pools[pool].try_reserve(size, aligned, slot) {
             return Some(placement);
         }
@@ -299,8 +296,14 @@ impl<S: DeviceStorage> MemoryManager<S> {
         Some(run)
     }
 
+    /// Count what a compaction before growth moved.
+    fn count_moved_before_growth(&mut self, moved: u64, bytes: u64) {
+        self.moved_before_growth.0 += moved;
+        self.moved_before_growth.1 += bytes;
+    }
+
     /// Whether the allocation in a slot may move now: not pinned, not even
-    /// through a cell it was bound away from.
+    /// through a cell it was bound away from (`Live::is_pinned` asks both).
     fn movable(&self) -> impl Fn(u32) -> bool + '_ {
         |slot| self.slots.get(slot).is_some_and(|live| !live.is_pinned())
     }

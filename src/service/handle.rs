@@ -365,9 +365,11 @@ impl StreamHandle {
         if !self.connection.hot_cache || self.open_windows.load(Ordering::Acquire) != 0 {
             return self.reserve_with(size, PageUpdate::Allow);
         }
-        if let Some(allocation) = self.hot.take(size) {
+        if let Some((allocation, left)) = self.hot.take(size) {
             if self.is_running() {
-                self.refill_ahead(size);
+                if left <= AHEAD_WHEN_LEFT {
+                    self.refill_ahead(size);
+                }
                 return Ok(allocation);
             }
             // Kept from before the stream stopped: the stream answers.
@@ -383,10 +385,7 @@ impl StreamHandle {
     /// (`StreamActor::refill_hot`); a full inbox or a stopped stream drops
     /// the request, and the next miss refills as before.
     fn refill_ahead(&self, size: u64) {
-        if !self.connection.refill_ahead
-            || self.hot.held(size) > AHEAD_WHEN_LEFT
-            || !self.hot.claim_ahead()
-        {
+        if !self.connection.refill_ahead || !self.hot.claim_ahead() {
             return;
         }
         let cache = self.hot.clone();

@@ -71,6 +71,18 @@ struct Slot {
     cell: AtomicPtr<AllocationCell>,
 }
 
+impl Slot {
+    /// Whether it holds an entry of `size` bytes, by its hint (loads only).
+    fn holds(&self, size: u64) -> bool {
+        self.size.load(Ordering::Relaxed) == size && !self.cell.load(Ordering::Relaxed).is_null()
+    }
+}
+
+/// How many of `slots` hold an entry of `size` bytes, by their hints.
+fn holding(slots: &[Slot], size: u64) -> usize {
+    slots.iter().filter(|slot| slot.holds(size)).count()
+}
+
 /// The hot allocations of one handle clone.
 #[derive(Debug)]
 pub(crate) struct HotCache {
@@ -120,13 +132,7 @@ impl HotCache {
     /// How many entries of `size` bytes it holds (by the hints: loads
     /// only).
     pub(crate) fn held(&self, size: u64) -> usize {
-        self.slots
-            .iter()
-            .filter(|slot| {
-                slot.size.load(Ordering::Relaxed) == size
-                    && !slot.cell.load(Ordering::Relaxed).is_null()
-            })
-            .count()
+        holding(&self.slots, size)
     }
 
     /// The sizes missed lately of which this cache holds
@@ -161,14 +167,15 @@ impl HotCache {
         self.ahead.store(false, Ordering::Release);
     }
 
-    /// A cached allocation of exactly `size` bytes, taken.
-    pub(crate) fn take(&self, size: u64) -> Option<Allocation> {
-        for slot in &self.slots {
+    /// A cached allocation of exactly `size` bytes, taken, and how many of
+    /// the size are left (by the hints, counted in the same pass: a hit
+    /// that leaves few asks for more ahead).
+    pub(crate) fn take(&self, size: u64) -> Option<(Allocation, usize)> {
+        let mut rest = self.slots.iter();
+        while let Some(slot) = rest.next() {
             // Loads first: a swap is a read-modify-write, and most slots
             // hold another size or nothing.
-            if slot.size.load(Ordering::Relaxed) != size
-                || slot.cell.load(Ordering::Relaxed).is_null()
-            {
+            if !slot.holds(size) {
                 continue;
             }
             // Acquire: the entry's cell as whoever put it there left it.
@@ -182,7 +189,7 @@ impl HotCache {
             if allocation.size() == size {
                 self.hits.fetch_add(1, Ordering::Relaxed);
                 allocation.hand_out_from_cache();
-                return Some(allocation);
+                return Some((allocation, holding(rest.as_slice(), size)));
             }
             // Another thread of this clone refilled the slot with another
             // size between the hint and the swap: keep it for later.

@@ -1,14 +1,16 @@
 //! A held range's blocks as the compaction planners see them: in address
-//! order, each allocation's movability looked up once, and running sums
-//! over them, so that a planner asks "what lies between block `i` and
-//! block `j`" in constant time instead of walking it.
+//! order, each allocation's movability looked up at most once (and only
+//! when a plan would move it), and running sums over them, so that a
+//! planner asks "what lies between block `i` and block `j`" in constant
+//! time instead of walking it.
 //!
 //! The planners used to walk the arena from every candidate start and ask
 //! the slot table about each allocation on the way: work that grew with
 //! the live allocations times the span each start covers, tens of
 //! microseconds a growth with ten thousand allocations live
-//! (`docs/performance.md`, "Planning cost"). With the sums, a window or a
-//! room-gathering run is found with one binary search per start.
+//! (`docs/performance.md`, "Planning cost"). With the sums, every window
+//! is found in one pass and a room-gathering run with one binary search
+//! per start.
 
 use super::{ExpandablePool, VOID, align_down, align_up};
 use crate::memory::arena::NONE;

@@ -1,11 +1,13 @@
 //! The planners' searches over a [`RangeView`] against the plain walks they
 //! replaced (a walk from every start, asking about each allocation on the
 //! way), on random layouts of free blocks, allocations (some pinned) and
-//! void runs: the same plan, or none, every time.
+//! void runs: the same plan, or none, every time. The walks share with the
+//! planners only what this change left as it was: where a run may start
+//! (`run_starts`) and how a run becomes a slide (`Slide::of`).
 
 use super::blocks::{Block, RangeView, whole_granules};
 use super::holes::Hole;
-use super::slide::{Slide, best_run, room_in};
+use super::slide::{Slide, best_run, room_in, run_starts};
 use super::window::{Candidate, WINDOWS_TRIED, windows_in};
 use proptest::prelude::*;
 
@@ -65,20 +67,6 @@ fn view_of(blocks: &[Block]) -> RangeView {
     view
 }
 
-/// The run starts as `slide.rs` finds them.
-fn starts(blocks: &[Block]) -> Vec<(usize, usize)> {
-    (0..blocks.len())
-        .filter(|&first| blocks[first].owner.is_some())
-        .filter_map(|first| {
-            let base = blocks[..first]
-                .iter()
-                .rposition(|below| below.owner.is_some())
-                .map_or(0, |at| at + 1);
-            (base < first).then_some((base, first))
-        })
-        .collect()
-}
-
 /// `plan_room`'s walk before the view.
 fn room_walk(
     blocks: &[Block],
@@ -88,7 +76,7 @@ fn room_walk(
     movable: &dyn Fn(u32) -> bool,
 ) -> Option<(u64, u64, Slide)> {
     let mut best: Option<(u64, u64, Slide)> = None;
-    for (base, first) in starts(blocks) {
+    for (base, first) in run_starts(blocks) {
         let (mut live, mut room, mut voids) = (0u64, 0u64, 0u64);
         for below in &blocks[base..first] {
             room += below.size;
@@ -113,24 +101,12 @@ fn room_walk(
             }
             let above = blocks.get(last + 1).filter(|above| above.is_free());
             if room + above.map_or(0, |above| above.size) >= aligned {
-                best = Some((live, voids, slide_of(&blocks[base..=last], 0)));
+                best = Some((live, voids, Slide::of(&blocks[base..=last], 0)));
                 break;
             }
         }
     }
     best
-}
-
-fn slide_of(run: &[Block], gained: u64) -> Slide {
-    Slide {
-        voids: run
-            .iter()
-            .filter(|block| block.void)
-            .map(|block| block.node)
-            .collect(),
-        slots: run.iter().filter_map(|block| block.owner).collect(),
-        gained,
-    }
 }
 
 /// `plan_run`'s walk before the view (no bound on the search).
@@ -141,7 +117,7 @@ fn run_walk(
     movable: &dyn Fn(u32) -> bool,
 ) -> Option<Slide> {
     let mut best: Option<(u64, u64, usize, usize)> = None;
-    for (base, first) in starts(blocks) {
+    for (base, first) in run_starts(blocks) {
         let below = &blocks[base..first];
         let mut live = 0u64;
         let mut already: u64 = below.iter().map(|block| block.released(GRANULE)).sum();
@@ -170,7 +146,7 @@ fn run_walk(
         }
     }
     let (gained, _, base, last) = best?;
-    Some(slide_of(&blocks[base..=last], gained))
+    Some(Slide::of(&blocks[base..=last], gained))
 }
 
 /// `plan_window`'s candidate walk before the view (the trailing void run

@@ -47,7 +47,7 @@ pub(crate) struct Slide {
 impl Slide {
     /// The slide of the blocks `run` (the room below its first allocation
     /// included).
-    fn of(run: &[Block], gained: u64) -> Self {
+    pub(super) fn of(run: &[Block], gained: u64) -> Self {
         Self {
             voids: run
                 .iter()
@@ -298,7 +298,7 @@ pub(super) fn best_run(
 /// Where a run may start in `blocks`: (the first block of the room below
 /// it, its first allocation), for every allocation right above free room,
 /// mapped or not. The run slides down to the start of that room.
-fn run_starts(blocks: &[Block]) -> impl Iterator<Item = (usize, usize)> + '_ {
+pub(super) fn run_starts(blocks: &[Block]) -> impl Iterator<Item = (usize, usize)> + '_ {
     blocks.iter().enumerate().filter_map(move |(first, block)| {
         block.owner?;
         let base = blocks[..first]
