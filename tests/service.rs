@@ -171,6 +171,26 @@ fn caller_errors_are_typed() {
     );
 }
 
+/// One stream stopped by its own handle leaves the device's timers and its
+/// settled totals working for the others (it stays registered, stopped).
+#[test]
+fn a_stream_stopped_by_its_handle_leaves_the_device_ticking() {
+    let device = host();
+    let stopped = device.stream(StreamId(0)).unwrap();
+    let serving = device.stream(StreamId(1)).unwrap();
+    let kept = serving.reserve(10_000).unwrap();
+    stopped.shutdown().unwrap();
+    device.tick().unwrap();
+    let settled = device.settled().unwrap();
+    assert_eq!(settled.bytes_in_use, 10_000);
+    assert_eq!(
+        stopped.reserve(10).unwrap_err(),
+        ServiceError::StreamStopped(StreamId(0))
+    );
+    drop(kept);
+    assert_eq!(serving.reserve(64).unwrap().size(), 64);
+}
+
 #[test]
 fn handles_outliving_the_service_answer_stopped() {
     let device = host();

@@ -221,7 +221,8 @@ impl Supervisor {
     /// itself every [`supervise_tick`](ServiceConfig::supervise_tick).
     ///
     /// # Errors
-    /// A stream that stopped or failed on the way.
+    /// A stream that stopped or failed on the way (one stopped before the
+    /// call, by its own `shutdown` or a failure, is left out).
     pub fn tick(&self) -> Result<(), ServiceError> {
         let (done, told) = channel::bounded(1);
         if self.coordinator.lock().is_some() {
@@ -231,7 +232,7 @@ impl Supervisor {
         }
         // Control is served before any request behind it: one round trip
         // to each stream and everything it was told is done.
-        for handle in self.handles() {
+        for handle in self.serving_handles() {
             handle.barrier()?;
         }
         Ok(())
@@ -248,9 +249,11 @@ impl Supervisor {
     /// replay does, `replay.rs`).
     ///
     /// # Errors
-    /// A stream that stopped or failed on the way.
+    /// A stream that stopped or failed on the way (one stopped before the
+    /// call, by its own `shutdown` or a failure, is left out: it holds
+    /// nothing to settle).
     pub fn settled(&self) -> Result<DeviceStats, ServiceError> {
-        let handles = self.handles();
+        let handles = self.serving_handles();
         for handle in &handles {
             handle.report()?;
         }
@@ -273,6 +276,16 @@ impl Supervisor {
             .values()
             .map(|entry| entry.handle.clone())
             .collect()
+    }
+
+    /// A handle of every registered stream still serving: what a
+    /// device-wide call waits on. A stream its own `shutdown` stopped stays
+    /// registered (its id is not reused), and a call that waited on it
+    /// would fail on every call after.
+    pub(crate) fn serving_handles(&self) -> Vec<StreamHandle> {
+        let mut handles = self.handles();
+        handles.retain(StreamHandle::is_running);
+        handles
     }
 
     /// The wait of `settled`, from now, if a settle policy is on and time

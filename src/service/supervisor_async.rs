@@ -143,7 +143,7 @@ impl Supervisor {
     /// [`settled`](Self::settled), awaited: the streams' reports are
     /// awaited, and so is the wait for them to settle.
     pub async fn settled_async(&self) -> Result<DeviceStats, ServiceError> {
-        let handles = self.handles();
+        let handles = self.serving_handles();
         for handle in &handles {
             handle.report_async().await?;
         }
