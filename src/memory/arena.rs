@@ -59,6 +59,9 @@ pub(crate) struct Arena {
     tops: u64,
     /// Bit `l` of `leaves[t]`: class `t * LEAVES + l` has a listed block.
     leaves: [u8; TOPS],
+    /// Calls that may have changed a block, so far: a planner's copy of the
+    /// blocks made at the same count is still exact.
+    changes: u64,
 }
 
 impl Default for Arena {
@@ -69,14 +72,22 @@ impl Default for Arena {
             heads: vec![NONE; BINS],
             tops: 0,
             leaves: [0; TOPS],
+            changes: 0,
         }
     }
 }
 
 impl Arena {
+    /// How many calls that may change a block it has taken (see
+    /// `changes`).
+    pub(crate) fn changes(&self) -> u64 {
+        self.changes
+    }
+
     /// Add a page of `size` bytes as one free block; returns its first node,
     /// which stays the page's first node for the page's whole life.
     pub(crate) fn add_page(&mut self, page: u32, size: u64, listed: bool) -> u32 {
+        self.changes = self.changes.wrapping_add(1);
         let node = self.new_block(Block {
             page,
             offset: 0,
@@ -98,6 +109,7 @@ impl Arena {
 
     /// Remove an empty page, given its first node.
     pub(crate) fn remove_page(&mut self, first: u32) {
+        self.changes = self.changes.wrapping_add(1);
         debug_assert!(self.is_empty_page(first));
         if self.blocks[first as usize].listed {
             self.unlist(first);
@@ -114,6 +126,7 @@ impl Arena {
 
     /// Carve `size` bytes from any listed free block that holds them.
     pub(crate) fn carve(&mut self, size: u64) -> Option<u32> {
+        self.changes = self.changes.wrapping_add(1);
         let node = self.find_free(size)?;
         self.take(node, size);
         Some(node)
@@ -122,6 +135,7 @@ impl Arena {
     /// Carve `size` bytes from the page starting at `first` (a fresh page:
     /// its first block is free and holds them).
     pub(crate) fn carve_in(&mut self, first: u32, size: u64) -> Option<u32> {
+        self.changes = self.changes.wrapping_add(1);
         let block = &self.blocks[first as usize];
         (!block.used && block.size >= size).then(|| {
             self.take(first, size);
@@ -165,6 +179,7 @@ impl Arena {
     /// Free the carved block `node`, merging it with free neighbours. The
     /// merged block is listed when `listed` (its page is not withdrawn).
     pub(crate) fn free(&mut self, node: u32, listed: bool) -> u32 {
+        self.changes = self.changes.wrapping_add(1);
         let mut node = node;
         self.blocks[node as usize].used = false;
         let next = self.blocks[node as usize].next;
@@ -208,6 +223,7 @@ impl Arena {
     /// Take the free blocks of the page starting at `first` off the class
     /// lists (nothing is carved from it until [`relist_page`](Self::relist_page)).
     pub(crate) fn withdraw_page(&mut self, first: u32) {
+        self.changes = self.changes.wrapping_add(1);
         let mut node = first;
         while node != NONE {
             if self.blocks[node as usize].listed {
@@ -219,6 +235,7 @@ impl Arena {
 
     /// Put the free blocks of the page starting at `first` back on the lists.
     pub(crate) fn relist_page(&mut self, first: u32) {
+        self.changes = self.changes.wrapping_add(1);
         let mut node = first;
         while node != NONE {
             let block = &self.blocks[node as usize];
@@ -246,6 +263,7 @@ impl Arena {
     /// size`); the second part, a block of the same kind, is returned. A free
     /// block's two parts are listed as it was.
     pub(crate) fn split(&mut self, node: u32, at: u64) -> u32 {
+        self.changes = self.changes.wrapping_add(1);
         let listed = self.blocks[node as usize].listed;
         if listed {
             self.unlist(node);
@@ -288,6 +306,7 @@ impl Arena {
     /// Make the free block `node` carved, owned by `owner` (what marks
     /// address space with no memory behind it: see `pool/expandable.rs`).
     pub(crate) fn occupy(&mut self, node: u32, owner: u32) {
+        self.changes = self.changes.wrapping_add(1);
         if self.blocks[node as usize].listed {
             self.unlist(node);
         }
@@ -300,6 +319,7 @@ impl Arena {
     /// Merge the carved block after `node` into the carved block `node`
     /// (two neighbouring runs of unmapped address space become one).
     pub(crate) fn merge_carved_next(&mut self, node: u32) {
+        self.changes = self.changes.wrapping_add(1);
         let next = self.blocks[node as usize].next;
         debug_assert!(
             next != NONE && self.blocks[node as usize].used && self.blocks[next as usize].used
@@ -338,12 +358,14 @@ impl Arena {
     /// Carve `size` bytes from the start of the free block `node` (which
     /// holds them).
     pub(crate) fn carve_at(&mut self, node: u32, size: u64) {
+        self.changes = self.changes.wrapping_add(1);
         self.take(node, size);
     }
 
     /// Take a free block off its class list, or put it back, one at a time
     /// (a compaction keeps the room it is clearing from being carved).
     pub(crate) fn set_listed(&mut self, node: u32, listed: bool) {
+        self.changes = self.changes.wrapping_add(1);
         let block = &self.blocks[node as usize];
         if block.used || block.listed == listed {
             return;
@@ -357,6 +379,7 @@ impl Arena {
 
     /// Record which slot owns the carved block `node`.
     pub(crate) fn set_owner(&mut self, node: u32, slot: u32) {
+        self.changes = self.changes.wrapping_add(1);
         self.blocks[node as usize].owner = slot;
     }
 

@@ -15,11 +15,11 @@
 //! memory.
 
 use super::cuda_vmm::{self, CudaRange};
+use super::id_map::IdMap;
 use super::{DeviceStorage, Resource, StorageError, StorageHandle, StorageId, check_range};
 use crate::sync::foreign::Arc;
 use cudarc::driver::sys::{self, CUdeviceptr, CUevent};
 use cudarc::driver::{CudaContext, CudaStream, DriverError, result};
-use std::collections::HashMap;
 
 /// Page starts are at least this aligned (the driver guarantees 256 bytes).
 const CUDA_ALIGNMENT: u64 = 256;
@@ -44,7 +44,7 @@ pub struct CudaStorage {
     /// This storage's stream.
     stream: Arc<CudaStream>,
     /// Live pages.
-    pages: HashMap<StorageId, CudaPage>,
+    pages: IdMap<CudaPage>,
     /// Pages queued by `deallocate`.
     pending: Vec<StorageId>,
     /// The next id; never reused.
@@ -56,7 +56,7 @@ pub struct CudaStorage {
     /// The granule of the device's virtual memory; `None`: pages only.
     granule: Option<u64>,
     /// Reserved ranges of address space.
-    ranges: HashMap<StorageId, CudaRange>,
+    ranges: IdMap<CudaRange>,
     /// Unmappings queued by `unmap`, done at `flush`.
     pending_unmaps: Vec<StorageHandle>,
 }
@@ -105,13 +105,13 @@ impl CudaStorage {
         Ok(Self {
             context,
             stream,
-            pages: HashMap::new(),
+            pages: IdMap::default(),
             pending: Vec::new(),
             next_id: 1,
             bytes: 0,
             ordinal,
             granule,
-            ranges: HashMap::new(),
+            ranges: IdMap::default(),
             pending_unmaps: Vec::new(),
         })
     }

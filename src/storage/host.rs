@@ -1,11 +1,11 @@
 //! Pages of real host memory: the default storage, so that everything runs
 //! on a machine without a GPU and every byte written can be read back.
 
+use super::id_map::IdMap;
 use super::{
     DeviceStorage, GranuleMap, Resource, StorageError, StorageHandle, StorageId, check_range,
 };
 use std::alloc::{Layout, alloc_zeroed, dealloc};
-use std::collections::HashMap;
 use std::ptr::NonNull;
 
 /// Host pages start on this boundary (a page of the MMU), whatever smaller
@@ -225,7 +225,7 @@ unsafe impl Send for HostRange {}
 #[derive(Debug, Default)]
 pub struct HostStorage {
     /// Live pages by id.
-    pages: HashMap<StorageId, HostPage>,
+    pages: IdMap<HostPage>,
     /// Pages queued by `deallocate`, freed at `flush`.
     pending: Vec<StorageId>,
     /// The next id to hand out; ids are never reused.
@@ -234,7 +234,7 @@ pub struct HostStorage {
     bytes: u64,
     /// Reserved ranges.
     #[cfg(unix)]
-    ranges: HashMap<StorageId, HostRange>,
+    ranges: IdMap<HostRange>,
     /// Unmappings queued by `unmap`.
     #[cfg(unix)]
     pending_unmaps: Vec<StorageHandle>,

@@ -17,6 +17,7 @@ mod cuda;
 mod cuda_vmm;
 mod granules;
 mod host;
+mod id_map;
 mod limited;
 mod virtual_storage;
 

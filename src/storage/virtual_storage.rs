@@ -2,10 +2,10 @@
 //! the scaling benches use, so a trace that peaks at 80 GB replays on a
 //! machine with 24 GB (as RMM's replay simulates a GPU of a given size).
 
+use super::id_map::IdMap;
 use super::{
     DeviceStorage, GranuleMap, Resource, StorageError, StorageHandle, StorageId, check_range,
 };
-use std::collections::HashMap;
 
 /// The granule a `VirtualStorage` maps in by default: a CUDA device's
 /// (`cuMemGetAllocationGranularity` answers 2 MiB on current GPUs), so a
@@ -20,7 +20,7 @@ const ADDRESS_WINDOW_BITS: u32 = 40;
 #[derive(Debug)]
 pub struct VirtualStorage {
     /// Size of each live page.
-    pages: HashMap<StorageId, u64>,
+    pages: IdMap<u64>,
     /// Pages queued by `deallocate`.
     pending: Vec<StorageId>,
     /// The next id; never reused.
@@ -34,7 +34,7 @@ pub struct VirtualStorage {
     /// The granule of its virtual memory; `None`: pages only.
     granule: Option<u64>,
     /// Reserved ranges and what is mapped in them.
-    ranges: HashMap<StorageId, GranuleMap>,
+    ranges: IdMap<GranuleMap>,
     /// Unmappings queued by `unmap`.
     pending_unmaps: Vec<StorageHandle>,
 }
@@ -49,14 +49,14 @@ impl VirtualStorage {
     /// An empty storage with 256-byte alignment (a CUDA device's).
     pub fn new() -> Self {
         Self {
-            pages: HashMap::new(),
+            pages: IdMap::default(),
             pending: Vec::new(),
             next_id: 1,
             bytes: 0,
             alignment: 256,
             bytes_copied: 0,
             granule: Some(DEFAULT_GRANULE),
-            ranges: HashMap::new(),
+            ranges: IdMap::default(),
             pending_unmaps: Vec::new(),
         }
     }

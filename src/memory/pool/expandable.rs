@@ -34,6 +34,8 @@ mod holes;
 #[cfg(test)]
 mod plan_tests;
 mod slide;
+#[cfg(test)]
+mod view_tests;
 mod window;
 
 /// An allocation's slot and the free block it moves to, by the block's
@@ -100,10 +102,20 @@ pub(crate) struct ExpandablePool {
     /// Room a compaction is clearing: a free block that forms there is not
     /// listed, so nothing moved out lands back in it.
     fence: Option<Window>,
-    /// The planners' view of a range, kept so that its buffers are reused
-    /// (a plan runs before most growths; allocating them each time was a
-    /// page fault per plan on a large pool).
+    /// What the planners keep between plans (boxed: a plan needs it, a
+    /// pool's every other use does not).
+    planning: Box<Planning>,
+}
+
+/// The planners' buffers, kept so that they are reused (a plan runs
+/// before most growths; allocating them each time was a page fault per
+/// plan on a large pool).
+#[derive(Debug, Default)]
+struct Planning {
+    /// The last range's view (`blocks.rs`).
     view: std::cell::RefCell<blocks::RangeView>,
+    /// The window planner's free blocks.
+    holes: std::cell::RefCell<Vec<holes::Hole>>,
 }
 
 impl ExpandablePool {
@@ -123,7 +135,7 @@ impl ExpandablePool {
             stats: PoolStats::default(),
             used: 0,
             fence: None,
-            view: std::cell::RefCell::default(),
+            planning: Box::default(),
         }
     }
 

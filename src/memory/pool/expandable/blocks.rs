@@ -10,7 +10,10 @@
 //! microseconds a growth with ten thousand allocations live
 //! (`docs/performance.md`, "Planning cost"). With the sums, every window
 //! is found in one pass and a room-gathering run with one binary search
-//! per start.
+//! per start. The copy is kept with the pool and used again by the next
+//! plan while the arena has not changed (its change count, `arena.rs`):
+//! a growth that no window serves asks the slide planner next, over the
+//! same blocks.
 
 use super::{ExpandablePool, VOID, align_down, align_up};
 use crate::memory::arena::NONE;
@@ -95,6 +98,9 @@ pub(super) struct RangeView {
     /// pin is a load from the allocation's cell, a cache miss apiece on a
     /// large pool: a third of the planning time when every one was asked).
     movable: Vec<Cell<Movable>>,
+    /// The arena's change count when the blocks were copied (`None`: not
+    /// from the arena): a plan at the same count uses them as they are.
+    copied_at: Option<u64>,
 }
 
 /// What a view knows of an allocation's pins.
@@ -185,9 +191,17 @@ impl ExpandablePool {
     /// Call `visit` with the view of every held range without a page
     /// guard, in index order.
     pub(super) fn each_range(&self, mut visit: impl FnMut(&RangeView)) {
-        let mut view = self.view.borrow_mut();
+        let mut view = self.planning.view.borrow_mut();
         for (index, range) in self.ranges.iter().enumerate() {
             if !range.held || range.guards > 0 {
+                continue;
+            }
+            // Nothing changed since the last plan copied this range (the
+            // window planner's, before a slide's): the same blocks. Pins
+            // may have, so they are asked again.
+            if view.range == index as u32 && view.copied_at == Some(self.arena.changes()) {
+                view.forget_pins();
+                visit(&view);
                 continue;
             }
             // The last view's buffer, reused.
@@ -207,6 +221,7 @@ impl ExpandablePool {
                 node = self.arena.next(node);
             }
             view.rebuild(index as u32, blocks, self.granule);
+            view.copied_at = Some(self.arena.changes());
             visit(&view);
         }
     }
@@ -221,7 +236,13 @@ impl RangeView {
         }
         self.range = range;
         self.blocks = blocks;
+        self.copied_at = None;
         self.sum(granule);
+    }
+
+    /// Ask every allocation's pins again.
+    fn forget_pins(&mut self) {
+        self.movable.fill(Cell::default());
     }
 
     fn sum(&mut self, granule: u64) {

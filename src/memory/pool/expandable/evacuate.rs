@@ -81,7 +81,7 @@ impl ExpandablePool {
             let top_granule = self.end(top).saturating_sub(1) / granule;
             // Everything else touching the top granule, down to the first
             // allocation that ends below it.
-            let mut members = vec![top];
+            let mut members: smallvec::SmallVec<[u32; 8]> = smallvec::smallvec![top];
             while let Some(&next) = evacuation.allocations.last() {
                 if self.arena.page(next) != range || self.end(next) <= top_granule * granule {
                     break;

@@ -19,6 +19,11 @@ impl Holes {
         Self(holes)
     }
 
+    /// The holes' buffer, for the next plan.
+    pub(super) fn into_buffer(self) -> Vec<Hole> {
+        self.0
+    }
+
     /// The hole of exactly this size at this place, if listed.
     pub(super) fn find(&self, size: u64, range: u32, offset: u64) -> Option<Hole> {
         let at = self

@@ -199,6 +199,11 @@ pub(super) fn room_in(
         let above = blocks.get(last + 1).filter(|above| above.is_free());
         view.room_before(last + 1) + above.map_or(0, |above| above.size)
     };
+    // The cheapest run of this range so far: (bytes moved, void bytes,
+    // its blocks), made a `Slide` once, at the end (a cheaper start is
+    // found many times a plan).
+    let mut cheapest = best.as_ref().map(|(cost, mapped, _)| (*cost, *mapped));
+    let mut found: Option<(usize, usize)> = None;
     for (base, first) in run_starts(blocks) {
         let from = owners.partition_point(|&owner| owner < first);
         let need = view.room_before(base).saturating_add(aligned);
@@ -212,9 +217,7 @@ pub(super) fn room_in(
         }
         let live = view.live(base, last + 1);
         let spared = growth - voids;
-        let dearer = best
-            .as_ref()
-            .is_some_and(|(cost, mapped, _)| (live, voids) >= (*cost, *mapped));
+        let dearer = cheapest.is_some_and(|cheapest| (live, voids) >= cheapest);
         // Pins last: the only question that reads the allocations.
         if live > spared.saturating_mul(move_per_byte_saved)
             || dearer
@@ -222,6 +225,10 @@ pub(super) fn room_in(
         {
             continue;
         }
+        cheapest = Some((live, voids));
+        found = Some((base, last));
+    }
+    if let (Some((base, last)), Some((live, voids))) = (found, cheapest) {
         *best = Some((live, voids, Slide::of(&blocks[base..=last], 0)));
     }
 }

@@ -67,26 +67,29 @@ impl ExpandablePool {
     ) -> Option<Window> {
         // The cheapest windows found so far, by cost, then address.
         let mut candidates: Vec<Candidate> = Vec::with_capacity(WINDOWS_TRIED + 1);
-        // Free blocks a move may land in: (size, range, offset, index).
-        let mut holes = Vec::new();
+        // Free blocks a move may land in: (size, range, offset, index), in
+        // the last plan's buffer.
+        let mut holes = self.planning.holes.take();
+        holes.clear();
         self.each_range(|view| {
             windows_in(view, aligned, budget, &movable, &mut candidates, &mut holes);
         });
         let free = self.free_mapped();
         // Only windows whose allocations could fit in the free room outside
         // them are planned; the holes are sorted for the first of those.
-        let mut holes = Some(holes);
+        let mut unsorted = Some(holes);
         let mut sorted = Holes::default();
+        let mut planned = None;
         for candidate in candidates {
             let free_inside = (candidate.end - candidate.start) - candidate.cost;
             if free.saturating_sub(free_inside) < candidate.cost {
                 continue;
             }
-            if let Some(holes) = holes.take() {
+            if let Some(holes) = unsorted.take() {
                 sorted = Holes::sorted(holes);
             }
             if let Some(moves) = self.place_on_paper(&candidate, &mut sorted) {
-                return Some(Window {
+                planned = Some(Window {
                     range: candidate.range,
                     anchor: candidate.anchor,
                     start: candidate.start,
@@ -94,9 +97,11 @@ impl ExpandablePool {
                     moves,
                     cost: candidate.cost,
                 });
+                break;
             }
         }
-        None
+        *self.planning.holes.borrow_mut() = unsorted.unwrap_or_else(|| sorted.into_buffer());
+        planned
     }
 
     /// Place the allocations of `candidate` in `holes` outside it, largest
