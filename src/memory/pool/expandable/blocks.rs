@@ -9,8 +9,8 @@
 //! the live allocations times the span each start covers, tens of
 //! microseconds a growth with ten thousand allocations live
 //! (`docs/performance.md`, "Planning cost"). With the sums, every window
-//! is found in one pass and a room-gathering run with one binary search
-//! per start. The copy is kept with the pool and used again by the next
+//! is found in one pass, and so is a room-gathering run for every start.
+//! The copy is kept with the pool and used again by the next
 //! plan while the arena has not changed (its change count, `arena.rs`):
 //! a growth that no window serves asks the slide planner next, over the
 //! same blocks.

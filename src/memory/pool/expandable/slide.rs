@@ -107,8 +107,9 @@ impl ExpandablePool {
     /// (below it, among it and the free block right above it) holds
     /// `aligned`: later ones only move more. That room grows with the run,
     /// and so do the bytes moved, the voids crossed and whether a pinned
-    /// allocation lies in it, so the first such allocation is found by a
-    /// binary search and the run is judged there alone.
+    /// allocation lies in it, so the run is judged there alone; and that
+    /// allocation only moves up as the start does, so one pass over the
+    /// allocations finds it for every start.
     pub(crate) fn plan_room(
         &self,
         aligned: u64,
@@ -204,12 +205,24 @@ pub(super) fn room_in(
     // found many times a plan).
     let mut cheapest = best.as_ref().map(|(cost, mapped, _)| (*cost, *mapped));
     let mut found: Option<(usize, usize)> = None;
+    // Two cursors into the allocations, both only moving up: `from` at the
+    // run's first, `at` at its last. The room a run ending at an allocation
+    // gathers grows with the allocation, and the room a start needs grows
+    // with the start, so the first allocation whose room is enough for
+    // one start is at or above the one for the start before.
+    let (mut from, mut at) = (0, 0);
     for (base, first) in run_starts(blocks) {
-        let from = owners.partition_point(|&owner| owner < first);
+        while owners[from] < first {
+            from += 1;
+        }
         let need = view.room_before(base).saturating_add(aligned);
-        let at = from + owners[from..].partition_point(|&owner| gathered(owner) < need);
+        at = at.max(from);
+        while at < owners.len() && gathered(owners[at]) < need {
+            at += 1;
+        }
         let Some(&last) = owners.get(at) else {
-            continue;
+            // No later start finds enough either.
+            break;
         };
         let voids = view.voids(base, last);
         if voids >= growth {
