@@ -7,6 +7,8 @@ use crate::memory::config::{PoolConfig, PoolKind};
 use crate::storage::VirtualStorage;
 
 const GRANULE: u64 = 2 << 20;
+/// A quarter of a granule.
+const QUARTER: u64 = GRANULE / 4;
 
 /// One mapped granule filled by four allocations of 512 KiB (slots 0 to
 /// 3), the first and third freed: its 1 MiB of free room lies in two
@@ -36,9 +38,6 @@ fn holed() -> (ExpandablePool, VirtualStorage) {
     }
     (pool, storage)
 }
-
-/// A quarter of a granule.
-const QUARTER: u64 = GRANULE / 4;
 
 /// The slots a room-gathering slide for 1 MiB would move.
 fn room_plan(pool: &ExpandablePool, movable: impl Fn(u32) -> bool) -> Option<Vec<u32>> {
