@@ -7,8 +7,11 @@
 //! leaked bytes, and fails (exit 1) on any corrupt read, leak, panic or
 //! budget overshoot.
 //!
-//! `cargo run --release --example torture -- [SECONDS] [THREADS] [STREAMS]`
-//! (defaults 60, 12, 4); `docs/reliability.md` has a ten-minute run.
+//! `cargo run --release --example torture -- [SECONDS] [THREADS] [STREAMS]
+//! [--hot-cache]` (defaults 60, 12, 4; `--hot-cache` gives every client
+//! handle a hot cache, `ServiceConfig::hot_cache`, and half the
+//! reservations a few repeated shapes); `docs/reliability.md` has a
+//! ten-minute run.
 
 use std::future::Future;
 use std::pin::pin;
@@ -82,6 +85,7 @@ fn client(
     done: Arc<AtomicBool>,
     seed: u64,
     streams: u32,
+    shapes: bool,
 ) {
     let mut rng = Rng(seed | 1);
     let mut held: Vec<(StreamId, Held)> = Vec::new();
@@ -101,7 +105,13 @@ fn client(
                 match roll {
                     0..=34 => {
                         let scale = [512, 64 * 1024, 2 * MIB][rng.below(3) as usize];
-                        let size = 1 + rng.below(scale);
+                        let size = if shapes && rng.below(2) == 0 {
+                            // A few shapes again and again: what a hot cache
+                            // serves.
+                            [64, 4096, 48 * 1024][rng.below(3) as usize]
+                        } else {
+                            1 + rng.below(scale)
+                        };
                         let allocation = stream.reserve(size)?;
                         let mark = (rng.below(255) + 1) as u8;
                         stream.write(&allocation, 0, &vec![mark; size as usize])?;
@@ -228,6 +238,7 @@ fn main() {
     let seconds = args.first().copied().unwrap_or(60);
     let threads = args.get(1).copied().unwrap_or(12);
     let streams = args.get(2).copied().unwrap_or(4) as u32;
+    let hot_cache = std::env::args().any(|a| a == "--hot-cache");
     let budget = 128 * MIB;
     let device = Arc::new(Supervisor::host(ServiceConfig {
         budget: Some(budget),
@@ -235,6 +246,7 @@ fn main() {
         compaction_threshold: Some(1.5),
         supervise_tick: Duration::from_millis(10),
         pin_wait: Duration::from_millis(50),
+        hot_cache,
         ..ServiceConfig::default()
     }));
     let counts = Arc::new(Counts::default());
@@ -244,7 +256,14 @@ fn main() {
         .map(|t| {
             let (device, counts, done) = (device.clone(), counts.clone(), done.clone());
             std::thread::spawn(move || {
-                client(device, counts, done, 0x9e37_79b9_7f4a_7c15 ^ t, streams)
+                client(
+                    device,
+                    counts,
+                    done,
+                    0x9e37_79b9_7f4a_7c15 ^ t,
+                    streams,
+                    hot_cache,
+                )
             })
         })
         .collect();
@@ -269,6 +288,14 @@ fn main() {
     let kept = last.reserve(4096).unwrap();
     last.write(&kept, 0, &[0x77; 4096]).unwrap();
     let pin = last.resolve(&kept).unwrap();
+    // Hits and misses of the streams registered now (a removed stream's
+    // go with it).
+    let (hits, misses) = device
+        .stats()
+        .iter()
+        .fold((0, 0), |(hits, misses), stream| {
+            (hits + stream.hot_hits, misses + stream.hot_misses)
+        });
     let meter = device.budget().unwrap().clone();
     let reports = device.shutdown();
     // SAFETY: the pin keeps the page past shutdown.
@@ -281,7 +308,7 @@ fn main() {
     let failed_streams = reports.iter().filter(|r| r.is_err()).count();
     let c = &counts;
     println!(
-        "torture: {seconds} s, {threads} threads, {streams} streams, budget {} MiB: {} operations, {} verified reads, {} reads through pins, {} binds, {} cancelled futures, {} misuse calls refused, {} out-of-memory answers, {} streams removed; {} corrupt reads, {} leaked bytes, {} panics, budget peak {} of {} bytes, pinned page intact past shutdown: {intact}",
+        "torture: {seconds} s, {threads} threads, {streams} streams, budget {} MiB: {} operations, {} verified reads, {} reads through pins, {} binds, {} cancelled futures, {} misuse calls refused, {} out-of-memory answers, {} streams removed; {} corrupt reads, {} leaked bytes, {} panics, budget peak {} of {} bytes, pinned page intact past shutdown: {intact}{}",
         budget / MIB,
         c.ops.load(Ordering::Relaxed),
         c.verified.load(Ordering::Relaxed),
@@ -296,6 +323,11 @@ fn main() {
         panics,
         meter.peak(),
         budget,
+        if hot_cache {
+            format!("; hot caches of the streams left: {hits} hits, {misses} misses")
+        } else {
+            String::new()
+        },
     );
     let corrupt = c.corrupt.load(Ordering::Relaxed);
     if corrupt > 0
