@@ -68,7 +68,8 @@ pub(crate) struct Connection {
     pub(crate) spin: AdaptiveSpin,
     /// Whether handles keep hot caches.
     pub(crate) hot_cache: bool,
-    /// Whether a hit that empties a size asks for more without waiting.
+    /// Whether a hit that leaves a size running low asks for more without
+    /// waiting.
     pub(crate) refill_ahead: bool,
 }
 

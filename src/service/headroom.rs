@@ -126,10 +126,8 @@ impl StreamActor {
             .iter()
             .map(|&size| self.memory.new_page_size(size, mode).unwrap_or(size))
             .fold(0u64, u64::saturating_add);
-        let requested = sizes
-            .iter()
-            .fold(0u64, |total, size| total.saturating_add(*size));
-        self.device.over_headroom(requested, page)
+        self.device
+            .over_headroom(super::short::requested(sizes), page)
     }
 
     /// The device holds more than its headroom above what is live, and this

@@ -76,9 +76,9 @@ pub(crate) struct Wiring {
     pub(crate) inbox_capacity: usize,
     /// Whether client handles keep hot caches (`hot.rs`).
     pub(crate) hot_cache: bool,
-    /// Whether a hit that empties a size asks for more without waiting
-    /// (`hot.rs`, "refill ahead"); off on a manual clock, where a replay's
-    /// figures must not depend on when the actor got to it.
+    /// Whether a hit that leaves a size running low asks for more without
+    /// waiting (`hot.rs`, "refill ahead"); off on a manual clock, where a
+    /// replay's figures must not depend on when the actor got to it.
     pub(crate) refill_ahead: bool,
 }
 

@@ -101,14 +101,19 @@ impl Pending {
     /// saturates (a total past `u64::MAX` is refused as too large by the
     /// manager, never an overflow that takes the stream down).
     pub(crate) fn requested(&self) -> u64 {
-        self.sizes
-            .iter()
-            .fold(0u64, |total, size| total.saturating_add(*size))
+        requested(&self.sizes)
     }
 
     pub(crate) fn answer(self, result: Result<Allocations, ServiceError>) {
         self.reply.send(result);
     }
+}
+
+/// The bytes `sizes` ask for in all, saturating (see [`Pending::requested`]).
+pub(crate) fn requested(sizes: &[u64]) -> u64 {
+    sizes
+        .iter()
+        .fold(0u64, |total, size| total.saturating_add(*size))
 }
 
 fn is_out_of_memory(err: &MemoryError) -> bool {

@@ -50,7 +50,7 @@ pub struct ServiceConfig {
     /// more peak memory on some families (`docs/performance.md`); turn it
     /// on for decode loops that repeat their sizes. Ignored while a trace
     /// is recorded (spares are reserved ahead of their hits). A hit that
-    /// takes a size's last entry asks the actor for more without waiting,
+    /// leaves a size running low asks the actor for more without waiting,
     /// except on a manual clock (a replay): there a cache refills only in
     /// a miss's round trip, so that what it holds at each reserve does not
     /// depend on when the actor ran.
@@ -268,24 +268,18 @@ impl Supervisor {
         Ok(self.device_stats())
     }
 
-    /// A handle of every registered stream.
-    pub(crate) fn handles(&self) -> Vec<StreamHandle> {
-        self.device
-            .registry
-            .lock()
-            .values()
-            .map(|entry| entry.handle.clone())
-            .collect()
-    }
-
     /// A handle of every registered stream still serving: what a
     /// device-wide call waits on. A stream its own `shutdown` stopped stays
     /// registered (its id is not reused), and a call that waited on it
     /// would fail on every call after.
     pub(crate) fn serving_handles(&self) -> Vec<StreamHandle> {
-        let mut handles = self.handles();
-        handles.retain(StreamHandle::is_running);
-        handles
+        self.device
+            .registry
+            .lock()
+            .values()
+            .map(|entry| entry.handle.clone())
+            .filter(StreamHandle::is_running)
+            .collect()
     }
 
     /// The wait of `settled`, from now, if a settle policy is on and time

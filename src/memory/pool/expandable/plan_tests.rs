@@ -3,11 +3,12 @@
 //! way), on random layouts of free blocks, allocations (some pinned) and
 //! void runs: the same plan, or none, every time. The walks share with the
 //! planners only what this change left as it was: where a run may start
-//! (`run_starts`) and how a run becomes a slide (`Slide::of`).
+//! (`run_starts`), what sliding a run releases (`gain`) and how a run
+//! becomes a slide (`Slide::of`).
 
-use super::blocks::{Block, RangeView, whole_granules};
+use super::blocks::{Block, RangeView};
 use super::holes::Hole;
-use super::slide::{Slide, best_run, room_in, run_starts};
+use super::slide::{Slide, best_run, gain, room_in, run_starts};
 use super::window::{Candidate, WINDOWS_TRIED, windows_in};
 use proptest::prelude::*;
 
@@ -132,12 +133,7 @@ fn run_walk(
                 break;
             }
             live += block.size;
-            let above = blocks.get(last + 1).filter(|above| above.is_free());
-            let end = above.map_or(block.offset + block.size, |above| above.offset + above.size);
-            let packed_end = blocks[base].offset + live;
-            let released = whole_granules(packed_end, end - packed_end, GRANULE);
-            let gained =
-                released.saturating_sub(already + above.map_or(0, |above| above.released(GRANULE)));
+            let gained = gain(blocks, base, last, live, already, GRANULE);
             let better = best
                 .is_none_or(|(most, cost, _, _)| gained > most || (gained == most && live < cost));
             if gained > 0 && gained.saturating_mul(per_byte) >= live && better {

@@ -296,14 +296,7 @@ pub(super) fn best_run(
             if live > most_possible.saturating_mul(move_per_byte_saved) || cannot_win(live, best) {
                 break;
             }
-            // The gathered room runs to the end of the free block above
-            // the run, if there is one (a void there stays unmapped).
-            let above = blocks.get(last + 1).filter(|above| above.is_free());
-            let end = above.map_or(block.offset + block.size, |above| above.offset + above.size);
-            let packed_end = blocks[base].offset + live;
-            let released = whole_granules(packed_end, end - packed_end, granule);
-            let above_already = above.map_or(0, |above| above.released(granule));
-            let gained = released.saturating_sub(already + above_already);
+            let gained = gain(blocks, base, last, live, already, granule);
             let better = best
                 .is_none_or(|(most, cost, _, _)| gained > most || (gained == most && live < cost));
             if gained > 0 && gained.saturating_mul(move_per_byte_saved) >= live && better {
@@ -313,6 +306,27 @@ pub(super) fn best_run(
     }
     let (gained, _, base, last) = best?;
     Some(Slide::of(&blocks[base..=last], gained))
+}
+
+/// Bytes of granules that sliding the run `blocks[base..=last]` (`live`
+/// bytes of allocations) releases beyond the `already` released among the
+/// room below and within it: the gathered room runs to the end of the free
+/// block above the run, if there is one (a void there stays unmapped).
+pub(super) fn gain(
+    blocks: &[Block],
+    base: usize,
+    last: usize,
+    live: u64,
+    already: u64,
+    granule: u64,
+) -> u64 {
+    let block = &blocks[last];
+    let above = blocks.get(last + 1).filter(|above| above.is_free());
+    let end = above.map_or(block.offset + block.size, |above| above.offset + above.size);
+    let packed_end = blocks[base].offset + live;
+    let released = whole_granules(packed_end, end - packed_end, granule);
+    let above_already = above.map_or(0, |above| above.released(granule));
+    released.saturating_sub(already + above_already)
 }
 
 /// Where a run may start in `blocks`: (the first block of the room below
