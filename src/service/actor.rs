@@ -24,6 +24,7 @@ use crate::sync::Arc;
 use crate::sync::atomic::Ordering;
 use crate::sync::channel::{Receiver, RecvError};
 use crate::sync::reply::AdaptiveSpin;
+use super::in_place::{SharedActor, guarded};
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -53,9 +54,7 @@ pub(crate) struct StreamActor {
     /// What handles and the supervisor read.
     pub(crate) shared: Arc<StreamShared>,
     /// Timing.
-    timing: ActorTiming,
-    /// How long the actor spins for its next request before it parks.
-    spin: AdaptiveSpin,
+    pub(crate) timing: ActorTiming,
     /// What the device's streams share (budget, registry, coordinator).
     pub(crate) device: Arc<DeviceShared>,
     /// Control traffic from the coordinator.
@@ -100,7 +99,6 @@ impl StreamActor {
         Self {
             memory,
             shared,
-            spin: AdaptiveSpin::new(timing.spin),
             timing,
             device,
             control,
@@ -122,8 +120,21 @@ impl StreamActor {
         }
     }
 
-    /// Serve one request.
+    /// Serve one request from the inbox.
     pub(crate) fn handle(&mut self, request: Request, inbox: &Receiver<Request>) -> Flow {
+        if let Request::Shutdown { reply } = request {
+            super::shared::bump(&self.shared.requests, 1);
+            let report = self.shutdown(inbox);
+            reply.send(Ok(report));
+            return Flow::Stop;
+        }
+        self.serve(request);
+        Flow::Continue
+    }
+
+    /// Serve any request but a shutdown (which needs the inbox and ends
+    /// the loop: `handle`), on the actor's thread or in place.
+    pub(crate) fn serve(&mut self, request: Request) {
         if !matches!(request, Request::Wake | Request::Barrier { .. }) {
             super::shared::bump(&self.shared.requests, 1);
         }
@@ -145,16 +156,11 @@ impl StreamActor {
                 state: PendingState::Serving,
             }),
             Request::Run(job) => job.run(Ok(self)),
-            Request::Shutdown { reply } => {
-                let report = self.shutdown(inbox);
-                reply.send(Ok(report));
-                return Flow::Stop;
-            }
+            Request::Shutdown { .. } => unreachable!("a shutdown is served by `handle`"),
             Request::Wake => {}
             Request::Barrier { reply } => reply.send(Ok(())),
         }
         self.publish();
-        Flow::Continue
     }
 
     /// No request for a whole tick: run the cleanup a reservation would,
@@ -281,104 +287,134 @@ impl StreamActor {
         }
     }
 
-    /// The loop: serve until shut down or every handle is gone; a panic
-    /// marks the stream failed (its clients get `StreamFailed`, never a hang).
-    pub(crate) fn run(mut self, inbox: Receiver<Request>) {
-        let shared = self.shared.clone();
-        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.serve(&inbox);
-        }));
-        match served {
-            Ok(()) => {
-                if shared.is_running() {
-                    // Every handle dropped: only pins can reach the pages.
-                    self.memory.release_unpinned();
-                    self.publish();
-                }
-                shared.set_stopped();
-            }
-            Err(panic) => {
-                let message = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "the stream actor panicked".into());
-                shared.set_failed(message);
-            }
-        }
-        let event = match shared.state() {
-            super::shared::StreamState::Failed(message) => SupervisorEvent::StreamFailed {
+}
+
+/// The loop of a stream's thread: serve its inbox until shut down or every
+/// handle is gone, taking the actor's turn for each request (clients
+/// serving in place take it between); a panic in a turn marks the stream
+/// failed (its clients get `StreamFailed`, never a hang).
+pub(crate) fn run(seat: Arc<SharedActor>, inbox: Receiver<Request>) {
+    let (shared, spin) = match seat.turn().as_ref() {
+        Some(actor) => (actor.shared.clone(), AdaptiveSpin::new(actor.timing.spin)),
+        None => return,
+    };
+    let in_hand = serve(&seat, &inbox, &spin);
+    let Some(mut actor) = seat.turn().take() else {
+        return;
+    };
+    if shared.is_running() {
+        // Every handle dropped: only pins can reach the pages.
+        actor.memory.release_unpinned();
+        actor.publish();
+    }
+    // A failed stream stays failed.
+    shared.set_stopped();
+    let (event, refusal) = match shared.state() {
+        super::shared::StreamState::Failed(message) => (
+            SupervisorEvent::StreamFailed {
+                stream: shared.stream,
+                message: message.clone(),
+            },
+            ServiceError::StreamFailed {
                 stream: shared.stream,
                 message,
             },
-            _ => SupervisorEvent::StreamStopped(shared.stream),
-        };
-        // Refuse what is queued and hand the inbox over: a request sent
-        // after that is refused by its own caller (`StreamShared::leftovers`).
-        let refusal = match shared.state() {
-            super::shared::StreamState::Failed(message) => ServiceError::StreamFailed {
-                stream: shared.stream,
-                message,
-            },
-            _ => ServiceError::StreamStopped(shared.stream),
-        };
-        for pending in std::mem::take(&mut self.parked) {
-            pending.answer(Err(refusal.clone()));
-        }
-        shared.set_exited(inbox, &refusal);
-        self.device.notify(Notice::Event(event));
-        // Last: the pages pins still hold go with the last pin (a failed
-        // stream's too: a pinned address never dangles).
-        let StreamActor { memory, .. } = self;
-        memory.retire();
+        ),
+        _ => (
+            SupervisorEvent::StreamStopped(shared.stream),
+            ServiceError::StreamStopped(shared.stream),
+        ),
+    };
+    // Refuse what is queued and hand the inbox over: a request sent after
+    // that is refused by its own caller (`StreamShared::leftovers`).
+    if let Some(request) = in_hand {
+        request.reject(refusal.clone());
     }
-
-    fn serve(&mut self, inbox: &Receiver<Request>) {
-        while let Some(request) = self.next(inbox) {
-            self.drain_control();
-            if self.handle(request, inbox) == Flow::Stop {
-                return;
-            }
-            self.drain_control();
-        }
+    for pending in std::mem::take(&mut actor.parked) {
+        pending.answer(Err(refusal.clone()));
     }
+    shared.set_exited(inbox, &refusal);
+    actor.device.notify(Notice::Event(event));
+    // Last: the pages pins still hold go with the last pin (a failed
+    // stream's too: a pinned address never dangles).
+    let StreamActor { memory, .. } = actor;
+    memory.retire();
+}
 
-    /// The next request, `None` once every sender is gone: a short
-    /// adaptive spin (`sync/reply.rs`), then a blocking receive, which
-    /// parks the thread until a sender wakes it, so an idle stream costs
-    /// no CPU.
-    fn next(&mut self, inbox: &Receiver<Request>) -> Option<Request> {
-        // Releases are not taken while waiting: which of a client's drops
-        // would land before the next request would then be a race, and
-        // placement (and so a replay) would differ from run to run. Every
-        // request takes them first, all at once.
-        let mut received = None;
-        self.spin.spin(|| match inbox.try_recv() {
-            Ok(request) => {
-                received = Some(Some(request));
-                true
+/// Serve until the stream stops (a shutdown, a failed turn) or every
+/// sender is gone; a request received but not served (the stream failed
+/// in a turn taken in place meanwhile) comes back, to be refused.
+fn serve(seat: &SharedActor, inbox: &Receiver<Request>, spin: &AdaptiveSpin) -> Option<Request> {
+    while let Some(request) = next(seat, inbox, spin) {
+        let mut turn = seat.turn();
+        let Some(actor) = turn.as_mut().filter(|actor| !actor.shared.has_failed()) else {
+            return Some(request);
+        };
+        // Served from now on, as far as a client serving in place is
+        // concerned: no other turn comes between.
+        actor.shared.queued.fetch_sub(1, Ordering::Relaxed);
+        let flow = guarded(actor, |actor| {
+            actor.drain_control();
+            let flow = actor.handle(request, inbox);
+            if flow == Flow::Continue {
+                actor.drain_control();
             }
-            Err(RecvError::Disconnected) => {
-                received = Some(None);
-                true
-            }
-            Err(RecvError::Empty) => false,
+            flow
         });
-        if let Some(received) = received {
-            return received;
-        }
-        loop {
-            self.drain_control();
-            let received = if self.polls_parked() {
-                inbox.recv_timeout(PARK_POLL)
-            } else {
-                inbox.recv()
-            };
-            match received {
-                Ok(request) => return Some(request),
-                Err(RecvError::Disconnected) => return None,
-                Err(RecvError::Empty) => self.retry_parked(false),
-            }
+        if flow != Some(Flow::Continue) {
+            return None;
         }
     }
+    None
+}
+
+/// The next request, `None` once every sender is gone or the stream
+/// failed: a short adaptive spin (`sync/reply.rs`), then a blocking
+/// receive, which parks the thread until a sender wakes it, so an idle
+/// stream costs no CPU. Control traffic and parked requests are served in
+/// turns of their own meanwhile.
+fn next(seat: &SharedActor, inbox: &Receiver<Request>, spin: &AdaptiveSpin) -> Option<Request> {
+    // Releases are not taken while waiting: which of a client's drops
+    // would land before the next request would then be a race, and
+    // placement (and so a replay) would differ from run to run. Every
+    // request takes them first, all at once.
+    let mut received = None;
+    spin.spin(|| match inbox.try_recv() {
+        Ok(request) => {
+            received = Some(Some(request));
+            true
+        }
+        Err(RecvError::Disconnected) => {
+            received = Some(None);
+            true
+        }
+        Err(RecvError::Empty) => false,
+    });
+    if let Some(received) = received {
+        return received;
+    }
+    loop {
+        let polls = idle_turn(seat, |actor| {
+            actor.drain_control();
+            actor.polls_parked()
+        })?;
+        let received = if polls {
+            inbox.recv_timeout(PARK_POLL)
+        } else {
+            inbox.recv()
+        };
+        match received {
+            Ok(request) => return Some(request),
+            Err(RecvError::Disconnected) => return None,
+            Err(RecvError::Empty) => idle_turn(seat, |actor| actor.retry_parked(false))?,
+        }
+    }
+}
+
+/// A turn of the thread's own between requests; `None` when the stream
+/// failed (in this turn or an earlier one).
+fn idle_turn<R>(seat: &SharedActor, turn: impl FnOnce(&mut StreamActor) -> R) -> Option<R> {
+    let mut seat = seat.turn();
+    let actor = seat.as_mut().filter(|actor| !actor.shared.has_failed())?;
+    guarded(actor, turn)
 }

@@ -13,6 +13,7 @@
 use super::actor::StreamActor;
 use super::error::ServiceError;
 use super::hot::{AHEAD_WHEN_LEFT, HotCache};
+use super::in_place::SharedActor;
 use super::message::{Allocations, Answer, Job, Reply, Request, ShutdownReport, Sizes, job};
 use super::shared::{StreamShared, StreamState, StreamStats};
 use crate::memory::{
@@ -20,7 +21,7 @@ use crate::memory::{
 };
 use crate::storage::Resource;
 use crate::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
-use crate::sync::channel::Sender;
+use crate::sync::channel::{Sender, TrySendError};
 use crate::sync::reply::{AdaptiveSpin, ReplyCell};
 use crate::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -71,6 +72,31 @@ pub(crate) struct Connection {
     /// Whether a hit that leaves a size running low asks for more without
     /// waiting.
     pub(crate) refill_ahead: bool,
+    /// The stream's actor, for serving requests in place while its thread
+    /// has nothing to do (`in_place.rs`); `None`: every request goes to
+    /// the thread.
+    pub(crate) actor: Option<Arc<SharedActor>>,
+}
+
+impl Connection {
+    /// Send on the inbox, waiting while it is full; counted as queued until
+    /// the actor's thread has served it (`StreamShared::queued`).
+    pub(crate) fn send(&self, request: Request) -> Result<(), Request> {
+        let queued = &self.shared.queued;
+        queued.fetch_add(1, Ordering::Relaxed);
+        self.inbox.send(request).inspect_err(|_| {
+            queued.fetch_sub(1, Ordering::Relaxed);
+        })
+    }
+
+    /// [`send`](Self::send) without waiting: a full inbox refuses.
+    pub(crate) fn try_send(&self, request: Request) -> Result<(), TrySendError<Request>> {
+        let queued = &self.shared.queued;
+        queued.fetch_add(1, Ordering::Relaxed);
+        self.inbox.try_send(request).inspect_err(|_| {
+            queued.fetch_sub(1, Ordering::Relaxed);
+        })
+    }
 }
 
 /// A client's handle to one stream: `Clone + Send + Sync`.
@@ -281,9 +307,15 @@ impl StreamHandle {
         make: impl FnOnce(Answer<T>) -> Request,
         cell: &mut ReplyCell<Result<T, ServiceError>>,
     ) -> Option<Result<T, ServiceError>> {
-        let request = make(Reply::Waiter(cell.reply_to()));
+        let mut request = make(Reply::Waiter(cell.reply_to()));
         let shared = &self.connection.shared;
-        if let Err(request) = self.connection.inbox.send(request) {
+        if let Some(actor) = &self.connection.actor {
+            match actor.serve_in_place(request, &self.connection) {
+                Ok(()) => return self.wait_for(cell),
+                Err(refused) => request = refused,
+            }
+        }
+        if let Err(request) = self.connection.send(request) {
             // The stream is gone: the refused request answers its caller
             // itself (a bind's hands its reservation back that way).
             request.reject(self.terminal_error());
@@ -292,6 +324,13 @@ impl StreamHandle {
             // and refused it answers in the cell (`StreamShared::set_exited`).
             shared.refuse_leftovers(&self.terminal_error());
         }
+        self.wait_for(cell)
+    }
+
+    /// The answer to the request sent with a sender of `cell`; `None`
+    /// when the stream is gone and no answer will come.
+    fn wait_for<T>(&self, cell: &mut ReplyCell<Result<T, ServiceError>>) -> Option<Result<T, ServiceError>> {
+        let shared = &self.connection.shared;
         cell.wait(&self.connection.spin, EXIT_POLL, || {
             // A request that reached the inbox just as the actor left is
             // never answered; the exit flag says so, and refused from the
@@ -398,7 +437,7 @@ impl StreamHandle {
             cache.ahead_done();
         }));
         // Refused, the job runs as refused and clears the claim.
-        if self.connection.inbox.try_send(request).is_ok() && self.connection.shared.has_exited() {
+        if self.connection.try_send(request).is_ok() && self.connection.shared.has_exited() {
             self.connection
                 .shared
                 .refuse_leftovers(&self.terminal_error());
@@ -473,7 +512,7 @@ impl StreamHandle {
     /// Nudge the actor to look at its control channel (never blocks; if the
     /// inbox is full the actor is busy and will look soon anyway).
     pub(crate) fn wake(&self) {
-        let _ = self.connection.inbox.try_send(Request::Wake);
+        let _ = self.connection.try_send(Request::Wake);
     }
 
     /// Reserve a batch in one round trip: all of them, or none and the error.
@@ -530,7 +569,7 @@ impl StreamHandle {
     #[cfg(not(streamalloc_loom))]
     pub(crate) fn shutdown_detached(&self) {
         let (tx, _rx) = crate::sync::channel::bounded(1);
-        let _ = self.connection.inbox.send(Request::Shutdown {
+        let _ = self.connection.send(Request::Shutdown {
             reply: Reply::Channel(tx),
         });
     }
@@ -550,7 +589,6 @@ mod nonblocking {
     //! out drops the answer when it comes, which releases what it held.
 
     use super::*;
-    use crate::sync::channel::TrySendError;
 
     /// Yields once to the executor (used while the inbox is full).
     struct YieldNow(bool);
@@ -579,7 +617,7 @@ mod nonblocking {
             let mut request = make(Reply::Async(tx));
             loop {
                 let shared = &self.connection.shared;
-                match self.connection.inbox.try_send(request) {
+                match self.connection.try_send(request) {
                     Ok(()) => {
                         if shared.has_exited() {
                             // As in `send_and_wait`: refused, ours answers.

@@ -9,6 +9,7 @@ use super::device::{DeviceShared, Notice};
 use super::error::ServiceError;
 use super::handle::StreamHandle;
 use super::headroom::Headroom;
+use super::in_place::SharedActor;
 use super::message::{Allocations, Reply, Request};
 use super::registry::{Wiring, wire};
 use crate::memory::{
@@ -23,8 +24,25 @@ use std::time::Duration;
 /// A stream's actor with its inbox, outside any thread.
 #[derive(Debug)]
 pub struct ActorUnderTest {
-    actor: StreamActor,
+    seat: Arc<SharedActor>,
     inbox: Receiver<Request>,
+}
+
+/// The actor's manager for as long as the model holds the actor's turn.
+#[allow(missing_debug_implementations)]
+pub struct MemoryTurn<'a>(loom::sync::MutexGuard<'a, Option<StreamActor>>);
+
+impl std::ops::Deref for MemoryTurn<'_> {
+    type Target = MemoryManager<Box<dyn DeviceStorage>>;
+    fn deref(&self) -> &Self::Target {
+        &self.0.as_ref().expect("the stream has not ended").memory
+    }
+}
+
+impl std::ops::DerefMut for MemoryTurn<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0.as_mut().expect("the stream has not ended").memory
+    }
 }
 
 /// The real handle and actor of one stream over `storage`, with no spinning
@@ -51,6 +69,7 @@ fn model_wiring(inbox_capacity: usize) -> Wiring {
         inbox_capacity,
         hot_cache: true,
         refill_ahead: true,
+        serve_in_place: false,
     }
 }
 
@@ -63,7 +82,7 @@ fn wired(
     config: MemoryConfig,
     inbox_capacity: usize,
 ) -> (StreamHandle, ActorUnderTest) {
-    let (actor, inbox, entry) = wire(
+    let (seat, inbox, entry) = wire(
         device,
         id,
         storage,
@@ -71,49 +90,56 @@ fn wired(
         None,
         model_wiring(inbox_capacity),
     );
-    (entry.handle, ActorUnderTest { actor, inbox })
+    (entry.handle, ActorUnderTest { seat, inbox })
 }
 
 impl ActorUnderTest {
-    /// Receive one request and serve it; `false` once the stream stopped or
-    /// every handle is gone.
+    /// Run `f` on the actor in a turn of the model's own.
+    fn with<R>(&self, f: impl FnOnce(&mut StreamActor) -> R) -> R {
+        f(self.seat.turn().as_mut().expect("the stream has not ended"))
+    }
+
+    /// Receive one request and serve it in the actor's turn, as its thread
+    /// does; `false` once the stream stopped or every handle is gone.
     pub fn step(&mut self) -> bool {
         match self.inbox.recv() {
-            Ok(request) => self.actor.handle(request, &self.inbox) == super::actor::Flow::Continue,
+            Ok(request) => {
+                self.with(|actor| {
+                    actor.shared.queued.fetch_sub(1, crate::sync::atomic::Ordering::Relaxed);
+                    actor.handle(request, &self.inbox)
+                }) == super::actor::Flow::Continue
+            }
             Err(_) => false,
         }
     }
 
     /// The actor's whole loop, as its thread runs it.
     pub fn run(self) {
-        self.actor.run(self.inbox)
+        super::actor::run(self.seat, self.inbox)
     }
 
-    /// The manager the actor owns (what its own steps call).
-    pub fn memory(&mut self) -> &mut MemoryManager<Box<dyn DeviceStorage>> {
-        &mut self.actor.memory
+    /// The manager the actor owns (what its own steps call), for as long
+    /// as the returned turn lives.
+    pub fn memory(&mut self) -> MemoryTurn<'_> {
+        MemoryTurn(self.seat.turn_guard())
     }
 
     /// Put `count` allocations of `size` bytes, reserved for a hot cache
     /// as a miss's refill reserves them, into `handle`'s cache (setup).
     pub fn fill_hot(&mut self, handle: &StreamHandle, size: u64, count: usize) {
+        let mut memory = self.memory();
         for _ in 0..count {
-            let allocation = self
-                .actor
-                .memory
+            let allocation = memory
                 .reserve_for_cache(size, AllocationMode::Auto)
                 .expect("a valid size")
                 .unwrap_or_else(|| {
                     // No room held yet: grow for it, then hand it over unmetered.
-                    let grown = self
-                        .actor
-                        .memory
+                    let grown = memory
                         .reserve(size, crate::memory::PageUpdate::Allow)
                         .expect("room");
                     drop(grown);
-                    self.actor.memory.process_releases();
-                    self.actor
-                        .memory
+                    memory.process_releases();
+                    memory
                         .reserve_for_cache(size, AllocationMode::Auto)
                         .expect("a valid size")
                         .expect("the room just freed")
@@ -128,28 +154,27 @@ impl ActorUnderTest {
     /// Take every hot cache of the stream back, as the actor does when it
     /// runs short, gives back, settles, idles or shuts down.
     pub fn take_back_hot(&mut self) {
-        self.actor.take_back_hot()
+        self.with(StreamActor::take_back_hot)
     }
 
     /// Allocations the stream's clients were served from their caches, and
     /// those the actor took back from them.
     pub fn hot_counts(&self) -> (u64, u64) {
-        let stats = self.actor.shared.stats();
+        let stats = self.with(|actor| actor.shared.stats());
         (stats.hot_hits, stats.hot_taken_back)
     }
 
     /// Reserve directly on the actor's manager (setup before threads start).
     pub fn reserve(&mut self, size: u64) -> Result<crate::memory::Allocation, MemoryError> {
-        self.actor
-            .memory
-            .reserve(size, crate::memory::PageUpdate::Allow)
+        self.memory().reserve(size, crate::memory::PageUpdate::Allow)
     }
 
     /// End the stream as its thread does after a shutdown: return what no
     /// pin holds, then hand the manager to the pins.
-    pub fn retire(mut self) {
-        self.actor.memory.release_unpinned();
-        let StreamActor { memory, .. } = self.actor;
+    pub fn retire(self) {
+        let actor = self.seat.turn().take().expect("the stream has not ended");
+        let StreamActor { mut memory, .. } = actor;
+        memory.release_unpinned();
         memory.retire();
     }
 
@@ -158,33 +183,35 @@ impl ActorUnderTest {
         &mut self,
         reason: RelocationReason,
     ) -> Result<RelocationReport, RelocationError> {
-        self.actor.memory.relocate(reason)
+        self.memory().relocate(reason)
     }
 
     /// Publish the counters handles and the coordinator read.
     pub fn publish(&mut self) {
-        self.actor.publish()
+        self.with(StreamActor::publish)
     }
 
     /// Free what clients dropped, then publish the counters.
     pub fn process_and_publish(&mut self) {
-        self.actor.memory.process_releases();
-        self.actor.publish();
+        self.with(|actor| {
+            actor.memory.process_releases();
+            actor.publish();
+        })
     }
 
     /// Run a cleanup as a request would.
     pub fn cleanup(&mut self, cleanup: Cleanup) {
-        self.actor.memory.cleanup(cleanup)
+        self.memory().cleanup(cleanup)
     }
 
     /// Bytes the storage holds.
     pub fn bytes_allocated(&self) -> u64 {
-        self.actor.memory.bytes_allocated()
+        self.with(|actor| actor.memory.bytes_allocated())
     }
 
     /// Live allocations.
     pub fn live_allocations(&self) -> u64 {
-        self.actor.memory.memory_report().usage().number_allocs
+        self.with(|actor| actor.memory.memory_report().usage().number_allocs)
     }
 }
 
@@ -257,7 +284,7 @@ pub fn device_with(
         let stream = StreamId(id);
         let storage: Box<dyn DeviceStorage> = Box::new(VirtualStorage::new());
         // The device meters (and budgets) the storage, as for the Supervisor.
-        let (actor, inbox, entry) = wire(
+        let (seat, inbox, entry) = wire(
             &device,
             stream,
             storage,
@@ -267,7 +294,7 @@ pub fn device_with(
         );
         let handle = entry.handle.clone();
         device.registry.lock().insert(stream, entry);
-        out.push((handle, ActorUnderTest { actor, inbox }));
+        out.push((handle, ActorUnderTest { seat, inbox }));
     }
     let subscribers: Subscribers = Arc::new(Mutex::new(Vec::new()));
     DeviceUnderTest {
@@ -319,6 +346,6 @@ pub fn submit_reserve_many(handle: &StreamHandle, sizes: Vec<u64>) -> PendingAns
         wait: None,
         reply: Reply::Channel(tx),
     };
-    let _ = handle.connection.inbox.send(request);
+    let _ = handle.connection.send(request);
     PendingAnswer(rx)
 }

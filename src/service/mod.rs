@@ -34,6 +34,7 @@ mod events;
 mod handle;
 mod headroom;
 mod hot;
+mod in_place;
 mod message;
 mod operations;
 mod registry;

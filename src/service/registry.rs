@@ -14,6 +14,7 @@ use super::actor::{ActorTiming, StreamActor};
 use super::device::DeviceShared;
 use super::error::ServiceError;
 use super::handle::{Connection, StreamHandle};
+use super::in_place::SharedActor;
 use super::message::{Control, Request, ShutdownReport};
 use super::shared::StreamShared;
 use crate::memory::{LiveMeter, MemoryConfig, MemoryManager, StreamId};
@@ -80,13 +81,16 @@ pub(crate) struct Wiring {
     /// waiting (`hot.rs`, "refill ahead"); off on a manual clock, where a
     /// replay's figures must not depend on when the actor got to it.
     pub(crate) refill_ahead: bool,
+    /// Whether a client serves its own request when the actor is free
+    /// (`in_place.rs`).
+    pub(crate) serve_in_place: bool,
 }
 
 /// Put stream `id` together on `device`: its manager over `storage`
 /// (metered by the device, and limited by its budget), its actor with its
 /// inbox, and its entry (handle and control channel; no thread yet). The
-/// caller runs the actor (`actor.run(inbox)`, on a thread of its own) and
-/// registers the entry.
+/// caller runs the actor (`actor::run(seat, inbox)`, on a thread of its
+/// own) and registers the entry.
 pub(crate) fn wire(
     device: &Arc<DeviceShared>,
     id: StreamId,
@@ -94,7 +98,7 @@ pub(crate) fn wire(
     memory: MemoryConfig,
     recorder: Option<&Arc<TraceRecorder>>,
     wiring: Wiring,
-) -> (StreamActor, Receiver<Request>, StreamEntry) {
+) -> (Arc<SharedActor>, Receiver<Request>, StreamEntry) {
     let storage: Box<dyn DeviceStorage> =
         Box::new(BudgetedStorage::new(storage, device.meter.clone()));
     let live = Arc::new(LiveMeter::new(device.live.clone()));
@@ -103,23 +107,26 @@ pub(crate) fn wire(
         memory.set_observer(TraceRecorder::observer(recorder));
     }
     let shared = Arc::new(StreamShared::new(id, live));
+    let owner = memory.owner_id();
     let (inbox_tx, inbox) = channel::bounded(wiring.inbox_capacity.max(1));
+    let (control, control_rx) = channel::unbounded();
+    let actor = StreamActor::new(memory, shared.clone(), wiring.timing, device.clone(), control_rx);
+    let seat = Arc::new(SharedActor::new(actor));
     let connection = Arc::new(Connection {
         inbox: inbox_tx,
         shared: shared.clone(),
-        owner: memory.owner_id(),
+        owner,
         spin: crate::sync::reply::AdaptiveSpin::new(wiring.timing.spin),
         // A recorded trace must show each reservation when its client made
         // it: a cache's spares are reserved ahead of their hits.
         hot_cache: wiring.hot_cache && recorder.is_none(),
         refill_ahead: wiring.refill_ahead,
+        actor: wiring.serve_in_place.then(|| seat.clone()),
     });
-    let (control, control_rx) = channel::unbounded();
-    let actor = StreamActor::new(memory, shared, wiring.timing, device.clone(), control_rx);
     let entry = StreamEntry {
         handle: StreamHandle::new(connection),
         control,
         thread: None,
     };
-    (actor, inbox, entry)
+    (seat, inbox, entry)
 }

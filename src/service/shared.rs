@@ -102,6 +102,10 @@ pub(crate) struct StreamShared {
     pub(crate) hot: HotCaches,
     /// Cached allocations taken back.
     pub(crate) hot_taken_back: AtomicU64,
+    /// Requests sent to the inbox and not yet served from it: while any
+    /// is, a client sends rather than serves in place, so a client's
+    /// requests are served in the order it made them (`in_place.rs`).
+    pub(crate) queued: AtomicU64,
     /// [`stamp`](Self::stamp) when the stream last gave back all it could
     /// (`u64::MAX`: never): until it serves a request or its clients
     /// release bytes, a round cannot win anything more from it.
@@ -133,6 +137,7 @@ impl StreamShared {
             relocated: AtomicU64::new(0),
             idle_cleanups: AtomicU64::new(0),
             settles: AtomicU64::new(0),
+            queued: AtomicU64::new(0),
             gave_back_at: AtomicU64::new(u64::MAX),
             hot: HotCaches::default(),
             hot_taken_back: AtomicU64::new(0),
@@ -177,6 +182,11 @@ impl StreamShared {
 
     pub(crate) fn is_running(&self) -> bool {
         self.state.load(Ordering::Acquire) == RUNNING
+    }
+
+    /// A turn on the actor panicked (`in_place::guarded`).
+    pub(crate) fn has_failed(&self) -> bool {
+        self.state.load(Ordering::Acquire) == FAILED
     }
 
     pub(crate) fn set_stopping(&self) {

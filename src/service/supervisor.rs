@@ -1,7 +1,7 @@
 //! `Supervisor`: owns a device — the registry of its streams and their
 //! lifecycles — and spawns one `StreamActor` per stream.
 
-use super::actor::ActorTiming;
+use super::actor::{self, ActorTiming};
 use super::coordinator::{Coordinator, Subscribers, Timers};
 use super::device::{DeviceShared, DeviceStats, Notice};
 use super::error::ServiceError;
@@ -55,6 +55,14 @@ pub struct ServiceConfig {
     /// a miss's round trip, so that what it holds at each reserve does not
     /// depend on when the actor ran.
     pub hot_cache: bool,
+    /// A client whose stream's actor is free serves its own reservation or
+    /// operation on its own thread, under the lock the actor's thread takes
+    /// for each of its turns, instead of a round trip to that thread
+    /// (`docs/service.md`, "Serving in place"). The cost of a lock rather
+    /// than of two thread handoffs, which a busy machine makes 5-10 us.
+    /// Async calls, shutdowns and barriers always go through the inbox.
+    /// `false`: every request goes to the actor's thread.
+    pub serve_in_place: bool,
     /// Bytes all streams together may hold (`None`: what the storages give).
     /// For a fraction of a GPU, see [`DeviceBudget::fraction_of`].
     pub budget: Option<u64>,
@@ -107,6 +115,7 @@ impl Default for ServiceConfig {
             pin_wait: Duration::from_millis(200),
             spin: 2000,
             hot_cache: false,
+            serve_in_place: true,
             budget: None,
             compaction_threshold: Some(crate::memory::DEFAULT_COMPACTION_THRESHOLD),
             supervise_tick: Duration::from_millis(50),
@@ -389,9 +398,10 @@ impl Supervisor {
             },
             inbox_capacity: self.config.inbox_capacity,
             hot_cache: self.config.hot_cache,
+            serve_in_place: self.config.serve_in_place,
             refill_ahead: self.config.clock.as_manual().is_none(),
         };
-        let (actor, inbox, mut entry) = wire(
+        let (seat, inbox, mut entry) = wire(
             &self.device,
             id,
             storage,
@@ -399,7 +409,7 @@ impl Supervisor {
             self.config.recorder.as_ref(),
             wiring,
         );
-        let thread = thread::spawn(format!("streamalloc-{}", id.0), move || actor.run(inbox))
+        let thread = thread::spawn(format!("streamalloc-{}", id.0), move || actor::run(seat, inbox))
             .map_err(|err| ServiceError::StorageUnavailable {
                 stream: id,
                 message: format!("cannot spawn the stream's thread: {err}"),
