@@ -273,10 +273,20 @@ impl DeviceStorage for PanickingStorage {
     }
 }
 
+/// On the actor's thread and in a turn a client takes in place alike.
 #[test]
 fn a_panicking_actor_fails_its_stream_without_hanging_clients() {
+    for serve_in_place in [true, false] {
+        a_panicking_turn_fails_the_stream(serve_in_place);
+    }
+}
+
+fn a_panicking_turn_fails_the_stream(serve_in_place: bool) {
     let device = Supervisor::new(
-        ServiceConfig::default(),
+        ServiceConfig {
+            serve_in_place,
+            ..ServiceConfig::default()
+        },
         Box::new(|_| Ok(Box::new(PanickingStorage(HostStorage::new(), 0)))),
     );
     let stream = device.stream(StreamId(1)).unwrap();

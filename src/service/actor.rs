@@ -15,6 +15,7 @@ use super::device::{DeviceShared, Notice};
 use super::error::ServiceError;
 use super::events::SupervisorEvent;
 use super::hot::HotCache;
+use super::in_place::{SharedActor, guarded};
 use super::message::{Control, Request, ShutdownReport};
 use super::shared::StreamShared;
 use super::short::{Pending, PendingState};
@@ -24,7 +25,6 @@ use crate::sync::Arc;
 use crate::sync::atomic::Ordering;
 use crate::sync::channel::{Receiver, RecvError};
 use crate::sync::reply::AdaptiveSpin;
-use super::in_place::{SharedActor, guarded};
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -286,7 +286,6 @@ impl StreamActor {
                 .store(reserved, Ordering::Relaxed);
         }
     }
-
 }
 
 /// The loop of a stream's thread: serve its inbox until shut down or every

@@ -329,7 +329,10 @@ impl StreamHandle {
 
     /// The answer to the request sent with a sender of `cell`; `None`
     /// when the stream is gone and no answer will come.
-    fn wait_for<T>(&self, cell: &mut ReplyCell<Result<T, ServiceError>>) -> Option<Result<T, ServiceError>> {
+    fn wait_for<T>(
+        &self,
+        cell: &mut ReplyCell<Result<T, ServiceError>>,
+    ) -> Option<Result<T, ServiceError>> {
         let shared = &self.connection.shared;
         cell.wait(&self.connection.spin, EXIT_POLL, || {
             // A request that reached the inbox just as the actor left is

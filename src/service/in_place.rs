@@ -24,8 +24,8 @@
 //! in place"; model: `loom-tests/in_place.rs`.
 
 use super::actor::StreamActor;
-use super::message::Request;
 use super::handle::Connection;
+use super::message::Request;
 use crate::sync::Mutex;
 use crate::sync::atomic::Ordering;
 

@@ -46,16 +46,39 @@ impl std::ops::DerefMut for MemoryTurn<'_> {
 }
 
 /// The real handle and actor of one stream over `storage`, with no spinning
-/// and no idle tick (time is not modelled).
+/// and no idle tick (time is not modelled); every request goes to the
+/// actor's thread.
 pub fn stream_on(
     storage: Box<dyn DeviceStorage>,
     config: MemoryConfig,
     inbox_capacity: usize,
 ) -> (StreamHandle, ActorUnderTest) {
+    stream_wired(storage, config, model_wiring(inbox_capacity))
+}
+
+/// [`stream_on`] whose clients serve their own requests while the actor is
+/// free (`in_place.rs`), as the service's default does.
+pub fn stream_serving_in_place(
+    storage: Box<dyn DeviceStorage>,
+    config: MemoryConfig,
+    inbox_capacity: usize,
+) -> (StreamHandle, ActorUnderTest) {
+    let wiring = Wiring {
+        serve_in_place: true,
+        ..model_wiring(inbox_capacity)
+    };
+    stream_wired(storage, config, wiring)
+}
+
+fn stream_wired(
+    storage: Box<dyn DeviceStorage>,
+    config: MemoryConfig,
+    wiring: Wiring,
+) -> (StreamHandle, ActorUnderTest) {
     let device = Arc::new(DeviceShared::new(None, None, false));
-    let (handle, actor) = wired(&device, StreamId(0), storage, config, inbox_capacity);
+    let (seat, inbox, entry) = wire(&device, StreamId(0), storage, config, None, wiring);
     // A lone actor ends when its handles go: the device keeps no entry.
-    (handle, actor)
+    (entry.handle, ActorUnderTest { seat, inbox })
 }
 
 /// How the models' streams run: no spinning and no idle tick (time is not
@@ -73,26 +96,6 @@ fn model_wiring(inbox_capacity: usize) -> Wiring {
     }
 }
 
-/// Stream `id` on `device`, made by the Supervisor's own `registry::wire`;
-/// its entry is left to the caller.
-fn wired(
-    device: &Arc<DeviceShared>,
-    id: StreamId,
-    storage: Box<dyn DeviceStorage>,
-    config: MemoryConfig,
-    inbox_capacity: usize,
-) -> (StreamHandle, ActorUnderTest) {
-    let (seat, inbox, entry) = wire(
-        device,
-        id,
-        storage,
-        config,
-        None,
-        model_wiring(inbox_capacity),
-    );
-    (entry.handle, ActorUnderTest { seat, inbox })
-}
-
 impl ActorUnderTest {
     /// Run `f` on the actor in a turn of the model's own.
     fn with<R>(&self, f: impl FnOnce(&mut StreamActor) -> R) -> R {
@@ -105,7 +108,10 @@ impl ActorUnderTest {
         match self.inbox.recv() {
             Ok(request) => {
                 self.with(|actor| {
-                    actor.shared.queued.fetch_sub(1, crate::sync::atomic::Ordering::Relaxed);
+                    actor
+                        .shared
+                        .queued
+                        .fetch_sub(1, crate::sync::atomic::Ordering::Relaxed);
                     actor.handle(request, &self.inbox)
                 }) == super::actor::Flow::Continue
             }
@@ -166,7 +172,8 @@ impl ActorUnderTest {
 
     /// Reserve directly on the actor's manager (setup before threads start).
     pub fn reserve(&mut self, size: u64) -> Result<crate::memory::Allocation, MemoryError> {
-        self.memory().reserve(size, crate::memory::PageUpdate::Allow)
+        self.memory()
+            .reserve(size, crate::memory::PageUpdate::Allow)
     }
 
     /// End the stream as its thread does after a shutdown: return what no

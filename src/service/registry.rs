@@ -110,7 +110,13 @@ pub(crate) fn wire(
     let owner = memory.owner_id();
     let (inbox_tx, inbox) = channel::bounded(wiring.inbox_capacity.max(1));
     let (control, control_rx) = channel::unbounded();
-    let actor = StreamActor::new(memory, shared.clone(), wiring.timing, device.clone(), control_rx);
+    let actor = StreamActor::new(
+        memory,
+        shared.clone(),
+        wiring.timing,
+        device.clone(),
+        control_rx,
+    );
     let seat = Arc::new(SharedActor::new(actor));
     let connection = Arc::new(Connection {
         inbox: inbox_tx,

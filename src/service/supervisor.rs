@@ -409,11 +409,13 @@ impl Supervisor {
             self.config.recorder.as_ref(),
             wiring,
         );
-        let thread = thread::spawn(format!("streamalloc-{}", id.0), move || actor::run(seat, inbox))
-            .map_err(|err| ServiceError::StorageUnavailable {
-                stream: id,
-                message: format!("cannot spawn the stream's thread: {err}"),
-            })?;
+        let thread = thread::spawn(format!("streamalloc-{}", id.0), move || {
+            actor::run(seat, inbox)
+        })
+        .map_err(|err| ServiceError::StorageUnavailable {
+            stream: id,
+            message: format!("cannot spawn the stream's thread: {err}"),
+        })?;
         entry.thread = Some(thread);
         Ok(entry)
     }

@@ -279,32 +279,48 @@ fn clients_group(c: &mut Criterion, workload: &'static str, group_name: &str) {
                 elapsed.mul_f64(iters as f64 / (per * threads as u64) as f64)
             })
         });
-        let device = Arc::new(Supervisor::virtual_device(ServiceConfig {
-            idle_tick: None,
-            spin: std::env::var("SPIN")
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(2000),
-            memory: MemoryConfig {
-                device: DeviceProperties::new(128 * MIB, 32),
-                ..MemoryConfig::default()
-            },
-            ..ServiceConfig::default()
-        }));
-        // Every client on stream 0, or each on its own stream (one actor each).
-        for (own_streams, batch) in [(false, 1usize), (false, 16), (true, 1), (true, 16)] {
-            let name = match (own_streams, batch) {
-                (false, 1) => "streamalloc_actor",
-                (false, _) => "streamalloc_actor_batch16",
-                (true, 1) => "streamalloc_actors",
-                (true, _) => "streamalloc_actors_batch16",
+        let device_with = |serve_in_place| {
+            Arc::new(Supervisor::virtual_device(ServiceConfig {
+                idle_tick: None,
+                spin: std::env::var("SPIN")
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(2000),
+                memory: MemoryConfig {
+                    device: DeviceProperties::new(128 * MIB, 32),
+                    ..MemoryConfig::default()
+                },
+                serve_in_place,
+                ..ServiceConfig::default()
+            }))
+        };
+        let (in_place, through_thread) = (device_with(true), device_with(false));
+        // Every client on stream 0, or each on its own stream (one actor
+        // each); the default (serving in place while the actor is free), and
+        // every request a round trip to the actor's thread.
+        for (own_streams, batch, device) in [
+            (false, 1usize, &in_place),
+            (false, 1, &through_thread),
+            (false, 16, &in_place),
+            (true, 1, &in_place),
+            (true, 1, &through_thread),
+            (true, 16, &in_place),
+        ] {
+            let round_trip = Arc::ptr_eq(device, &through_thread);
+            let name = match (own_streams, batch, round_trip) {
+                (false, 1, false) => "streamalloc_actor",
+                (false, 1, true) => "streamalloc_actor_round_trip",
+                (false, _, _) => "streamalloc_actor_batch16",
+                (true, 1, false) => "streamalloc_actors",
+                (true, 1, true) => "streamalloc_actors_round_trip",
+                (true, _, _) => "streamalloc_actors_batch16",
             };
             let next_stream = std::sync::atomic::AtomicU32::new(0);
             group.bench_function(BenchmarkId::new(name, threads), |b| {
                 b.iter_custom(|iters| {
                     let per = iters.div_ceil(threads as u64);
                     let elapsed = clients(workload, threads, per, || {
-                        let stream = client_stream(&device, own_streams, &next_stream, threads);
+                        let stream = client_stream(device, own_streams, &next_stream, threads);
                         let mut pending = Vec::new();
                         Box::new(move |size| {
                             if batch == 1 {
