@@ -12,7 +12,7 @@
 //! request at a time: whoever holds the lock is the actor for that turn.
 //!
 //! What stays with the actor's thread: its inbox (async callers, shutdown,
-//! barriers, wake-ups, refills ahead), the polling of parked requests'
+//! wake-ups, refills ahead), the polling of parked requests'
 //! deadlines, and the stream's end. A request served in place that parks
 //! (the device is short) wakes the thread, which watches the parked
 //! requests from then on; the answer comes to the caller's reply cell as
@@ -51,7 +51,7 @@ impl SharedActor {
     }
 
     /// Serve `request` on this thread, as the actor's thread would, when it
-    /// is a client's reservation or job and the stream is running; the
+    /// is a reservation, a job or a barrier and the stream is running; the
     /// request back otherwise (the caller sends it). Served, its answer is
     /// in its reply, or it parked (the device is short) and the answer
     /// comes as it would through the inbox.
@@ -60,7 +60,12 @@ impl SharedActor {
         request: Request,
         connection: &Connection,
     ) -> Result<(), Request> {
-        if !matches!(request, Request::ReserveMany { .. } | Request::Run(_)) {
+        // A barrier too: with nothing queued, control drained in the turn
+        // is everything that came before it.
+        if !matches!(
+            request,
+            Request::ReserveMany { .. } | Request::Run(_) | Request::Barrier { .. }
+        ) {
             return Err(request);
         }
         let mut turn = self.0.lock();
