@@ -126,7 +126,9 @@ pub(crate) fn wire(
         // A recorded trace must show each reservation when its client made
         // it: a cache's spares are reserved ahead of their hits.
         hot_cache: wiring.hot_cache && recorder.is_none(),
-        refill_ahead: wiring.refill_ahead,
+        // Serving in place, a miss costs a lock; a refill ahead queued for
+        // the thread would send the next miss on a round trip behind it.
+        refill_ahead: wiring.refill_ahead && !wiring.serve_in_place,
         actor: wiring.serve_in_place.then(|| seat.clone()),
     });
     let entry = StreamEntry {

@@ -51,9 +51,11 @@ pub struct ServiceConfig {
     /// on for decode loops that repeat their sizes. Ignored while a trace
     /// is recorded (spares are reserved ahead of their hits). A hit that
     /// leaves a size running low asks the actor for more without waiting,
-    /// except on a manual clock (a replay): there a cache refills only in
+    /// except on a manual clock (a replay: there a cache refills only in
     /// a miss's round trip, so that what it holds at each reserve does not
-    /// depend on when the actor ran.
+    /// depend on when the actor ran) and when clients serve in place (a
+    /// miss is then served in place, and a refill queued for the actor's
+    /// thread would send the next miss through it).
     pub hot_cache: bool,
     /// A client whose stream's actor is free serves its own reservation or
     /// operation on its own thread, under the lock the actor's thread takes
