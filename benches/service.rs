@@ -61,10 +61,14 @@ impl Pinger {
     }
 }
 
-fn device() -> (Supervisor, StreamHandle) {
+/// A stream with hot caches; `in_place`: its clients serve their own
+/// requests while the actor is free (the default), else every request is
+/// a round trip to the actor's thread.
+fn device_serving(in_place: bool) -> (Supervisor, StreamHandle) {
     let device = Supervisor::virtual_device(ServiceConfig {
         idle_tick: None,
         hot_cache: true,
+        serve_in_place: in_place,
         ..ServiceConfig::default()
     });
     let stream = device.stream(StreamId(0)).unwrap();
@@ -79,22 +83,28 @@ fn round_trip(c: &mut Criterion) {
         b.iter(|| black_box(pinger.ping(black_box(1))))
     });
     drop(pinger);
-    let (_device, stream) = device();
-    group.bench_function("reserve_and_release", |b| {
-        // `reserve_with` asks the actor every time (no hot cache).
-        b.iter(|| {
-            drop(black_box(
-                stream
-                    .reserve_with(black_box(4096), PageUpdate::Allow)
-                    .unwrap(),
-            ))
-        })
-    });
+    // `reserve_with` asks the actor every time (no hot cache): a round trip
+    // to its thread, or served in place.
+    for (name, in_place) in [
+        ("reserve_and_release", false),
+        ("reserve_and_release_in_place", true),
+    ] {
+        let (_device, stream) = device_serving(in_place);
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                drop(black_box(
+                    stream
+                        .reserve_with(black_box(4096), PageUpdate::Allow)
+                        .unwrap(),
+                ))
+            })
+        });
+    }
     // The same sizes again and again, as a decode step asks: served from
     // the handle's hot cache but one in every refill, beside the bare
     // manager behind a mutex. The stream holds 16 GiB (a model's weights),
     // so its clients' caches have room.
-    let (_device, stream) = device();
+    let (_device, stream) = device_serving(true);
     let _weights = stream.reserve_many(&[1 << 30; 16]).unwrap();
     group.bench_function("hot_reserve_and_release", |b| {
         b.iter(|| drop(black_box(stream.reserve(black_box(4096)).unwrap())))
@@ -143,7 +153,7 @@ fn percentiles(what: &str, mut samples: Vec<Duration>) -> (Duration, Duration) {
 fn round_trip_percentiles(_c: &mut Criterion) {
     let (server, thread) = ping_server();
     let pinger = Pinger::new(&server);
-    let (_device, stream) = device();
+    let (_device, stream) = device_serving(false);
     let rounds = 4;
     let per_round = 50_000;
     let (mut pings, mut reserves) = (Vec::new(), Vec::new());
@@ -179,7 +189,7 @@ fn round_trip_percentiles(_c: &mut Criterion) {
 
 fn client_side(c: &mut Criterion) {
     let mut group = c.benchmark_group("client_side");
-    let (_device, stream) = device();
+    let (_device, stream) = device_serving(true);
     group.bench_function("release_drop", |b| {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
@@ -284,11 +294,12 @@ fn decode(c: &mut Criterion) {
     let mut group = c.benchmark_group("decode_clients");
     group.sample_size(10);
     for threads in [1usize, 2, 4, 8] {
-        let (device, stream) = device();
+        let (device, stream) = device_serving(true);
         // A model's weights: the stream is large, so its clients' hot
         // caches have room (1/256 of it).
         let _weights = stream.reserve_many(&[1 << 30; 16]).unwrap();
-        for (name, hot) in [("actor_hot", true), ("actor_round_trip", false)] {
+        // From the hot cache, or served in place every time.
+        for (name, hot) in [("actor_hot", true), ("actor_in_place", false)] {
             group.bench_function(criterion::BenchmarkId::new(name, threads), |b| {
                 b.iter_custom(|iters| {
                     let per = iters.div_ceil(threads as u64);

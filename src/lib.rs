@@ -27,7 +27,9 @@
 //! ```
 //!
 //! The [`service`] layer runs one manager per device stream in an actor
-//! thread behind cloneable [`StreamHandle`](service::StreamHandle)s, with a
+//! behind cloneable [`StreamHandle`](service::StreamHandle)s (the actor has
+//! a thread of its own; a blocking call finding nothing queued is served on
+//! the caller's thread in the actor's turn, at the cost of a lock), with a
 //! [`Supervisor`](service::Supervisor) that owns the device: its streams,
 //! an optional budget, cross-stream give-back when a stream runs short, and
 //! two policies that keep every stream's page cache from costing memory —

@@ -281,7 +281,11 @@ fn a_cache_running_low_is_refilled_ahead_of_its_misses() {
         serve_in_place: false,
         ..hot()
     };
-    assert_eq!(sequence(live.clone()), 2, "every reserve after the refill hit");
+    assert_eq!(
+        sequence(live.clone()),
+        2,
+        "every reserve after the refill hit"
+    );
     assert!(sequence(hot()) > 2, "a replay's cache waits for its misses");
     let in_place = ServiceConfig {
         serve_in_place: true,

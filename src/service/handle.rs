@@ -1,8 +1,11 @@
 //! `StreamHandle`: what a client holds to talk to a stream.
 //!
-//! Each method builds a request, sends it on the stream's bounded inbox and
-//! waits for the answer, blocking (`reserve`) or as a future (`reserve_async`,
-//! usable from tokio without blocking a worker). Two things need no round
+//! Each method builds a request and waits for the answer, blocking
+//! (`reserve`) or as a future (`reserve_async`, usable from tokio without
+//! blocking a worker). A blocking call whose stream has nothing queued is
+//! served in place, on the caller's thread in the actor's turn
+//! (`in_place.rs`); otherwise, and for every async call, the request goes
+//! on the stream's bounded inbox to the actor's thread. Two things need no round
 //! trip: dropping an allocation (the release queue) and resolving one
 //! ([`StreamHandle::resolve`] pins the address the allocation publishes).
 //!
