@@ -273,6 +273,41 @@ impl DeviceStorage for PanickingStorage {
     }
 }
 
+/// A lone client on a manual clock (so the coordinator sends the stream
+/// nothing) serves every blocking call in place, and the same calls give
+/// the same answers through the actor's thread; an async call always goes
+/// to the thread.
+#[test]
+fn a_lone_client_serves_its_calls_in_place() {
+    for serve_in_place in [true, false] {
+        let device = Supervisor::host(ServiceConfig {
+            clock: streamalloc::clock::ManualClock::shared(),
+            serve_in_place,
+            ..ServiceConfig::default()
+        });
+        let stream = device.stream(StreamId(0)).unwrap();
+        let mut kept = Vec::new();
+        for size in [256, 4096, 1 << 20] {
+            let allocation = stream.reserve(size).unwrap();
+            stream.write(&allocation, 0, b"kept").unwrap();
+            assert_eq!(stream.read(&allocation, 0, 4).unwrap(), b"kept");
+            kept.push(allocation);
+        }
+        device.tick().unwrap();
+        let stats = stream.stats();
+        assert_eq!(stats.requests, 9);
+        assert_eq!(stats.served_in_place, if serve_in_place { 9 } else { 0 });
+        let awaited = pollster::block_on(stream.reserve_async(64)).unwrap();
+        assert_eq!(stream.stats().requests, 10);
+        assert_eq!(
+            stream.stats().served_in_place,
+            stats.served_in_place,
+            "an async call is served by the thread"
+        );
+        drop((awaited, kept));
+    }
+}
+
 /// On the actor's thread and in a turn a client takes in place alike.
 #[test]
 fn a_panicking_actor_fails_its_stream_without_hanging_clients() {

@@ -82,6 +82,9 @@ impl SharedActor {
         let parked = actor.parked.len();
         let served = guarded(actor, |actor| {
             actor.drain_control();
+            if !matches!(request, Request::Barrier { .. }) {
+                super::shared::bump(&actor.shared.served_in_place, 1);
+            }
             actor.serve(request);
             actor.drain_control();
             actor.parked.len() > parked

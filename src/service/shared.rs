@@ -62,6 +62,10 @@ pub struct StreamStats {
     pub hot_misses: u64,
     /// Cached allocations the actor took back from its clients' handles.
     pub hot_taken_back: u64,
+    /// Requests its clients served on their own threads, in the actor's
+    /// turn (`ServiceConfig::serve_in_place`); the rest of `requests` went
+    /// to the actor's thread.
+    pub served_in_place: u64,
 }
 
 /// Shared between a stream's actor, its handles and the supervisor.
@@ -102,6 +106,8 @@ pub(crate) struct StreamShared {
     pub(crate) hot: HotCaches,
     /// Cached allocations taken back.
     pub(crate) hot_taken_back: AtomicU64,
+    /// Requests served in place.
+    pub(crate) served_in_place: AtomicU64,
     /// Requests sent to the inbox and not yet served from it: while any
     /// is, a client sends rather than serves in place, so a client's
     /// requests are served in the order it made them (`in_place.rs`).
@@ -137,6 +143,7 @@ impl StreamShared {
             relocated: AtomicU64::new(0),
             idle_cleanups: AtomicU64::new(0),
             settles: AtomicU64::new(0),
+            served_in_place: AtomicU64::new(0),
             queued: AtomicU64::new(0),
             gave_back_at: AtomicU64::new(u64::MAX),
             hot: HotCaches::default(),
@@ -267,6 +274,7 @@ impl StreamShared {
             hot_hits,
             hot_misses,
             hot_taken_back: self.hot_taken_back.load(Ordering::Relaxed),
+            served_in_place: self.served_in_place.load(Ordering::Relaxed),
         }
     }
 }
