@@ -151,9 +151,10 @@ pub struct StreamFigures {
     pub reservations: u64,
     /// Reservations per second of the run.
     pub reservations_per_second: f64,
-    /// Median round trip of a layer's `reserve_many`, microseconds.
+    /// Median time of a layer's `reserve_many` (served in place, or a round
+    /// trip to the actor's thread), microseconds.
     pub round_trip_p50_us: f64,
-    /// 99th percentile round trip, microseconds.
+    /// Its 99th percentile, microseconds.
     pub round_trip_p99_us: f64,
     /// Idle cleanups.
     pub idle_cleanups: u64,

@@ -384,7 +384,7 @@ fn simulate(args: SimulateArgs) -> Result<(), String> {
     );
     for stream in &report.streams {
         println!(
-            "stream {}: peak live {}, peak reserved {} ({:.3}x), {} reservations ({:.0}/s), round trip p50 {:.1} us p99 {:.1} us, {} idle cleanups, {} relocated",
+            "stream {}: peak live {}, peak reserved {} ({:.3}x), {} reservations ({:.0}/s), reserve_many p50 {:.1} us p99 {:.1} us, {} idle cleanups, {} relocated",
             stream.stream,
             Bytes(stream.peak_live_bytes),
             Bytes(stream.peak_reserved_bytes),
