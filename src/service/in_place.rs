@@ -26,17 +26,17 @@
 use super::actor::StreamActor;
 use super::handle::Connection;
 use super::message::Request;
-use crate::sync::Mutex;
+use crate::sync::TurnLock;
 use crate::sync::atomic::Ordering;
 
 /// A stream's actor, shared by its thread and its clients; `None` once the
 /// thread took it to end the stream.
 #[derive(Debug)]
-pub(crate) struct SharedActor(Mutex<Option<StreamActor>>);
+pub(crate) struct SharedActor(TurnLock<Option<StreamActor>>);
 
 impl SharedActor {
     pub(crate) fn new(actor: StreamActor) -> Self {
-        Self(Mutex::new(Some(actor)))
+        Self(TurnLock::new(Some(actor)))
     }
 
     /// Take the actor's turn: the actor, or `None` once the stream ended.

@@ -28,6 +28,9 @@ impl<T> Mutex<T> {
     }
 }
 
+/// The production side's yield-free mutex; under loom, loom's mutex.
+pub(crate) type TurnLock<T> = Mutex<T>;
+
 pub(crate) mod thread {
     pub(crate) use loom::thread::{JoinHandle, Thread, current, yield_now};
 

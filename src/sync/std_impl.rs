@@ -52,6 +52,28 @@ impl<T> Mutex<T> {
     }
 }
 
+/// A mutex that waits without yielding: `std`'s, which on Linux spins a
+/// hundred times and then sleeps on a futex. `parking_lot`'s spins with
+/// `sched_yield` between attempts before it parks; for a stream's turns,
+/// taken by several clients at once, that cost 1.6x the time idle
+/// (`service/in_place.rs`; `docs/performance.md`, "Serving in place").
+#[derive(Debug, Default)]
+pub(crate) struct TurnLock<T>(std::sync::Mutex<T>);
+
+impl<T> TurnLock<T> {
+    pub(crate) fn new(value: T) -> Self {
+        Self(std::sync::Mutex::new(value))
+    }
+
+    /// The guard; a panic in an earlier holder does not poison it (turns
+    /// catch their panics and mark the stream failed themselves).
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, T> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 pub(crate) mod thread {
     pub(crate) use std::thread::{JoinHandle, Thread, current, park_timeout, sleep, yield_now};
 
