@@ -123,8 +123,11 @@ impl StreamActor {
         }
     }
 
-    /// Serve one request from the inbox.
+    /// Serve one request taken off the inbox in this turn. It no longer
+    /// counts as queued: no other turn comes between, so a client serving
+    /// in place next is served after it.
     pub(crate) fn handle(&mut self, request: Request, inbox: &Receiver<Request>) -> Flow {
+        self.shared.queued.fetch_sub(1, Ordering::Relaxed);
         if let Request::Shutdown { reply } = request {
             super::shared::bump(&self.shared.requests, 1);
             let report = self.shutdown(inbox);
@@ -352,9 +355,6 @@ fn serve(seat: &SharedActor, inbox: &Receiver<Request>, spin: &AdaptiveSpin) -> 
         let Some(actor) = turn.as_mut().filter(|actor| !actor.shared.has_failed()) else {
             return Some(request);
         };
-        // Served from now on, as far as a client serving in place is
-        // concerned: no other turn comes between.
-        actor.shared.queued.fetch_sub(1, Ordering::Relaxed);
         let flow = guarded(actor, |actor| {
             actor.drain_control();
             let flow = actor.handle(request, inbox);

@@ -107,13 +107,8 @@ impl ActorUnderTest {
     pub fn step(&mut self) -> bool {
         match self.inbox.recv() {
             Ok(request) => {
-                self.with(|actor| {
-                    actor
-                        .shared
-                        .queued
-                        .fetch_sub(1, crate::sync::atomic::Ordering::Relaxed);
-                    actor.handle(request, &self.inbox)
-                }) == super::actor::Flow::Continue
+                self.with(|actor| actor.handle(request, &self.inbox))
+                    == super::actor::Flow::Continue
             }
             Err(_) => false,
         }
