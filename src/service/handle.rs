@@ -85,18 +85,20 @@ impl Connection {
     /// Send on the inbox, waiting while it is full; counted as queued until
     /// the actor's thread has served it (`StreamShared::queued`).
     pub(crate) fn send(&self, request: Request) -> Result<(), Request> {
-        let queued = &self.shared.queued;
-        queued.fetch_add(1, Ordering::Relaxed);
-        self.inbox.send(request).inspect_err(|_| {
-            queued.fetch_sub(1, Ordering::Relaxed);
-        })
+        self.counted(|| self.inbox.send(request))
     }
 
     /// [`send`](Self::send) without waiting: a full inbox refuses.
     pub(crate) fn try_send(&self, request: Request) -> Result<(), TrySendError<Request>> {
+        self.counted(|| self.inbox.try_send(request))
+    }
+
+    /// Count a request as queued from before its send (so the send cannot
+    /// be served before it counts), and not at all when the send fails.
+    fn counted<E>(&self, send: impl FnOnce() -> Result<(), E>) -> Result<(), E> {
         let queued = &self.shared.queued;
         queued.fetch_add(1, Ordering::Relaxed);
-        self.inbox.try_send(request).inspect_err(|_| {
+        send().inspect_err(|_| {
             queued.fetch_sub(1, Ordering::Relaxed);
         })
     }
