@@ -125,9 +125,11 @@ impl StreamActor {
 
     /// Serve one request taken off the inbox in this turn. It no longer
     /// counts as queued: no other turn comes between, so a client serving
-    /// in place next is served after it.
+    /// in place next is served after it. (A wake-up never counted.)
     pub(crate) fn handle(&mut self, request: Request, inbox: &Receiver<Request>) -> Flow {
-        self.shared.queued.fetch_sub(1, Ordering::Relaxed);
+        if !matches!(request, Request::Wake) {
+            self.shared.queued.fetch_sub(1, Ordering::Relaxed);
+        }
         if let Request::Shutdown { reply } = request {
             super::shared::bump(&self.shared.requests, 1);
             let report = self.shutdown(inbox);

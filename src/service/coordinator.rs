@@ -20,6 +20,18 @@
 //!   no request for `idle_tick` is sent `Idle` (once per quiet spell, and
 //!   again only if its clients released bytes since).
 //! - Events: passed on to every subscriber.
+//!
+//! **Ticking in place.** The coordinator sits behind one lock
+//! ([`CoordinatorSeat`]), which its thread takes for each notice (and for
+//! its own ticks on the wall clock). `Supervisor::tick` takes it too and
+//! runs the timers on the caller's thread, as the thread would at a
+//! `Notice::Tick`, when no notice waits: every notice counts from before
+//! its send until the turn that handled it (`DeviceShared::notify`), so a
+//! tick never overtakes one. Otherwise the tick goes as a notice behind
+//! them, and the caller waits for it. A replay ticks every 50 ms of trace
+//! time, and a round trip to the coordinator's thread is a context switch
+//! each way, whose wait a busy machine makes long. Model:
+//! `loom-tests/tick.rs`.
 
 use super::device::{DeviceShared, Notice};
 use super::events::SupervisorEvent;
@@ -27,8 +39,8 @@ use super::message::Control;
 use super::settle::{Settle, SettleWatch};
 use crate::clock::SharedClock;
 use crate::memory::StreamId;
-use crate::sync::channel::{Receiver, RecvError, Sender};
-use crate::sync::{Arc, Mutex};
+use crate::sync::channel::{self, Receiver, RecvError, Sender};
+use crate::sync::{Arc, Mutex, TurnLock};
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
@@ -361,33 +373,67 @@ impl Coordinator {
         let mut subscribers = self.subscribers.lock();
         subscribers.retain(|subscriber| subscriber.send(event.clone()).is_ok());
     }
+}
 
-    /// The coordinator's loop. On the wall clock it wakes itself every
-    /// `tick` to run the timers; on a manual clock it only serves notices
-    /// (the timers run at `Notice::Tick`).
-    pub(crate) fn run(mut self, notices: Receiver<Notice>, tick: Duration) {
-        let clock = self.timers.clock.clone();
-        let ticks_itself = clock.as_manual().is_none();
-        let mut last_tick = clock.now();
-        loop {
-            let received = if ticks_itself {
-                notices.recv_timeout(tick)
-            } else {
-                notices.recv()
-            };
-            match received {
-                Ok(notice) => {
-                    if !self.handle(notice) {
-                        return;
-                    }
+/// The coordinator behind the lock its turns are taken under: by its
+/// thread ([`run`]) and by a tick in place ([`tick`](Self::tick)).
+#[derive(Debug)]
+pub(crate) struct CoordinatorSeat(TurnLock<Coordinator>);
+
+impl CoordinatorSeat {
+    pub(crate) fn new(coordinator: Coordinator) -> Self {
+        Self(TurnLock::new(coordinator))
+    }
+
+    /// Run the timers once, after every notice sent before: on this
+    /// thread, as the coordinator's thread would at a `Notice::Tick`, when
+    /// none waits for it; else as a `Notice::Tick` behind them, waiting for
+    /// the coordinator's thread to get to it.
+    pub(crate) fn tick(&self) {
+        let device = {
+            let mut coordinator = self.0.lock();
+            // Under the lock: a notice counted here is not handled yet.
+            if !coordinator.device.notices_waiting() {
+                coordinator.tick();
+                return;
+            }
+            coordinator.device.clone()
+        };
+        let (done, told) = channel::bounded(1);
+        device.notify(Notice::Tick { done });
+        // Dropped unanswered only if the coordinator is gone.
+        let _ = told.recv();
+    }
+}
+
+/// The coordinator's loop: each notice in a turn of its own. On the wall
+/// clock it wakes itself every `tick` to run the timers; on a manual clock
+/// it only serves notices (the timers run at `Notice::Tick`, or in place).
+pub(crate) fn run(seat: Arc<CoordinatorSeat>, notices: Receiver<Notice>, tick: Duration) {
+    let clock = seat.0.lock().timers.clock.clone();
+    let ticks_itself = clock.as_manual().is_none();
+    let mut last_tick = clock.now();
+    loop {
+        let received = if ticks_itself {
+            notices.recv_timeout(tick)
+        } else {
+            notices.recv()
+        };
+        match received {
+            Ok(notice) => {
+                let mut coordinator = seat.0.lock();
+                let goes_on = coordinator.handle(notice);
+                coordinator.device.notice_handled();
+                if !goes_on {
+                    return;
                 }
-                Err(RecvError::Disconnected) => return,
-                Err(RecvError::Empty) => {}
             }
-            if ticks_itself && clock.now().saturating_sub(last_tick) >= tick {
-                last_tick = clock.now();
-                self.tick();
-            }
+            Err(RecvError::Disconnected) => return,
+            Err(RecvError::Empty) => {}
+        }
+        if ticks_itself && clock.now().saturating_sub(last_tick) >= tick {
+            last_tick = clock.now();
+            seat.0.lock().tick();
         }
     }
 }

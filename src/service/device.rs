@@ -10,7 +10,7 @@ use crate::clock::{ManualClock, SharedClock};
 use crate::memory::{LiveBytes, StreamId};
 use crate::saturating::SaturatingSum;
 use crate::storage::DeviceBudget;
-use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::channel::Sender;
 use crate::sync::{Arc, Mutex};
 use std::collections::BTreeMap;
@@ -60,6 +60,10 @@ pub(crate) struct DeviceShared {
     pub(crate) registry: Registry,
     /// To the coordinator; `None` when there is none (a lone actor in tests).
     pub(crate) notices: Option<Sender<Notice>>,
+    /// Notices sent and not yet handled: while any is, `Supervisor::tick`
+    /// sends its tick after them rather than running it in place
+    /// (`coordinator.rs`, "Ticking in place").
+    notices_waiting: AtomicU64,
     /// Whether short streams may ask the others for memory.
     pub(crate) recovery: bool,
     /// Bytes the clients of all streams hold, and the most at once: exact
@@ -104,6 +108,7 @@ impl DeviceShared {
             meter,
             registry: Mutex::new(BTreeMap::new()),
             notices,
+            notices_waiting: AtomicU64::new(0),
             recovery,
             live: Arc::new(LiveBytes::new()),
             headroom: None,
@@ -161,11 +166,27 @@ impl DeviceShared {
             .saturating_sum()
     }
 
-    /// Tell the coordinator (never blocks; dropped if it is gone).
+    /// Tell the coordinator (never blocks; dropped if it is gone). Counted
+    /// from before the send until the coordinator has handled it, so a
+    /// tick run in place cannot come before it.
     pub(crate) fn notify(&self, notice: Notice) {
         if let Some(notices) = &self.notices {
-            let _ = notices.send(notice);
+            self.notices_waiting.fetch_add(1, Ordering::Relaxed);
+            if notices.send(notice).is_err() {
+                self.notices_waiting.fetch_sub(1, Ordering::Relaxed);
+            }
         }
+    }
+
+    /// The coordinator handled a notice [`notify`](Self::notify) counted
+    /// (under its turn's lock).
+    pub(crate) fn notice_handled(&self) {
+        self.notices_waiting.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Whether a notice waits for the coordinator (read under its lock).
+    pub(crate) fn notices_waiting(&self) -> bool {
+        self.notices_waiting.load(Ordering::Relaxed) > 0
     }
 
     /// Tell subscribers `event`, which nothing but them acts on: not sent

@@ -93,6 +93,15 @@ impl Connection {
         self.counted(|| self.inbox.try_send(request))
     }
 
+    /// Nudge the actor's thread to look at its control channel and its
+    /// parked requests, never blocking (a full inbox means it is busy and
+    /// looks soon anyway). Not counted as queued: a wake-up carries no
+    /// client's request, so a client may serve in place before the thread
+    /// gets to it, and that turn drains the control the wake-up is for.
+    pub(crate) fn wake(&self) {
+        let _ = self.inbox.try_send(Request::Wake);
+    }
+
     /// Count a request as queued from before its send (so the send cannot
     /// be served before it counts), and not at all when the send fails.
     fn counted<E>(&self, send: impl FnOnce() -> Result<(), E>) -> Result<(), E> {
@@ -520,7 +529,7 @@ impl StreamHandle {
     /// Nudge the actor to look at its control channel (never blocks; if the
     /// inbox is full the actor is busy and will look soon anyway).
     pub(crate) fn wake(&self) {
-        let _ = self.connection.try_send(Request::Wake);
+        self.connection.wake();
     }
 
     /// Reserve a batch in one round trip: all of them, or none and the error.

@@ -92,9 +92,8 @@ impl SharedActor {
         drop(turn);
         if served != Some(false) {
             // Parked: the thread polls the request's deadline from now on.
-            // Failed: the thread ends the stream. A full inbox wakes it
-            // anyway.
-            let _ = connection.try_send(Request::Wake);
+            // Failed: the thread ends the stream.
+            connection.wake();
         }
         Ok(())
     }

@@ -4,9 +4,10 @@
 //! loom thread. Compiled only under `--cfg streamalloc_loom`.
 
 use super::actor::{ActorTiming, StreamActor};
-use super::coordinator::{Coordinator, Subscribers, Timers};
+use super::coordinator::{Coordinator, CoordinatorSeat, Subscribers, Timers};
 use super::device::{DeviceShared, Notice};
 use super::error::ServiceError;
+use super::events::SupervisorEvent;
 use super::handle::StreamHandle;
 use super::headroom::Headroom;
 use super::in_place::SharedActor;
@@ -17,7 +18,7 @@ use crate::memory::{
     RelocationError, RelocationReason, RelocationReport, StreamId,
 };
 use crate::storage::{DeviceBudget, DeviceStorage, VirtualStorage};
-use crate::sync::channel::{self, Receiver, Sender};
+use crate::sync::channel::{self, Receiver};
 use crate::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -226,6 +227,8 @@ pub struct DeviceUnderTest {
     pub coordinator: CoordinatorUnderTest,
     /// Tells the coordinator to stop.
     pub stop: StopSignal,
+    /// What the supervisor does with the coordinator: tick, tell, listen.
+    pub supervisor: SupervisorSide,
     /// The device budget.
     pub budget: Arc<DeviceBudget>,
 }
@@ -233,22 +236,62 @@ pub struct DeviceUnderTest {
 /// The real coordinator with its notice channel.
 #[derive(Debug)]
 pub struct CoordinatorUnderTest {
-    coordinator: Coordinator,
+    seat: Arc<CoordinatorSeat>,
     notices: Receiver<Notice>,
 }
 
 impl CoordinatorUnderTest {
-    /// The coordinator's loop (its tick never fires: time is not modelled).
+    /// The coordinator's loop (its own tick never fires: time is not
+    /// modelled; [`SupervisorSide::tick`] runs the timers).
     pub fn run(self) {
-        self.coordinator
-            .run(self.notices, Duration::from_secs(3600))
+        super::coordinator::run(self.seat, self.notices, Duration::from_secs(3600))
+    }
+}
+
+/// The supervisor's side of the coordinator, as `Supervisor` uses it.
+#[derive(Debug)]
+pub struct SupervisorSide {
+    seat: Arc<CoordinatorSeat>,
+    device: Arc<DeviceShared>,
+    subscribers: Subscribers,
+}
+
+impl SupervisorSide {
+    /// `Supervisor::tick`'s run of the timers (`CoordinatorSeat::tick`):
+    /// in place, or behind the notices sent before.
+    pub fn tick(&self) {
+        self.seat.tick();
+    }
+
+    /// Tell the coordinator that `stream` started, as `Supervisor::stream`
+    /// does (a notice it passes on to subscribers).
+    pub fn announce(&self, stream: StreamId) {
+        self.device
+            .notify(Notice::Event(SupervisorEvent::StreamStarted(stream)));
+    }
+
+    /// The coordinator's events from now on, as `Supervisor::subscribe`.
+    pub fn subscribe(&self) -> EventsUnderTest {
+        let (events, received) = channel::unbounded();
+        self.subscribers.lock().push(events);
+        EventsUnderTest(received)
+    }
+}
+
+/// A subscription to the coordinator's events.
+#[derive(Debug)]
+pub struct EventsUnderTest(Receiver<SupervisorEvent>);
+
+impl EventsUnderTest {
+    /// The next event already sent, if any (never waits).
+    pub fn sent(&self) -> Option<SupervisorEvent> {
+        self.0.try_recv().ok()
     }
 }
 
 /// Stops a [`CoordinatorUnderTest`] and lets go of the device's streams.
 #[derive(Debug)]
 pub struct StopSignal {
-    notices: Sender<Notice>,
     device: Arc<DeviceShared>,
 }
 
@@ -257,7 +300,7 @@ impl StopSignal {
     /// `Supervisor::shutdown` drains it): the actors end once their
     /// callers' handles go too.
     pub fn stop(&self) {
-        let _ = self.notices.send(Notice::Stop);
+        self.device.notify(Notice::Stop);
         drop(std::mem::take(&mut *self.device.registry.lock()));
     }
 }
@@ -275,11 +318,32 @@ pub fn device_with(
     budget: u64,
     headroom: Option<Headroom>,
 ) -> DeviceUnderTest {
+    device_built(streams, config, budget, headroom, None)
+}
+
+/// [`device_on`], whose coordinator asks a stream to compact at a tick once
+/// its reserved bytes pass `threshold` times its bytes in use (and it
+/// would win back 4 MiB).
+pub fn device_compacting(
+    streams: u32,
+    config: MemoryConfig,
+    budget: u64,
+    threshold: f64,
+) -> DeviceUnderTest {
+    device_built(streams, config, budget, None, Some(threshold))
+}
+
+fn device_built(
+    streams: u32,
+    config: MemoryConfig,
+    budget: u64,
+    headroom: Option<Headroom>,
+    compaction_threshold: Option<f64>,
+) -> DeviceUnderTest {
     let budget = Arc::new(DeviceBudget::new(budget));
     let (notices_tx, notices_rx) = channel::unbounded();
     let device = Arc::new(
-        DeviceShared::new(Some(budget.clone()), Some(notices_tx.clone()), true)
-            .with_headroom(headroom),
+        DeviceShared::new(Some(budget.clone()), Some(notices_tx), true).with_headroom(headroom),
     );
     let mut out = Vec::new();
     for id in 0..streams {
@@ -299,25 +363,30 @@ pub fn device_with(
         out.push((handle, ActorUnderTest { seat, inbox }));
     }
     let subscribers: Subscribers = Arc::new(Mutex::new(Vec::new()));
+    let seat = Arc::new(CoordinatorSeat::new(Coordinator::new(
+        device.clone(),
+        subscribers.clone(),
+        compaction_threshold,
+        Timers {
+            clock: device.clock.clone(),
+            episode_timeout: Duration::from_secs(3600),
+            idle_tick: None,
+        },
+        None,
+    )));
     DeviceUnderTest {
         streams: out,
         coordinator: CoordinatorUnderTest {
-            coordinator: Coordinator::new(
-                device.clone(),
-                subscribers,
-                None,
-                Timers {
-                    clock: device.clock.clone(),
-                    episode_timeout: Duration::from_secs(3600),
-                    idle_tick: None,
-                },
-                None,
-            ),
+            seat: seat.clone(),
             notices: notices_rx,
         },
         stop: StopSignal {
-            notices: notices_tx,
+            device: device.clone(),
+        },
+        supervisor: SupervisorSide {
+            seat,
             device,
+            subscribers,
         },
         budget,
     }

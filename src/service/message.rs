@@ -87,7 +87,9 @@ pub(crate) enum Request {
     Shutdown {
         reply: Answer<ShutdownReport>,
     },
-    /// Wakes an idle actor to look at its control channel; carries nothing.
+    /// Wakes an idle actor to look at its control channel (and its parked
+    /// requests); carries nothing, and so is never counted as queued
+    /// (`Connection::wake`).
     Wake,
     /// Answered once the actor has served everything before it, control
     /// traffic included (`Supervisor::tick`'s wait). Like `Wake`, not a

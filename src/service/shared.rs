@@ -111,6 +111,8 @@ pub(crate) struct StreamShared {
     /// Requests sent to the inbox and not yet served from it: while any
     /// is, a client sends rather than serves in place, so a client's
     /// requests are served in the order it made them (`in_place.rs`).
+    /// Wake-ups do not count: they carry no client's request, and the
+    /// control traffic they are sent for is drained by every turn.
     pub(crate) queued: AtomicU64,
     /// [`stamp`](Self::stamp) when the stream last gave back all it could
     /// (`u64::MAX`: never): until it serves a request or its clients

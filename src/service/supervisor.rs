@@ -2,7 +2,7 @@
 //! lifecycles — and spawns one `StreamActor` per stream.
 
 use super::actor::{self, ActorTiming};
-use super::coordinator::{Coordinator, Subscribers, Timers};
+use super::coordinator::{Coordinator, CoordinatorSeat, Subscribers, Timers};
 use super::device::{DeviceShared, DeviceStats, Notice};
 use super::error::ServiceError;
 use super::events::{Events, SupervisorEvent};
@@ -158,6 +158,8 @@ pub struct Supervisor {
     subscribers: Subscribers,
     /// The coordinator's thread.
     coordinator: Mutex<Option<JoinHandle<()>>>,
+    /// The coordinator itself, for ticks run in place.
+    seat: Arc<CoordinatorSeat>,
 }
 
 impl std::fmt::Debug for Supervisor {
@@ -197,8 +199,10 @@ impl Supervisor {
             config.settle,
         );
         let tick = config.supervise_tick;
+        let seat = Arc::new(CoordinatorSeat::new(coordinator));
+        let theirs = seat.clone();
         let thread = thread::spawn("streamalloc-supervisor".into(), move || {
-            coordinator.run(notices_rx, tick)
+            super::coordinator::run(theirs, notices_rx, tick)
         })
         .ok();
         if thread.is_none() {
@@ -216,6 +220,7 @@ impl Supervisor {
             device,
             subscribers,
             coordinator: Mutex::new(thread),
+            seat,
         }
     }
 
@@ -235,14 +240,14 @@ impl Supervisor {
     /// A stream that stopped or failed on the way (one stopped before the
     /// call, by its own `shutdown` or a failure, is left out).
     pub fn tick(&self) -> Result<(), ServiceError> {
-        let (done, told) = channel::bounded(1);
+        // On this thread when no notice waits for the coordinator's
+        // (`coordinator.rs`, "Ticking in place"), else behind them.
         if self.coordinator.lock().is_some() {
-            self.device.notify(Notice::Tick { done });
-            // Dropped unanswered only if the coordinator is gone.
-            let _ = told.recv();
+            self.seat.tick();
         }
-        // Control is served before any request behind it: one round trip
-        // to each stream and everything it was told is done.
+        // Control is served before any request behind it: a barrier on
+        // each stream (served in place when nothing is queued there, its
+        // turn draining the control) and everything it was told is done.
         for handle in self.serving_handles() {
             handle.barrier()?;
         }
