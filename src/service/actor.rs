@@ -116,8 +116,12 @@ impl StreamActor {
         self.device.clock.now()
     }
 
-    /// Serve whatever control traffic is waiting.
+    /// Serve whatever control traffic is waiting (every turn does, before
+    /// and after its request: a look first, as there rarely is any).
     pub(crate) fn drain_control(&mut self) {
+        if self.control.is_empty() {
+            return;
+        }
         while let Ok(control) = self.control.try_recv() {
             self.handle_control(control);
         }

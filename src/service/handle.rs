@@ -212,7 +212,13 @@ impl Drop for StreamHandle {
 
 impl StreamHandle {
     pub(crate) fn new(connection: Arc<Connection>) -> Self {
-        let hot = connection.shared.hot.open();
+        // Listed only where it may fill: the actor looks at every listed
+        // cache before each growth.
+        let hot = if connection.hot_cache {
+            connection.shared.hot.open()
+        } else {
+            Arc::new(HotCache::new())
+        };
         Self {
             connection,
             windows: Mutex::new(Vec::new()),

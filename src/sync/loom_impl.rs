@@ -190,6 +190,11 @@ pub(crate) mod channel {
             }
         }
 
+        /// Whether nothing waits to be received (a look, no receive).
+        pub(crate) fn is_empty(&self) -> bool {
+            self.0.state.lock().unwrap().queue.is_empty()
+        }
+
         pub(crate) fn try_recv(&self) -> Result<T, RecvError> {
             let mut state = self.0.state.lock().unwrap();
             match state.queue.pop_front() {

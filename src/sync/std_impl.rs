@@ -153,6 +153,11 @@ pub(crate) mod channel {
             self.0.recv().map_err(|_| RecvError::Disconnected)
         }
 
+        /// Whether nothing waits to be received (a look, no receive).
+        pub(crate) fn is_empty(&self) -> bool {
+            self.0.is_empty()
+        }
+
         pub(crate) fn try_recv(&self) -> Result<T, RecvError> {
             self.0.try_recv().map_err(|err| match err {
                 crossbeam_channel::TryRecvError::Empty => RecvError::Empty,
