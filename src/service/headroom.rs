@@ -122,12 +122,31 @@ impl StreamActor {
         if self.device.headroom.is_none() {
             return false;
         }
-        let page = sizes
-            .iter()
-            .map(|&size| self.memory.new_page_size(size, mode).unwrap_or(size))
-            .fold(0u64, u64::saturating_add);
-        self.device
-            .over_headroom(super::short::requested(sizes), page)
+        let requested = super::short::requested(sizes);
+        let pages = |exact: bool| {
+            sizes
+                .iter()
+                .map(|&size| {
+                    let page = if exact {
+                        self.memory.new_page_size(size, mode)
+                    } else {
+                        self.memory.new_page_size_at_most(size, mode)
+                    };
+                    page.unwrap_or(size)
+                })
+                .fold(0u64, u64::saturating_add)
+        };
+        // The test only turns true as the pages grow: within the headroom
+        // with the most they could take, it is within; past it with none,
+        // past. Only between does the exact page count matter (it searches
+        // an expandable pool's voids).
+        if !self.device.over_headroom(requested, pages(false)) {
+            return false;
+        }
+        if self.device.over_headroom(requested, 0) {
+            return true;
+        }
+        self.device.over_headroom(requested, pages(true))
     }
 
     /// The device holds more than its headroom above what is live, and this

@@ -228,6 +228,19 @@ impl<S: DeviceStorage> MemoryManager<S> {
         Ok(self.pools[pool].new_page_size(aligned))
     }
 
+    /// At least [`new_page_size`](Self::new_page_size), without the search
+    /// an expandable pool's exact answer makes: a bound that settles most
+    /// headroom checks at once.
+    pub(crate) fn new_page_size_at_most(
+        &self,
+        size: u64,
+        mode: AllocationMode,
+    ) -> Result<u64, MemoryError> {
+        let aligned = self.validate(size)?;
+        let pool = self.route(size, aligned, mode)?;
+        Ok(self.pools[pool].new_page_size_at_most(aligned))
+    }
+
     /// The pool a reservation goes to.
     fn route(&self, size: u64, aligned: u64, mode: AllocationMode) -> Result<usize, MemoryError> {
         match mode {
@@ -324,5 +337,42 @@ impl<S: DeviceStorage> MemoryManager<S> {
         self.peak_reserved = self.peak_reserved.max(reserved);
         let need = reserved.saturating_sub(self.cached_bytes());
         self.peak_need = self.peak_need.max(need);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::memory::{AllocationMode, MemoryConfig, MemoryManager, PageUpdate};
+    use crate::storage::VirtualStorage;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// The service's headroom check settles most reservations on
+        /// `new_page_size_at_most` alone, so it must never be below the
+        /// exact answer, whatever the arena's voids look like.
+        #[test]
+        fn the_bound_on_a_new_page_is_never_below_it(
+            steps in prop::collection::vec((1u64..(24 << 20), any::<bool>()), 1..120),
+            asked in prop::collection::vec(1u64..(40 << 20), 1..8),
+        ) {
+            let mut memory = MemoryManager::new(VirtualStorage::new(), MemoryConfig::default());
+            let mut live = Vec::new();
+            for (size, keep) in steps {
+                let allocation = memory.reserve(size, PageUpdate::Allow).unwrap();
+                if keep {
+                    live.push(allocation);
+                } else if !live.is_empty() {
+                    live.swap_remove(size as usize % live.len());
+                }
+                memory.process_releases();
+                for &ask in &asked {
+                    let exact = memory.new_page_size(ask, AllocationMode::Auto).unwrap();
+                    let most = memory.new_page_size_at_most(ask, AllocationMode::Auto).unwrap();
+                    prop_assert!(most >= exact, "{ask} bytes: at most {most}, exactly {exact}");
+                }
+            }
+        }
     }
 }

@@ -234,6 +234,12 @@ impl ExpandablePool {
         best
     }
 
+    /// The most a growth for `aligned` bytes could map, without looking
+    /// at the voids: a void is only chosen for needing fewer granules.
+    pub(crate) fn new_page_size_at_most(&self, aligned: u64) -> u64 {
+        align_up(aligned, self.granule)
+    }
+
     /// What a growth for `aligned` bytes would map now.
     pub(crate) fn new_page_size(&self, aligned: u64) -> u64 {
         self.best_void(aligned)

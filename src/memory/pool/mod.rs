@@ -159,6 +159,15 @@ impl Pool {
         each!(self, pool => pool.new_page_size(aligned))
     }
 
+    /// At least [`new_page_size`](Self::new_page_size), and cheap to know
+    /// (an expandable pool's exact answer searches its voids).
+    pub(crate) fn new_page_size_at_most(&self, aligned: u64) -> u64 {
+        match self {
+            Pool::Expandable(pool) => pool.new_page_size_at_most(aligned),
+            other => other.new_page_size(aligned),
+        }
+    }
+
     /// Give an allocation's bytes back to the pool (not to the device).
     pub(crate) fn free(&mut self, placement: Placement, size: u64, aligned: u64, tick: u64) {
         each!(self, pool => pool.free(placement, size, aligned, tick))
