@@ -258,12 +258,19 @@ fn the_supervisor_schedules_compaction_past_the_threshold() {
     let kept: Vec<_> = all.into_iter().step_by(4).collect();
     stream.report().unwrap(); // processes the releases
     let before = stream.stats().bytes_reserved;
+    // A stream started just before the tick: its notice may still wait
+    // for the coordinator's thread, and the tick must come after it
+    // (whether it runs in place or behind it as a notice).
+    let _other = device.stream(StreamId(1)).unwrap();
     // One tick of the timers: scheduled, and done when `tick` returns.
     device.tick().unwrap();
+    let seen = events.drain();
+    let at = |event: SupervisorEvent| seen.iter().position(|seen| *seen == event);
+    let scheduled = at(SupervisorEvent::CompactionScheduled(StreamId(0))).expect("scheduled");
+    let started = at(SupervisorEvent::StreamStarted(StreamId(1))).expect("told");
     assert!(
-        events
-            .drain()
-            .contains(&SupervisorEvent::CompactionScheduled(StreamId(0)))
+        started < scheduled,
+        "the tick overtook a notice sent before it: {seen:?}"
     );
     assert!(
         stream.stats().bytes_reserved < before,
