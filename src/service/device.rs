@@ -39,7 +39,8 @@ pub(crate) enum Notice {
     },
     /// Pass on to subscribers.
     Event(SupervisorEvent),
-    /// Run the timers now (`Supervisor::tick`), then say so on `done`.
+    /// Run the timers now, then say so on `done`: `Supervisor::tick`'s,
+    /// sent when a notice before it still waits (else it runs in place).
     Tick {
         /// Told once the tick ran.
         done: Sender<()>,

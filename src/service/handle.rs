@@ -532,8 +532,8 @@ impl StreamHandle {
         self.call(|reply| Request::Barrier { reply })
     }
 
-    /// Nudge the actor to look at its control channel (never blocks; if the
-    /// inbox is full the actor is busy and will look soon anyway).
+    /// Nudge the actor to look at its control channel
+    /// ([`Connection::wake`]: never blocks, never counted as queued).
     pub(crate) fn wake(&self) {
         self.connection.wake();
     }
