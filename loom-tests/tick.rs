@@ -39,12 +39,12 @@ fn a_tick_in_place_comes_after_the_notices_before_it() {
         device.supervisor.announce(StreamId(7));
         device.supervisor.tick();
         assert_eq!(
-            events.sent(),
+            events.try_next(),
             Some(SupervisorEvent::StreamStarted(StreamId(7))),
             "the notice sent before the tick is handled first"
         );
         assert_eq!(
-            events.sent(),
+            events.try_next(),
             Some(SupervisorEvent::CompactionScheduled(StreamId(0))),
             "the tick ran, after it"
         );

@@ -532,12 +532,6 @@ impl StreamHandle {
         self.call(|reply| Request::Barrier { reply })
     }
 
-    /// Nudge the actor to look at its control channel
-    /// ([`Connection::wake`]: never blocks, never counted as queued).
-    pub(crate) fn wake(&self) {
-        self.connection.wake();
-    }
-
     /// Reserve a batch in one round trip: all of them, or none and the error.
     pub fn reserve_many(&self, sizes: &[u64]) -> Result<Vec<Allocation>, ServiceError> {
         self.call_reserve(self.reserve_request(Sizes::from_slice(sizes), PageUpdate::Allow, None))

@@ -7,7 +7,7 @@ use super::actor::{ActorTiming, StreamActor};
 use super::coordinator::{Coordinator, CoordinatorSeat, Subscribers, Timers};
 use super::device::{DeviceShared, Notice};
 use super::error::ServiceError;
-use super::events::SupervisorEvent;
+use super::events::{Events, SupervisorEvent};
 use super::handle::StreamHandle;
 use super::headroom::Headroom;
 use super::in_place::SharedActor;
@@ -270,22 +270,11 @@ impl SupervisorSide {
             .notify(Notice::Event(SupervisorEvent::StreamStarted(stream)));
     }
 
-    /// The coordinator's events from now on, as `Supervisor::subscribe`.
-    pub fn subscribe(&self) -> EventsUnderTest {
-        let (events, received) = channel::unbounded();
+    /// The coordinator's events from now on, as `Supervisor::events`.
+    pub fn subscribe(&self) -> Events {
+        let (events, received) = Events::channel();
         self.subscribers.lock().push(events);
-        EventsUnderTest(received)
-    }
-}
-
-/// A subscription to the coordinator's events.
-#[derive(Debug)]
-pub struct EventsUnderTest(Receiver<SupervisorEvent>);
-
-impl EventsUnderTest {
-    /// The next event already sent, if any (never waits).
-    pub fn sent(&self) -> Option<SupervisorEvent> {
-        self.0.try_recv().ok()
+        received
     }
 }
 

@@ -40,7 +40,7 @@ impl StreamEntry {
     /// Send control traffic, and wake the actor to look at it.
     pub(crate) fn send(&self, control: Control) {
         if self.control.send(control).is_ok() {
-            self.handle.wake();
+            self.handle.connection.wake();
         }
     }
 
