@@ -332,6 +332,27 @@ impl Arena {
         self.blocks[node as usize].prev
     }
 
+    /// The blocks of a page from `first` up, in address order: (node,
+    /// offset, size, the owner of a carved block). One look at each node:
+    /// a planner copies every block of a range this way.
+    pub(crate) fn chain(
+        &self,
+        first: u32,
+    ) -> impl Iterator<Item = (u32, u64, u64, Option<u32>)> + '_ {
+        let mut node = first;
+        std::iter::from_fn(move || {
+            let block = self.blocks.get(node as usize)?;
+            let at = node;
+            node = block.next;
+            Some((
+                at,
+                block.offset,
+                block.size,
+                block.used.then_some(block.owner),
+            ))
+        })
+    }
+
     /// The block after `node` in its page, or `NONE`.
     pub(crate) fn next(&self, node: u32) -> u32 {
         self.blocks[node as usize].next

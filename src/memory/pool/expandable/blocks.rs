@@ -16,7 +16,6 @@
 //! same blocks.
 
 use super::{ExpandablePool, VOID, align_down, align_up};
-use crate::memory::arena::NONE;
 use std::cell::Cell;
 
 /// A block of a range as a plan sees it.
@@ -74,6 +73,8 @@ struct Sums {
     room: u64,
     /// Bytes of void runs.
     voids: u64,
+    /// Bytes released already (`Block::released`).
+    released: u64,
     /// Void runs.
     void_runs: u32,
 }
@@ -90,9 +91,6 @@ pub(super) struct RangeView {
     sums: Vec<Sums>,
     /// Indices of the allocations in `blocks`.
     owners: Vec<usize>,
-    /// `unreleased[i]`: bytes of free room in `blocks[i..]` that are not
-    /// released already (partial granules of free blocks).
-    unreleased: Vec<u64>,
     /// Whether each block's allocation may move, once asked: unknown,
     /// movable or pinned. Asked only of allocations a plan would move (a
     /// pin is a load from the allocation's cell, a cache miss apiece on a
@@ -135,6 +133,12 @@ impl RangeView {
     /// Bytes of free room (mapped or not) in `..to`.
     pub(super) fn room_before(&self, to: usize) -> u64 {
         self.sums[to].room
+    }
+
+    /// Bytes released already in `from..to`: the whole free granules of
+    /// its free blocks and all of its void runs.
+    pub(super) fn released(&self, from: usize, to: usize) -> u64 {
+        self.sums[to].released - self.sums[from].released
     }
 
     /// Bytes of void runs in `from..to`.
@@ -183,7 +187,9 @@ impl RangeView {
     /// Bytes of free room from block `from` on that are not released
     /// already: no slide starting at `from` releases more than that.
     pub(super) fn unreleased_from(&self, from: usize) -> u64 {
-        self.unreleased[from]
+        let unreleased = |sums: &Sums| sums.room - sums.released;
+        let all = self.sums.last().map_or(0, unreleased);
+        all - self.sums.get(from).map_or(0, unreleased)
     }
 }
 
@@ -207,19 +213,17 @@ impl ExpandablePool {
             // The last view's buffer, reused.
             let mut blocks = std::mem::take(&mut view.blocks);
             blocks.clear();
-            let mut node = range.first;
-            while node != NONE {
-                let carved = !self.arena.is_free(node);
-                let owner = carved.then(|| self.arena.owner(node));
-                blocks.push(Block {
-                    node,
-                    offset: self.arena.offset(node),
-                    size: self.arena.size(node),
-                    owner: owner.filter(|&owner| owner != VOID),
-                    void: owner == Some(VOID),
-                });
-                node = self.arena.next(node);
-            }
+            blocks.extend(
+                self.arena
+                    .chain(range.first)
+                    .map(|(node, offset, size, owner)| Block {
+                        node,
+                        offset,
+                        size,
+                        owner: owner.filter(|&owner| owner != VOID),
+                        void: owner == Some(VOID),
+                    }),
+            );
             view.rebuild(index as u32, blocks, self.granule);
             view.copied_at = Some(self.arena.changes());
             visit(&view);
@@ -258,17 +262,12 @@ impl RangeView {
             sums.live += block.live();
             sums.room += block.room();
             sums.voids += block.void_bytes();
+            sums.released += block.released(granule);
             sums.void_runs += u32::from(block.void);
             self.sums.push(sums);
         }
         self.movable.clear();
         self.movable.resize(self.blocks.len(), Cell::default());
-        self.unreleased.clear();
-        self.unreleased.resize(self.blocks.len() + 1, 0);
-        for (index, block) in self.blocks.iter().enumerate().rev() {
-            let partial = block.room() - block.released(granule);
-            self.unreleased[index] = self.unreleased[index + 1] + partial;
-        }
     }
 }
 

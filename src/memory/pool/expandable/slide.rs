@@ -263,43 +263,56 @@ pub(super) fn best_run(
     let blocks = view.blocks();
     // The best run so far: (released beyond the free, bytes, base, last).
     let mut best: Option<(u64, u64, usize, usize)> = None;
-    for (base, first) in run_starts(blocks) {
+    // Whether a run of `live` bytes releasing at most `most` beyond the
+    // free can beat the best (gains above it, or as much for fewer bytes).
+    let can_win = |most: u64, live: u64, best: Option<(u64, u64, usize, usize)>| {
+        best.is_none_or(|(gained, cost, _, _)| most > gained || (most == gained && live < cost))
+    };
+    // The first allocation a run from the current start may not take in
+    // (pinned, or past more void bytes than it may map), or the end: it
+    // only moves up as the start does (the voids between a start and an
+    // allocation shrink as the start rises; a pin stays a pin).
+    let owners = view.owners();
+    let mut reach = 0;
+    for (at, &first) in owners.iter().enumerate() {
+        // A run starts at an allocation right above free room, mapped or
+        // not, and slides down to that room's start.
+        let base = at.checked_sub(1).map_or(0, |below| owners[below] + 1);
+        if base == first {
+            continue;
+        }
         // No run from here releases more than the room above `base`
         // not released yet, and that shrinks as `base` rises: once it
         // cannot beat the best, no later start can.
-        let most_possible = view.unreleased_from(base);
-        let cannot_win = |live: u64, best: Option<(u64, u64, usize, usize)>| {
-            best.is_some_and(|(most, cost, _, _)| {
-                most_possible < most || (most_possible == most && live >= cost)
-            })
-        };
-        if cannot_win(0, best) {
+        if !can_win(view.unreleased_from(base), 0, best) {
             break;
         }
-        let below = &blocks[base..first];
-        let mut live = 0u64;
-        let mut already = below
-            .iter()
-            .map(|block| block.released(granule))
-            .sum::<u64>();
-        let mut voids: u64 = below.iter().map(Block::void_bytes).sum();
-        for (last, block) in blocks.iter().enumerate().skip(first) {
-            if block.owner.is_none() {
-                already += block.released(granule);
-                voids += block.void_bytes();
-                continue;
-            }
-            if voids > may_map || !view.is_movable(last, movable) {
+        reach = reach.max(first);
+        while reach < blocks.len()
+            && (blocks[reach].owner.is_none()
+                || (view.voids(base, reach) <= may_map && view.is_movable(reach, movable)))
+        {
+            reach += 1;
+        }
+        // Nor more than the room below `reach` not released yet (the free
+        // block right above a run's last allocation lies below it too).
+        let most_possible = view.unreleased_from(base) - view.unreleased_from(reach);
+        if !can_win(most_possible, 0, best) {
+            continue;
+        }
+        for &last in owners[at..].iter().take_while(|&&last| last < reach) {
+            let live = view.live(base, last + 1);
+            if live > most_possible.saturating_mul(move_per_byte_saved)
+                || !can_win(most_possible, live, best)
+            {
                 break;
             }
-            live += block.size;
-            if live > most_possible.saturating_mul(move_per_byte_saved) || cannot_win(live, best) {
-                break;
-            }
+            let already = view.released(base, last + 1);
             let gained = gain(blocks, base, last, live, already, granule);
-            let better = best
-                .is_none_or(|(most, cost, _, _)| gained > most || (gained == most && live < cost));
-            if gained > 0 && gained.saturating_mul(move_per_byte_saved) >= live && better {
+            if gained > 0
+                && gained.saturating_mul(move_per_byte_saved) >= live
+                && can_win(gained, live, best)
+            {
                 best = Some((gained, live, base, last));
             }
         }
@@ -312,6 +325,7 @@ pub(super) fn best_run(
 /// bytes of allocations) releases beyond the `already` released among the
 /// room below and within it: the gathered room runs to the end of the free
 /// block above the run, if there is one (a void there stays unmapped).
+#[inline]
 pub(super) fn gain(
     blocks: &[Block],
     base: usize,
