@@ -1,0 +1,85 @@
+//! The manager alone on the mixed ring (`benches/core.rs`'s
+//! `ring_of_64/mixed_256b_16m`: 64 allocations live, each step replacing
+//! the oldest with one of 256 B .. 16 MiB), driven a fixed number of steps
+//! from one seed, so that a profiler or an instruction counter sees the
+//! same work on every run:
+//!
+//! ```text
+//! cargo build --release --example mixed_ring
+//! valgrind --tool=cachegrind --cache-sim=no ./target/release/examples/mixed_ring 200000
+//! ```
+//!
+//! Prints the time per reservation (noisy on a shared machine: compare
+//! instruction counts), the bytes reserved at the end, and what compaction
+//! before growth moved.
+
+use std::time::Instant;
+use streamalloc::memory::{DeviceProperties, MemoryConfig, MemoryManager, PageUpdate};
+use streamalloc::storage::VirtualStorage;
+
+const MIB: u64 = 1 << 20;
+
+/// Allocations live at once.
+const RING: usize = 64;
+
+/// xorshift64*: the same sizes on every run.
+struct Sizes(u64);
+
+impl Sizes {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// 256 B .. 16 MiB, each power of two as likely.
+    fn mixed(&mut self) -> u64 {
+        let power = 8 + self.next() % 16;
+        (1 << power) + self.next() % (1 << power)
+    }
+}
+
+fn main() {
+    let steps: usize = match std::env::args().nth(1) {
+        Some(arg) => match arg.parse() {
+            Ok(steps) => steps,
+            Err(_) => {
+                eprintln!("usage: mixed_ring [STEPS]");
+                std::process::exit(2);
+            }
+        },
+        None => 1_000_000,
+    };
+    let mut sizes = Sizes(0x5eed);
+    let sizes: Vec<u64> = (0..4096).map(|_| sizes.mixed()).collect();
+    let mut memory = MemoryManager::new(
+        VirtualStorage::new(),
+        MemoryConfig {
+            device: DeviceProperties::new(128 * MIB, 32),
+            ..MemoryConfig::default()
+        },
+    );
+    let mut ring: Vec<Option<_>> = (0..RING).map(|_| None).collect();
+    let mut reserved_total = 0u64;
+    let started = Instant::now();
+    for step in 0..steps {
+        let size = sizes[step % sizes.len()];
+        reserved_total += size;
+        match memory.reserve(size, PageUpdate::Allow) {
+            Ok(allocation) => ring[step % RING] = Some(allocation),
+            Err(err) => {
+                eprintln!("step {step}: {err}");
+                std::process::exit(1);
+            }
+        }
+    }
+    let elapsed = started.elapsed();
+    let (moved, bytes_moved) = memory.moved_before_growth();
+    println!(
+        "{:.0} ns a reservation, {} MiB reserved at the end; moved before growth: {moved} allocations, {:.2} bytes per byte reserved",
+        elapsed.as_nanos() as f64 / steps.max(1) as f64,
+        memory.bytes_reserved() / MIB,
+        bytes_moved as f64 / reserved_total.max(1) as f64,
+    );
+}
