@@ -2,13 +2,14 @@
 //! replaced (a walk from every start, asking about each allocation on the
 //! way), on random layouts of free blocks, allocations (some pinned) and
 //! void runs: the same plan, or none, every time. The walks share with the
-//! planners only what this change left as it was: where a run may start
-//! (`run_starts`), what sliding a run releases (`gain`) and how a run
-//! becomes a slide (`Slide::of`).
+//! planners only what sliding a run releases (`gain`) and how a run becomes
+//! a slide (`Slide::of`); where a run may start is defined here
+//! (`run_starts`), and the planners' own loops over the allocations are
+//! checked against it.
 
 use super::blocks::{Block, RangeView};
 use super::holes::Hole;
-use super::slide::{Slide, best_run, gain, room_in, run_starts};
+use super::slide::{Slide, best_run, gain, room_in};
 use super::window::{Candidate, WINDOWS_TRIED, windows_in};
 use proptest::prelude::*;
 
@@ -253,4 +254,18 @@ proptest! {
         prop_assert_eq!(candidates, walked);
         prop_assert_eq!(holes, walked_holes);
     }
+}
+
+/// Where a run may start in `blocks`: (the first block of the room below
+/// it, its first allocation), for every allocation right above free room,
+/// mapped or not. The run slides down to the start of that room.
+fn run_starts(blocks: &[Block]) -> impl Iterator<Item = (usize, usize)> + '_ {
+    blocks.iter().enumerate().filter_map(move |(first, block)| {
+        block.owner?;
+        let base = blocks[..first]
+            .iter()
+            .rposition(|below| below.owner.is_some())
+            .map_or(0, |at| at + 1);
+        (base < first).then_some((base, first))
+    })
 }

@@ -210,10 +210,13 @@ pub(super) fn room_in(
     // gathers grows with the allocation, and the room a start needs grows
     // with the start, so the first allocation whose room is enough for
     // one start is at or above the one for the start before.
-    let (mut from, mut at) = (0, 0);
-    for (base, first) in run_starts(blocks) {
-        while owners[from] < first {
-            from += 1;
+    let mut at = 0;
+    for (from, &first) in owners.iter().enumerate() {
+        // A run starts at an allocation right above free room, mapped or
+        // not, and slides down to that room's start.
+        let base = from.checked_sub(1).map_or(0, |below| owners[below] + 1);
+        if base == first {
+            continue;
         }
         let need = view.room_before(base).saturating_add(aligned);
         at = at.max(from);
@@ -341,18 +344,4 @@ pub(super) fn gain(
     let released = whole_granules(packed_end, end - packed_end, granule);
     let above_already = above.map_or(0, |above| above.released(granule));
     released.saturating_sub(already + above_already)
-}
-
-/// Where a run may start in `blocks`: (the first block of the room below
-/// it, its first allocation), for every allocation right above free room,
-/// mapped or not. The run slides down to the start of that room.
-pub(super) fn run_starts(blocks: &[Block]) -> impl Iterator<Item = (usize, usize)> + '_ {
-    blocks.iter().enumerate().filter_map(move |(first, block)| {
-        block.owner?;
-        let base = blocks[..first]
-            .iter()
-            .rposition(|below| below.owner.is_some())
-            .map_or(0, |at| at + 1);
-        (base < first).then_some((base, first))
-    })
 }
