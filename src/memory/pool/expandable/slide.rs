@@ -163,11 +163,9 @@ impl ExpandablePool {
     /// block below it (its bytes are already there): its new placement.
     /// The free room now lies above it, merged with any free block there.
     pub(crate) fn slid(&mut self, node: u32, slot: u32, tick: u64) -> Placement {
-        let size = self.arena.size(node);
         let index = self.arena.page(node);
-        let merged = self.arena.free(node, true);
-        self.arena.carve_at(merged, size);
-        self.arena.set_owner(merged, slot);
+        let merged = self.arena.shift_down(node);
+        debug_assert_eq!(self.arena.owner(merged), slot);
         let rest = self.arena.next(merged);
         if rest != NONE && self.arena.is_free(rest) && self.whole_granules(rest).is_some() {
             self.empties.push_back((rest, tick));
