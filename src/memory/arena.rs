@@ -379,6 +379,7 @@ impl Arena {
     ) -> impl Iterator<Item = (u32, u64, u64, Option<u32>)> + '_ {
         let mut node = first;
         std::iter::from_fn(move || {
+            // `NONE` ends the chain: no block has that index.
             let block = self.blocks.get(node as usize)?;
             let at = node;
             node = block.next;
