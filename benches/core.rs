@@ -14,27 +14,9 @@ use std::hint::black_box;
 use streamalloc::memory::{Allocation, MemoryConfig, MemoryManager, PageUpdate, RelocationReason};
 use streamalloc::storage::{HostStorage, VirtualStorage};
 
-/// xorshift64*: a fixed, fast sequence of sizes.
-struct Sizes(u64);
-
-impl Sizes {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn small(&mut self) -> u64 {
-        64 + self.next() % 4032
-    }
-
-    /// Log-uniform between 256 B and 16 MiB.
-    fn mixed(&mut self) -> u64 {
-        let exp = 8 + self.next() % 16;
-        (1 << exp) + self.next() % (1 << exp)
-    }
-}
+#[path = "support/sizes.rs"]
+mod sizes;
+use sizes::Sizes;
 
 fn manager() -> MemoryManager<VirtualStorage> {
     MemoryManager::new(VirtualStorage::new(), MemoryConfig::default())

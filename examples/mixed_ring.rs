@@ -17,28 +17,14 @@ use std::time::Instant;
 use streamalloc::memory::{DeviceProperties, MemoryConfig, MemoryManager, PageUpdate};
 use streamalloc::storage::VirtualStorage;
 
+#[path = "../benches/support/sizes.rs"]
+mod sizes;
+use sizes::Sizes;
+
 const MIB: u64 = 1 << 20;
 
 /// Allocations live at once.
 const RING: usize = 64;
-
-/// xorshift64*: the same sizes on every run.
-struct Sizes(u64);
-
-impl Sizes {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// 256 B .. 16 MiB, each power of two as likely.
-    fn mixed(&mut self) -> u64 {
-        let power = 8 + self.next() % 16;
-        (1 << power) + self.next() % (1 << power)
-    }
-}
 
 fn main() {
     let steps: usize = match std::env::args().nth(1) {

@@ -27,17 +27,9 @@ use streamalloc_vs_cubecl::{CountedCopies, CountingStorage, cubecl};
 const MIB: u64 = 1 << 20;
 const RING: usize = 64;
 
-/// xorshift64*: the shared sequence.
-struct Sizes(u64);
-
-impl Sizes {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-}
+#[path = "../../support/sizes.rs"]
+mod sizes;
+use sizes::Sizes;
 
 fn sequence(workload: &str, len: usize) -> Vec<u64> {
     let mut sizes = Sizes(0x5eed);
@@ -45,10 +37,7 @@ fn sequence(workload: &str, len: usize) -> Vec<u64> {
         .map(|_| match workload {
             "fixed_4k" => 4096,
             "fixed_1m" => MIB,
-            _ => {
-                let exp = 8 + sizes.next() % 16;
-                (1 << exp) + sizes.next() % (1 << exp)
-            }
+            _ => sizes.mixed(),
         })
         .collect()
 }

@@ -285,7 +285,8 @@ pub(super) fn best_run(
         // No run from here releases more than the room above `base`
         // not released yet, and that shrinks as `base` rises: once it
         // cannot beat the best, no later start can.
-        if !can_win(view.unreleased_from(base), 0, best) {
+        let unreleased = view.unreleased_from(base);
+        if !can_win(unreleased, 0, best) {
             break;
         }
         reach = reach.max(first);
@@ -297,7 +298,7 @@ pub(super) fn best_run(
         }
         // Nor more than the room below `reach` not released yet (the free
         // block right above a run's last allocation lies below it too).
-        let most_possible = view.unreleased_from(base) - view.unreleased_from(reach);
+        let most_possible = unreleased - view.unreleased_from(reach);
         if !can_win(most_possible, 0, best) {
             continue;
         }
