@@ -164,7 +164,7 @@ fn windows_walk(
             Some(dearest) if candidates.len() == WINDOWS_TRIED => dearest.cost.saturating_sub(1),
             _ => budget,
         };
-        let (mut covered, mut cost, mut refused) = (0u64, 0u64, false);
+        let (mut covered, mut cost, mut largest, mut refused) = (0u64, 0u64, 0u64, false);
         let mut next = at;
         while covered < aligned {
             let Some(block) = blocks.get(next) else {
@@ -177,6 +177,7 @@ fn windows_walk(
             }
             if block.owner.is_some() {
                 cost += block.size;
+                largest = largest.max(block.size);
                 if cost > limit {
                     refused = true;
                     break;
@@ -193,6 +194,7 @@ fn windows_walk(
             rank,
             Candidate {
                 cost,
+                largest,
                 range: 0,
                 start: block.offset,
                 anchor: block.node,

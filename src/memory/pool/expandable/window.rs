@@ -47,6 +47,8 @@ pub(crate) struct Window {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Candidate {
     pub(super) cost: u64,
+    /// Bytes of the largest allocation on it (0 when none).
+    pub(super) largest: u64,
     pub(super) range: u32,
     pub(super) start: u64,
     pub(super) anchor: u32,
@@ -75,6 +77,13 @@ impl ExpandablePool {
             windows_in(view, aligned, budget, &movable, &mut candidates, &mut holes);
         });
         let free = self.free_mapped();
+        // The paper placement takes the largest allocation first and fails
+        // when no hole holds it: a window whose largest allocation is
+        // larger than every hole fails there, so it is not placed at all
+        // (most windows fail this way on a ring of mixed sizes, and the
+        // holes need no sort when all of them do). The same plans, fewer
+        // steps.
+        let largest_hole = holes.iter().map(|hole| hole.0).max().unwrap_or(0);
         // Only windows whose allocations could fit in the free room outside
         // them are planned; the holes are sorted for the first of those.
         let mut unsorted = Some(holes);
@@ -82,7 +91,8 @@ impl ExpandablePool {
         let mut planned = None;
         for candidate in candidates {
             let free_inside = (candidate.end - candidate.start) - candidate.cost;
-            if free.saturating_sub(free_inside) < candidate.cost {
+            if free.saturating_sub(free_inside) < candidate.cost || candidate.largest > largest_hole
+            {
                 continue;
             }
             if let Some(holes) = unsorted.take() {
@@ -246,11 +256,18 @@ pub(super) fn windows_in(
             continue;
         }
         let end = block.offset + view.bytes(at, to);
+        let largest = blocks[at..to]
+            .iter()
+            .filter(|block| block.owner.is_some())
+            .map(|block| block.size)
+            .max()
+            .unwrap_or(0);
         let rank = candidates.partition_point(|c| c.cost <= cost);
         candidates.insert(
             rank,
             Candidate {
                 cost,
+                largest,
                 range: view.range,
                 start: block.offset,
                 anchor: block.node,
