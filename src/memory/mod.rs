@@ -24,7 +24,9 @@ mod slots;
 mod taint;
 
 pub use access::ManagedResource;
-pub use compaction::{EVACUATE_WHEN_FREE_ONE_IN, MOVE_PER_BYTE_SAVED, SLIDE_PER_BYTE_SAVED};
+pub use compaction::{
+    EVACUATE_WHEN_FREE_ONE_IN, HIGH_WATER_SLACK_ONE_IN, MOVE_PER_BYTE_SAVED, SLIDE_PER_BYTE_SAVED,
+};
 pub use config::{
     ADAPTIVE_MIN_PAGE_SIZE, AllocationMode, ConfigError, DEFAULT_COMPACTION_THRESHOLD,
     DEFAULT_DEALLOC_PERIOD, DeviceProperties, ENV_MEMORY_LOG, ENV_PERSISTENT_MEMORY,

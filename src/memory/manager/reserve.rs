@@ -144,7 +144,14 @@ impl<S: DeviceStorage> MemoryManager<S> {
                 }
                 self.unmap_before_growth(pool, aligned);
                 // Moving changes addresses: only where the caller allows
-                // pages to change.
+                // pages to change. Past the pool's high-water mark the
+                // whole pool is compacted first (`compaction.rs`).
+                if update == PageUpdate::Allow
+                    && let Some(placement) =
+                        self.evacuate_past_high_water(pool, size, aligned, slot)
+                {
+                    break 'grow placement;
+                }
                 if update == PageUpdate::Allow
                     && let Some(placement) = self.compact_before_growth(pool, size, aligned, slot)
                 {

@@ -155,6 +155,11 @@ impl ExpandablePool {
         self.max_alloc_size
     }
 
+    /// Bytes of one granule.
+    pub(crate) fn granule(&self) -> u64 {
+        self.granule
+    }
+
     pub(crate) fn try_reserve(&mut self, size: u64, aligned: u64, slot: u32) -> Option<Placement> {
         let node = self.arena.carve(aligned)?;
         Some(self.carved(node, size, aligned, slot))
