@@ -68,6 +68,19 @@ pub const EVACUATE_WHEN_FREE_ONE_IN: u64 = 32;
 /// (`docs/performance.md`).
 pub const HIGH_WATER_SLACK_ONE_IN: u64 = 32;
 
+/// When a growth evacuates its expandable pool before it maps
+/// (`ExpandablePool::evacuates_before`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Evacuate {
+    /// First of all, when the growth would pass the pool's high-water mark
+    /// of bytes in use by more than one byte in [`HIGH_WATER_SLACK_ONE_IN`]
+    /// and a granule or more of its mapped room lies free.
+    PastHighWater,
+    /// Last, when no window or slide spared the growth and one mapped byte
+    /// in [`EVACUATE_WHEN_FREE_ONE_IN`] lies free.
+    MostlyFree,
+}
+
 /// Slides one relocation or growth plans and makes at most, one after
 /// another (each plan walks the pool's blocks).
 const SLIDES_PLANNED: usize = 16;
@@ -160,11 +173,13 @@ impl<S: DeviceStorage> MemoryManager<S> {
     }
 
     /// Serve `aligned` bytes of expandable pool `pool` after an evacuation
-    /// (below) gave back the granules it could, when enough of the mapped
-    /// room lies free ([`EVACUATE_WHEN_FREE_ONE_IN`]); `None` when it does
-    /// not or the room freed does not hold them (the growth then maps).
+    /// (below) gave back the granules it could, when `when` says a growth
+    /// for them should evacuate first (`ExpandablePool::evacuates_before`);
+    /// `None` when it should not, or the room freed does not hold them
+    /// (what the evacuation emptied goes back before the growth maps).
     pub(crate) fn evacuate_before_growth(
         &mut self,
+        when: Evacuate,
         pool: usize,
         size: u64,
         aligned: u64,
@@ -173,57 +188,9 @@ impl<S: DeviceStorage> MemoryManager<S> {
         let Pool::Expandable(expandable) = &self.pools[pool] else {
             return None;
         };
-        let mapped = expandable.stats().usage.bytes_reserved;
-        if expandable
-            .free_mapped()
-            .saturating_mul(EVACUATE_WHEN_FREE_ONE_IN)
-            < mapped
-        {
+        if !expandable.evacuates_before(when, aligned) {
             return None;
         }
-        self.evacuate_and_reserve(pool, size, aligned, slot)
-    }
-
-    /// Serve `aligned` bytes of expandable pool `pool` after an evacuation,
-    /// when growing for them would take the pool past its high-water mark
-    /// of bytes in use by more than one byte in [`HIGH_WATER_SLACK_ONE_IN`]
-    /// and a granule or more of its mapped room lies free (less releases
-    /// nothing); `None` when it would not, or the room freed does not hold
-    /// them (what the evacuation emptied goes back first).
-    pub(crate) fn evacuate_past_high_water(
-        &mut self,
-        pool: usize,
-        size: u64,
-        aligned: u64,
-        slot: u32,
-    ) -> Option<Placement> {
-        let Pool::Expandable(expandable) = &self.pools[pool] else {
-            return None;
-        };
-        let stats = expandable.stats();
-        let grown = stats
-            .usage
-            .bytes_reserved
-            .saturating_add(expandable.new_page_size(aligned));
-        let line = stats
-            .peak_in_use
-            .saturating_add(stats.peak_in_use / HIGH_WATER_SLACK_ONE_IN);
-        if grown <= line || expandable.free_mapped() < expandable.granule() {
-            return None;
-        }
-        self.evacuate_and_reserve(pool, size, aligned, slot)
-    }
-
-    /// Evacuate expandable pool `pool` (below), then serve `aligned` bytes
-    /// from the room it freed; `None` when nothing moved or the room does
-    /// not hold them.
-    fn evacuate_and_reserve(
-        &mut self,
-        pool: usize,
-        size: u64,
-        aligned: u64,
-        slot: u32,
-    ) -> Option<Placement> {
         let mut report = RelocationReport::default();
         // A failed copy leaves its allocation in place: the growth goes on.
         let _ = self.evacuate_granules(pool, &mut report);

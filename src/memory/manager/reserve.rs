@@ -3,6 +3,7 @@
 //! where one is free). Every reserve form goes through `observe_reserve`.
 
 use super::*;
+use crate::memory::compaction::Evacuate;
 
 impl<S: DeviceStorage> MemoryManager<S> {
     /// Reserve `size` bytes in the effective mode, changing the pages held
@@ -147,8 +148,13 @@ impl<S: DeviceStorage> MemoryManager<S> {
                 // pages to change. Past the pool's high-water mark the
                 // whole pool is compacted first (`compaction.rs`).
                 if update == PageUpdate::Allow
-                    && let Some(placement) =
-                        self.evacuate_past_high_water(pool, size, aligned, slot)
+                    && let Some(placement) = self.evacuate_before_growth(
+                        Evacuate::PastHighWater,
+                        pool,
+                        size,
+                        aligned,
+                        slot,
+                    )
                 {
                     break 'grow placement;
                 }
@@ -163,7 +169,8 @@ impl<S: DeviceStorage> MemoryManager<S> {
                     break 'grow placement;
                 }
                 if update == PageUpdate::Allow
-                    && let Some(placement) = self.evacuate_before_growth(pool, size, aligned, slot)
+                    && let Some(placement) =
+                        self.evacuate_before_growth(Evacuate::MostlyFree, pool, size, aligned, slot)
                 {
                     break 'grow placement;
                 }

@@ -22,6 +22,7 @@
 
 use super::{Backing, Placement, align_down, align_up};
 use crate::memory::arena::{Arena, NONE};
+use crate::memory::compaction::{EVACUATE_WHEN_FREE_ONE_IN, Evacuate, HIGH_WATER_SLACK_ONE_IN};
 use crate::memory::config::{PoolConfig, PoolKind};
 use crate::memory::policy::Cleanup;
 use crate::memory::report::{PoolReport, PoolStats};
@@ -146,6 +147,23 @@ impl ExpandablePool {
         self.free_mapped() >= self.granule && mapped as f64 > self.used as f64 * threshold
     }
 
+    /// Whether a growth for `aligned` bytes evacuates this pool first,
+    /// `when` (see [`Evacuate`]).
+    pub(crate) fn evacuates_before(&self, when: Evacuate, aligned: u64) -> bool {
+        let mapped = self.stats.usage.bytes_reserved;
+        match when {
+            Evacuate::PastHighWater => {
+                let peak = self.stats.peak_in_use;
+                let line = peak.saturating_add(peak / HIGH_WATER_SLACK_ONE_IN);
+                self.free_mapped() >= self.granule
+                    && mapped.saturating_add(self.new_page_size(aligned)) > line
+            }
+            Evacuate::MostlyFree => {
+                self.free_mapped().saturating_mul(EVACUATE_WHEN_FREE_ONE_IN) >= mapped
+            }
+        }
+    }
+
     /// Mapped bytes no allocation holds.
     pub(crate) fn free_mapped(&self) -> u64 {
         self.stats.usage.bytes_reserved.saturating_sub(self.used)
@@ -153,11 +171,6 @@ impl ExpandablePool {
 
     pub(crate) fn max_alloc_size(&self) -> u64 {
         self.max_alloc_size
-    }
-
-    /// Bytes of one granule.
-    pub(crate) fn granule(&self) -> u64 {
-        self.granule
     }
 
     pub(crate) fn try_reserve(&mut self, size: u64, aligned: u64, slot: u32) -> Option<Placement> {
