@@ -3,8 +3,9 @@
 
 use std::collections::BTreeMap;
 use std::process::Command;
+use streamalloc::clock::ManualClock;
 use streamalloc::memory::StreamId;
-use streamalloc::replay::replay;
+use streamalloc::replay::{Replayer, replay};
 use streamalloc::service::{ServiceConfig, Supervisor};
 use streamalloc::trace::{
     TraceAction, TraceError, TraceEvent, TraceFormat, TraceRecorder, read_jsonl, read_rmm_csv,
@@ -387,4 +388,80 @@ fn cli_min_budget_brackets_the_smallest_budget_that_fits() {
             .success()
     );
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A device's events: sixteen allocations, then the last four freed, so
+/// the load falls by a quarter and whole granules lie free at the top.
+fn fallen_load(device: u32, first_id: u64) -> Vec<TraceEvent> {
+    let event = |time_us: u64, action, id, size| TraceEvent {
+        time_ns: time_us * 1_000,
+        device,
+        stream: 0,
+        action,
+        id,
+        size,
+    };
+    let ids = first_id..first_id + 16;
+    let mut events: Vec<TraceEvent> = ids
+        .clone()
+        .map(|id| event(id - first_id + 1, TraceAction::Alloc, id, 3 * MIB))
+        .collect();
+    events.extend(
+        ids.skip(12)
+            .map(|id| event(100 + id - first_id, TraceAction::Free, id, 3 * MIB)),
+    );
+    events
+}
+
+/// The replay of `events`, each device on a supervisor the CLI's way (a
+/// manual clock, the default idle tick) but with no settle policy and no
+/// scheduled compaction, so what gives the fallen load back is the idle
+/// tick, whose timer compares two ticks' times; `shared_clock`: every device's supervisor on one clock,
+/// as a caller who clones one config would.
+fn replay_devices(events: &[TraceEvent], shared_clock: bool) -> streamalloc::replay::ReplayReport {
+    let shared = ManualClock::shared();
+    let mut replayer = Replayer::new(|_device| {
+        let clock = if shared_clock {
+            shared.clone()
+        } else {
+            ManualClock::shared()
+        };
+        Supervisor::virtual_device(ServiceConfig {
+            clock,
+            settle: None,
+            compaction_threshold: None,
+            ..ServiceConfig::default()
+        })
+    });
+    for event in events {
+        replayer.event(event).unwrap();
+    }
+    replayer.finish().unwrap()
+}
+
+#[test]
+fn every_device_lets_its_load_fall_even_on_a_shared_clock() {
+    // As a PyTorch snapshot lists them: one device's whole trace, then the
+    // next one's, on the same span of time.
+    let mut events = fallen_load(0, 0);
+    events.extend(fallen_load(1, 1_000));
+    let alone = replay_devices(&fallen_load(1, 1_000), false);
+    assert_eq!(alone.settled_live_bytes, 36 * MIB);
+    assert_eq!(
+        alone.settled_reserved_bytes,
+        36 * MIB,
+        "the idle tick gives the free granules back"
+    );
+    for shared_clock in [false, true] {
+        let report = replay_devices(&events, shared_clock);
+        assert_eq!(report.devices.len(), 2);
+        for device in &report.devices {
+            assert_eq!(device.settled_live_bytes, 36 * MIB);
+            assert_eq!(
+                device.settled_reserved_bytes, alone.settled_reserved_bytes,
+                "device {:?}, shared clock {shared_clock}",
+                device.device
+            );
+        }
+    }
 }

@@ -105,28 +105,58 @@ impl DeviceRun<'_> {
         Ok(())
     }
 
-    /// The trace ended: let time pass on a manual clock until the settle
-    /// window (and the idle tick) lies wholly after the last event, so
-    /// "after the load fell" means the same on every run.
-    fn let_load_fall(&mut self, time: Duration) -> Result<(), ServiceError> {
+    /// When the load has fallen for this device once the trace ended at
+    /// `time`: the settle window (and the idle tick) past, and two ticks
+    /// more. `None` off a manual clock (nothing to move).
+    fn load_fallen_at(&self, time: Duration) -> Option<(Duration, Duration)> {
         let config = self.supervisor.config();
-        let Some(clock) = config.clock.as_manual() else {
-            return Ok(());
-        };
+        config.clock.as_manual()?;
         let tick = config.supervise_tick.max(Duration::from_millis(1));
         let window = config.settle.map_or(Duration::ZERO, |s| s.window);
         let idle = config.idle_tick.unwrap_or(Duration::ZERO);
         let end = time
             .saturating_add(window.max(idle))
             .saturating_add(tick.saturating_mul(2));
-        let mut now = time;
-        while now < end {
-            now = now.saturating_add(tick);
+        Some((end, tick))
+    }
+
+    /// Move a manual clock to `now` and run the timers there.
+    fn tick_at(&mut self, now: Duration) -> Result<(), ServiceError> {
+        if let Some(clock) = self.supervisor.config().clock.as_manual() {
             clock.advance_to(now);
             self.supervisor.tick()?;
         }
         Ok(())
     }
+}
+
+/// The trace ended at `time`: let time pass on the devices' manual clocks,
+/// all of them in step, until every settle window (and idle tick) lies
+/// wholly after the last event, so "after the load fell" means the same on
+/// every run. In step, because devices may share one clock: a device whose
+/// time was let pass on its own would leave the next one's clock already
+/// at the end, and its timers (which compare two ticks' times) would never
+/// see time pass.
+fn let_load_fall(
+    runs: &mut BTreeMap<u32, DeviceRun<'_>>,
+    time: Duration,
+) -> Result<(), ServiceError> {
+    let due: Vec<(Duration, Duration)> = runs
+        .values()
+        .filter_map(|run| run.load_fallen_at(time))
+        .collect();
+    let Some(end) = due.iter().map(|&(end, _)| end).max() else {
+        return Ok(());
+    };
+    let step = due.iter().map(|&(_, tick)| tick).min().unwrap_or(end);
+    let mut now = time;
+    while now < end {
+        now = now.saturating_add(step);
+        for run in runs.values_mut() {
+            run.tick_at(now)?;
+        }
+    }
+    Ok(())
 }
 
 /// The first multiple of `tick` after `time`.
@@ -436,8 +466,8 @@ impl<'s> Replayer<'s> {
         let elapsed = self.started.elapsed();
         let ns_per_op = elapsed.as_nanos() as f64 / self.events.max(1) as f64;
         let mut reports = Vec::new();
+        let_load_fall(&mut self.devices, self.time)?;
         for run in self.devices.values_mut() {
-            run.let_load_fall(self.time)?;
             for handle in &run.handles {
                 handle.report()?;
             }
