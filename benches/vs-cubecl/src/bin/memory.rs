@@ -7,12 +7,13 @@
 //! `cargo run --release --bin memory -- TRACE...` (any format `streamalloc
 //! replay` reads); prints, per trace and contender, peak reserved / peak
 //! live and reserved / live once the load has fallen (the trace's end, no
-//! explicit cleanup).
+//! explicit cleanup). A trace of several devices gets rows per device:
+//! each device is its own memory.
 
 use cubecl_server::memory_management::{
     ErrorGraph, MemoryConfiguration as CubeConfig, PageUpdate as CubeUpdate,
 };
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use streamalloc::memory::{
     Bytes, DeviceProperties, MemoryConfig, MemoryConfiguration, MemoryManager, PageUpdate,
@@ -195,74 +196,94 @@ fn main() {
             eprintln!("{}: {err}", path.display());
             std::process::exit(1);
         });
-        let name = path
+        let file = path
             .file_name()
             .unwrap_or_default()
             .to_string_lossy()
             .into_owned();
-        let rows: Vec<(&str, &str, Figures)> = vec![
-            (
-                "streamalloc",
-                "expandable",
-                ours(&events, MemoryConfiguration::Expandable, true),
-            ),
-            (
-                "streamalloc manager alone",
-                "expandable",
-                manager_alone(&events, MemoryConfiguration::Expandable),
-            ),
-            (
-                "streamalloc manager alone",
-                "adaptive",
-                manager_alone(&events, MemoryConfiguration::Adaptive),
-            ),
-            (
-                "streamalloc",
-                "adaptive",
-                ours(&events, MemoryConfiguration::Adaptive, true),
-            ),
-            (
-                "streamalloc",
-                "exclusive",
-                ours(&events, MemoryConfiguration::ExclusivePages, true),
-            ),
-            (
-                "streamalloc, no headroom/settle",
-                "expandable",
-                ours(&events, MemoryConfiguration::Expandable, false),
-            ),
-            (
-                "streamalloc, no headroom/settle",
-                "adaptive",
-                ours(&events, MemoryConfiguration::Adaptive, false),
-            ),
-            (
-                "streamalloc, no headroom/settle",
-                "exclusive",
-                ours(&events, MemoryConfiguration::ExclusivePages, false),
-            ),
-            (
-                "CubeCL 0.11.3",
-                "Adaptive",
-                cubecl(&events, CubeConfig::Adaptive),
-            ),
-            (
-                "CubeCL 0.11.3",
-                "ExclusivePages",
-                cubecl(&events, CubeConfig::ExclusivePages),
-            ),
-        ];
-        for (allocator, preset, f) in rows {
-            println!(
-                "| {name} | {allocator} | {preset} | {} | {} | {} | {} | {} | {} | {} |",
-                Bytes(f.peak_live),
-                Bytes(f.peak_reserved),
-                ratio(f.peak_reserved, f.peak_live),
-                Bytes(f.end_live),
-                Bytes(f.end_reserved),
-                ratio(f.end_reserved, f.end_live),
-                f.failures
-            );
+        // Each device of a trace is its own memory (a PyTorch snapshot of
+        // two GPUs): a ratio of the devices' summed peaks would mix one
+        // device's peak with what another held at its last call.
+        let mut devices: BTreeMap<u32, Vec<TraceEvent>> = BTreeMap::new();
+        for event in events {
+            devices.entry(event.device).or_default().push(event);
         }
+        let several = devices.len() > 1;
+        for (device, events) in devices {
+            let name = if several {
+                format!("{file} (device {device})")
+            } else {
+                file.clone()
+            };
+            print_rows(&name, &events);
+        }
+    }
+}
+
+/// Every contender's row for one device's events.
+fn print_rows(name: &str, events: &[TraceEvent]) {
+    let rows: Vec<(&str, &str, Figures)> = vec![
+        (
+            "streamalloc",
+            "expandable",
+            ours(events, MemoryConfiguration::Expandable, true),
+        ),
+        (
+            "streamalloc manager alone",
+            "expandable",
+            manager_alone(events, MemoryConfiguration::Expandable),
+        ),
+        (
+            "streamalloc manager alone",
+            "adaptive",
+            manager_alone(events, MemoryConfiguration::Adaptive),
+        ),
+        (
+            "streamalloc",
+            "adaptive",
+            ours(events, MemoryConfiguration::Adaptive, true),
+        ),
+        (
+            "streamalloc",
+            "exclusive",
+            ours(events, MemoryConfiguration::ExclusivePages, true),
+        ),
+        (
+            "streamalloc, no headroom/settle",
+            "expandable",
+            ours(events, MemoryConfiguration::Expandable, false),
+        ),
+        (
+            "streamalloc, no headroom/settle",
+            "adaptive",
+            ours(events, MemoryConfiguration::Adaptive, false),
+        ),
+        (
+            "streamalloc, no headroom/settle",
+            "exclusive",
+            ours(events, MemoryConfiguration::ExclusivePages, false),
+        ),
+        (
+            "CubeCL 0.11.3",
+            "Adaptive",
+            cubecl(events, CubeConfig::Adaptive),
+        ),
+        (
+            "CubeCL 0.11.3",
+            "ExclusivePages",
+            cubecl(events, CubeConfig::ExclusivePages),
+        ),
+    ];
+    for (allocator, preset, f) in rows {
+        println!(
+            "| {name} | {allocator} | {preset} | {} | {} | {} | {} | {} | {} | {} |",
+            Bytes(f.peak_live),
+            Bytes(f.peak_reserved),
+            ratio(f.peak_reserved, f.peak_live),
+            Bytes(f.end_live),
+            Bytes(f.end_reserved),
+            ratio(f.end_reserved, f.end_live),
+            f.failures
+        );
     }
 }
