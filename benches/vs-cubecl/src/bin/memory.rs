@@ -19,7 +19,7 @@ use streamalloc::memory::{
     Bytes, DeviceProperties, MemoryConfig, MemoryConfiguration, MemoryManager, PageUpdate,
 };
 use streamalloc::service::{ServiceConfig, Supervisor};
-use streamalloc::storage::VirtualStorage;
+use streamalloc::storage::{DEFAULT_GRANULE, VirtualStorage};
 use streamalloc::trace::{TraceAction, TraceEvent, read_trace};
 use streamalloc_vs_cubecl::{CountedCopies, CountingStorage, cubecl_with};
 
@@ -92,6 +92,62 @@ fn cubecl(events: &[TraceEvent], config: CubeConfig) -> Figures {
         end_live: live_bytes,
         end_reserved: managers.values().map(|m| m.bytes_allocated()).sum(),
         failures: failed,
+    }
+}
+
+/// The least any allocator that maps `granule`s per trace stream could
+/// hold: each stream's live bytes rounded up to whole granules. Two
+/// floors: `at_calls` counts each stream as it was at its last
+/// reservation (a manager alone, CubeCL's or ours, acts only when
+/// called, so what its stream freed since is still held), otherwise
+/// every stream as it is now (a service that acts between calls).
+fn granule_floor(events: &[TraceEvent], granule: u64, at_calls: bool) -> Figures {
+    let whole = |bytes: u64| bytes.div_ceil(granule) * granule;
+    let mut live = HashMap::new();
+    let mut per_stream: HashMap<(u32, u64), u64> = HashMap::new();
+    let mut held: HashMap<(u32, u64), u64> = HashMap::new();
+    let (mut live_bytes, mut peak_live, mut peak_floor) = (0u64, 0u64, 0u64);
+    let mut floor = 0u64;
+    for event in events {
+        let key = (event.device, event.stream);
+        let freed = match event.action {
+            TraceAction::Alloc | TraceAction::Free => live.remove(&(event.device, event.id)),
+            _ => continue,
+        };
+        if let Some((stream, size)) = freed {
+            live_bytes -= size;
+            *per_stream.entry(stream).or_default() -= size;
+        }
+        let called = event.action == TraceAction::Alloc && event.size > 0;
+        if called {
+            live.insert((event.device, event.id), (key, event.size));
+            live_bytes += event.size;
+            peak_live = peak_live.max(live_bytes);
+            *per_stream.entry(key).or_default() += event.size;
+        }
+        // Only the streams whose holding may have moved are rounded again:
+        // at calls, the caller's; otherwise the caller's and the freer's.
+        let moved = if at_calls {
+            [Some(key).filter(|_| called), None]
+        } else {
+            [Some(key), freed.map(|(stream, _)| stream)]
+        };
+        for stream in moved.into_iter().flatten() {
+            let now = whole(per_stream.get(&stream).copied().unwrap_or(0));
+            let before = held.insert(stream, now).unwrap_or(0);
+            floor = floor + now - before;
+        }
+        peak_floor = peak_floor.max(floor);
+    }
+    Figures {
+        peak_live,
+        peak_reserved: peak_floor,
+        end_live: live_bytes,
+        end_reserved: per_stream
+            .values()
+            .map(|&bytes| whole(bytes))
+            .fold(0, u64::saturating_add),
+        failures: 0,
     }
 }
 
@@ -267,6 +323,16 @@ fn print_rows(name: &str, events: &[TraceEvent]) {
             "CubeCL 0.11.3",
             "Adaptive",
             cubecl(events, CubeConfig::Adaptive),
+        ),
+        (
+            "granule floor (2 MiB), each stream now",
+            "-",
+            granule_floor(events, DEFAULT_GRANULE, false),
+        ),
+        (
+            "granule floor (2 MiB), each stream at its last call",
+            "-",
+            granule_floor(events, DEFAULT_GRANULE, true),
         ),
         (
             "CubeCL 0.11.3",
