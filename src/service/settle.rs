@@ -66,7 +66,8 @@ pub(crate) struct SettleWatch {
     /// When the stream was first watched or last told to settle.
     since: Option<Duration>,
     /// The stream's settle count when it was last told to settle, until a
-    /// sample shows that settle done.
+    /// sample shows that settle done. (A settle still not done a window
+    /// later is told again: the window, not this, spaces the tells.)
     told_at: Option<u64>,
     /// What the stream still held after a settle that could not bring it
     /// within what it may keep (its pages' rounding, pinned allocations):
@@ -85,7 +86,9 @@ impl SettleWatch {
         now: Duration,
     ) -> Option<(u64, u64)> {
         let stats = stream.stats();
-        if self.told_at.is_some_and(|settles| stats.settles > settles) {
+        // Done (or the stream was replaced and counts afresh): what it
+        // holds now is what that settle could get it down to.
+        if self.told_at.is_some_and(|settles| stats.settles != settles) {
             self.told_at = None;
             self.could_not_go_below = Some(stats.bytes_reserved);
         }
@@ -110,7 +113,7 @@ impl SettleWatch {
         let futile = self
             .could_not_go_below
             .is_some_and(|floor| stats.bytes_reserved <= floor);
-        (!futile && self.told_at.is_none()).then(|| {
+        (!futile).then(|| {
             self.since = Some(now);
             self.told_at = Some(stats.settles);
             (stats.bytes_reserved, keep)
