@@ -141,14 +141,14 @@ fn let_load_fall(
     runs: &mut BTreeMap<u32, DeviceRun<'_>>,
     time: Duration,
 ) -> Result<(), ServiceError> {
-    let due: Vec<(Duration, Duration)> = runs
+    // The latest end, in the shortest tick.
+    let due = runs
         .values()
         .filter_map(|run| run.load_fallen_at(time))
-        .collect();
-    let Some(end) = due.iter().map(|&(end, _)| end).max() else {
+        .reduce(|(end, tick), (other_end, other_tick)| (end.max(other_end), tick.min(other_tick)));
+    let Some((end, step)) = due else {
         return Ok(());
     };
-    let step = due.iter().map(|&(_, tick)| tick).min().unwrap_or(end);
     let mut now = time;
     while now < end {
         now = now.saturating_add(step);

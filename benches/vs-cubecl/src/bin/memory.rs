@@ -125,17 +125,17 @@ fn granule_floor(events: &[TraceEvent], granule: u64, at_calls: bool) -> Figures
             peak_live = peak_live.max(live_bytes);
             *per_stream.entry(key).or_default() += event.size;
         }
-        // Only the streams whose holding may have moved are rounded again:
-        // at calls, the caller's; otherwise the caller's and the freer's.
-        let moved = if at_calls {
-            [Some(key).filter(|_| called), None]
-        } else {
-            [Some(key), freed.map(|(stream, _)| stream)]
-        };
-        for stream in moved.into_iter().flatten() {
+        // A stream's holding is rounded again where it may have moved: at
+        // its calls, and (unless only calls count) at its frees.
+        let mut round = |stream| {
             let now = whole(per_stream.get(&stream).copied().unwrap_or(0));
-            let before = held.insert(stream, now).unwrap_or(0);
-            floor = floor + now - before;
+            floor = floor + now - held.insert(stream, now).unwrap_or(0);
+        };
+        if let Some((stream, _)) = freed.filter(|_| !at_calls) {
+            round(stream);
+        }
+        if called {
+            round(key);
         }
         peak_floor = peak_floor.max(floor);
     }
