@@ -10,8 +10,8 @@
 //! ```
 //!
 //! Prints the time per reservation (noisy on a shared machine: compare
-//! instruction counts), the bytes reserved at the end, and what compaction
-//! before growth moved.
+//! instruction counts), the bytes reserved at the end, the peak reserved
+//! against the peak in use, and what compaction before growth moved.
 
 use std::time::Instant;
 use streamalloc::memory::{DeviceProperties, MemoryConfig, MemoryManager, PageUpdate};
@@ -62,10 +62,12 @@ fn main() {
     }
     let elapsed = started.elapsed();
     let (moved, bytes_moved) = memory.moved_before_growth();
+    let report = memory.memory_report();
     println!(
-        "{:.0} ns a reservation, {} MiB reserved at the end; moved before growth: {moved} allocations, {:.2} bytes per byte reserved",
+        "{:.0} ns a reservation, {} MiB reserved at the end, peak reserved / peak in use {:.3}; moved before growth: {moved} allocations, {:.2} bytes per byte reserved",
         elapsed.as_nanos() as f64 / steps.max(1) as f64,
         memory.bytes_reserved() / MIB,
+        report.peak_bytes_reserved as f64 / report.peak_bytes_in_use.max(1) as f64,
         bytes_moved as f64 / reserved_total.max(1) as f64,
     );
 }

@@ -557,3 +557,64 @@ fn a_growth_past_the_high_water_mark_compacts_the_whole_pool_first() {
         assert!(bytes.iter().all(|&b| b == byte));
     }
 }
+
+#[test]
+fn granules_idle_for_a_period_go_back_while_the_blocks_around_them_churn() {
+    use streamalloc::memory::EXPANDABLE_DEALLOC_PERIOD;
+    let mut memory = memory();
+    // A forward pass: 64 activations of 2 MiB, each filled with its byte.
+    let mut activations: Vec<_> = (0..64u8)
+        .map(|i| {
+            let a = memory.reserve(2 * MIB, PageUpdate::Allow).unwrap();
+            memory.write(&a, 0, &[i; 64]).unwrap();
+            a
+        })
+        .collect();
+    // The backward pass: each step's gradient is taken, then the step's
+    // activation and the gradient are freed. The free room grows down and
+    // is merged, carved and merged again at every step, so no free block
+    // stays the same block; what lies at its top was let go long ago.
+    while let Some(activation) = activations.pop() {
+        let gradient = memory.reserve(2 * MIB, PageUpdate::Allow).unwrap();
+        memory.write(&gradient, 0, &[0xFF; 64]).unwrap();
+        let byte = activations.len() as u8;
+        assert_eq!(memory.read(&activation, 0, 64).unwrap(), vec![byte; 64]);
+        drop((activation, gradient));
+    }
+    // At its last call the stream holds what it let go within a period
+    // (and the sweep's spacing), not the whole pass.
+    let recent = (EXPANDABLE_DEALLOC_PERIOD + EXPANDABLE_DEALLOC_PERIOD / 4 + 2) * 2 * MIB;
+    assert!(
+        memory.bytes_reserved() <= recent,
+        "{} MiB still mapped",
+        memory.bytes_reserved() / MIB
+    );
+    assert_eq!(memory.bytes_reserved(), memory.bytes_allocated());
+}
+
+#[test]
+fn a_granule_wanted_again_within_the_period_stays_mapped() {
+    use streamalloc::memory::EXPANDABLE_DEALLOC_PERIOD;
+    let mut memory = memory();
+    let held = memory.reserve(MIB, PageUpdate::Allow).unwrap();
+    // A decode step's activations: 8 MiB freed and wanted again every
+    // few reservations, never idle for a period.
+    for _ in 0..4 * EXPANDABLE_DEALLOC_PERIOD {
+        drop(memory.reserve(8 * MIB, PageUpdate::Allow).unwrap());
+        for _ in 0..EXPANDABLE_DEALLOC_PERIOD / 4 {
+            drop(memory.reserve(256, PageUpdate::Allow).unwrap());
+        }
+    }
+    assert_eq!(memory.bytes_reserved(), 10 * MIB, "nothing was given back");
+    // Left alone a period, it goes.
+    for _ in 0..2 * EXPANDABLE_DEALLOC_PERIOD {
+        drop(memory.reserve(256, PageUpdate::Allow).unwrap());
+    }
+    assert_eq!(memory.bytes_reserved(), 2 * MIB);
+    assert_holds_first(&mut memory, &held);
+}
+
+fn assert_holds_first(memory: &mut Memory, a: &Allocation) {
+    memory.write(a, 0, &[7; 16]).unwrap();
+    assert_eq!(memory.read(a, 0, 16).unwrap(), vec![7; 16]);
+}

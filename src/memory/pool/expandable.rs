@@ -13,12 +13,12 @@
 //! carve and coalescing never reach it; such *void* runs always start and end
 //! on granules. A reservation is served from mapped free blocks (best fit);
 //! growth maps the fewest granules next to the free block that can use them
-//! (see [`ExpandablePool::reserve_new_page`]). Free blocks that hold whole
-//! granules are queued as *empties* when they form (on the release path,
-//! which only queues) and unmapped at the stream's cleanup points: a
-//! periodic cleanup (after the pool's `dealloc_period`), an explicit one, a
-//! relocation, and before every growth, so that a growth first gives back
-//! what lies free ("unmapping first").
+//! (see [`ExpandablePool::reserve_new_page`]). Each granule remembers when an
+//! allocation last let go of it (the release path only writes that down);
+//! whole free granules are unmapped at the stream's cleanup points: a
+//! periodic cleanup (those idle for the pool's `dealloc_period`, see
+//! `idle.rs`), an explicit one, a relocation, and before every growth, so
+//! that a growth first gives back what lies free ("unmapping first").
 
 use super::{Backing, Placement, align_down, align_up};
 use crate::memory::arena::{Arena, NONE};
@@ -27,11 +27,12 @@ use crate::memory::config::{PoolConfig, PoolKind};
 use crate::memory::policy::Cleanup;
 use crate::memory::report::{PoolReport, PoolStats};
 use crate::storage::{DeviceStorage, StorageError, StorageHandle};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 
 mod blocks;
 mod evacuate;
 mod holes;
+mod idle;
 #[cfg(test)]
 mod plan_tests;
 mod slide;
@@ -69,6 +70,10 @@ struct Range {
     guards: u32,
     /// Held (not yet given back).
     held: bool,
+    /// By granule (offset / granule): the tick an allocation last let go
+    /// of it, or it was mapped (see `idle.rs`). As long as the highest
+    /// granule ever mapped.
+    let_go: Vec<u64>,
 }
 
 /// A pool of expandable ranges.
@@ -93,9 +98,11 @@ pub(crate) struct ExpandablePool {
     arena: Arena,
     /// Every void run, by (range, offset): its arena node.
     voids: BTreeMap<(u32, u64), u32>,
-    /// Free blocks that held whole granules when they formed, with the tick
-    /// then; checked again when unmapped (a node may have changed since).
-    empties: VecDeque<(u32, u64)>,
+    /// The tick from which a periodic cleanup may find whole free granules
+    /// idle for a period (`idle.rs`); `None`: none can be.
+    idle_due: Option<u64>,
+    /// The idle sweep's list of free blocks, kept to be reused.
+    sweep: Vec<u32>,
     /// Usage and peaks (reserved = mapped).
     stats: PoolStats,
     /// Bytes carved by allocations, all ranges (aligned sizes).
@@ -132,7 +139,8 @@ impl ExpandablePool {
             spare: Vec::new(),
             arena: Arena::default(),
             voids: BTreeMap::new(),
-            empties: VecDeque::new(),
+            idle_due: None,
+            sweep: Vec::new(),
             stats: PoolStats::default(),
             used: 0,
             fence: None,
@@ -290,6 +298,7 @@ impl ExpandablePool {
                 mapped: 0,
                 guards: 0,
                 held: false,
+                let_go: Vec::new(),
             });
             (self.ranges.len() - 1) as u32
         });
@@ -305,6 +314,7 @@ impl ExpandablePool {
             mapped: 0,
             guards: 0,
             held: true,
+            let_go: Vec::new(),
         };
         self.stats.range_added();
         Ok(index)
@@ -362,8 +372,9 @@ impl ExpandablePool {
             self.arena.set_listed(merged, false);
         }
         self.stats.freed(size, aligned);
+        self.let_go(placement.page, placement.offset, aligned, tick);
         if self.whole_granules(merged).is_some() {
-            self.empties.push_back((merged, tick));
+            self.idle_from(tick);
         }
     }
 
@@ -385,6 +396,20 @@ impl ExpandablePool {
         let Some((first, last)) = self.whole_granules(node) else {
             return (0, node);
         };
+        self.unmap_span(storage, node, first, last)
+    }
+
+    /// Unmap the granules `first..last` (range offsets, on granules) of the
+    /// free block `node`, which holds them: the bytes unmapped, and the void
+    /// run they joined. What lies below them stays the block `node`, so a
+    /// caller may go on to unmap lower spans of it.
+    fn unmap_span(
+        &mut self,
+        storage: &mut dyn DeviceStorage,
+        node: u32,
+        first: u64,
+        last: u64,
+    ) -> (u64, u32) {
         let index = self.arena.page(node);
         let start = self.arena.offset(node);
         let mut middle = node;
@@ -417,23 +442,6 @@ impl ExpandablePool {
         (last - first, run)
     }
 
-    /// Unmap free granules before a growth of `bytes`, oldest empties first,
-    /// until as many are unmapped or none is left: the growth then takes no
-    /// more memory than it must. Whether any went (the caller flushes).
-    pub(crate) fn unmap_before_growth(
-        &mut self,
-        storage: &mut dyn DeviceStorage,
-        bytes: u64,
-    ) -> bool {
-        let mut unmapped = 0;
-        while unmapped < bytes
-            && let Some((node, _)) = self.empties.pop_front()
-        {
-            unmapped += self.unmap_free(storage, node).0;
-        }
-        unmapped > 0
-    }
-
     pub(crate) fn cleanup(
         &mut self,
         storage: &mut dyn DeviceStorage,
@@ -443,19 +451,15 @@ impl ExpandablePool {
         let mut released = false;
         match cleanup {
             Cleanup::Explicit => {
-                self.empties.clear();
+                self.idle_due = None;
                 released |= self.unmap_all_free(storage);
             }
             Cleanup::Periodic => {
                 let Some(period) = self.dealloc_period else {
                     return false;
                 };
-                while let Some(&(node, since)) = self.empties.front() {
-                    if tick.saturating_sub(since) < period {
-                        break;
-                    }
-                    self.empties.pop_front();
-                    released |= self.unmap_free(storage, node).0 > 0;
+                if self.idle_due.is_some_and(|due| tick >= due) {
+                    released |= self.unmap_idle(storage, tick, period);
                 }
             }
         }
@@ -519,7 +523,7 @@ impl ExpandablePool {
         self.ranges.clear();
         self.spare.clear();
         self.voids.clear();
-        self.empties.clear();
+        self.idle_due = None;
         self.arena = Arena::default();
         self.used = 0;
         self.fence = None;

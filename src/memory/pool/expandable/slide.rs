@@ -143,9 +143,14 @@ impl ExpandablePool {
         if self.arena.is_free(node) || self.arena.owner(node) != VOID {
             return Ok(());
         }
-        let size = self.arena.size(node);
-        let free = self.map_void(storage, node, size)?;
-        self.empties.push_back((free, tick));
+        let (index, offset, size) = (
+            self.arena.page(node),
+            self.arena.offset(node),
+            self.arena.size(node),
+        );
+        self.map_void(storage, node, size)?;
+        self.let_go(index, offset, size, tick);
+        self.idle_from(tick);
         Ok(())
     }
 
@@ -167,8 +172,12 @@ impl ExpandablePool {
         let merged = self.arena.shift_down(node);
         debug_assert_eq!(self.arena.owner(merged), slot);
         let rest = self.arena.next(merged);
-        if rest != NONE && self.arena.is_free(rest) && self.whole_granules(rest).is_some() {
-            self.empties.push_back((rest, tick));
+        if rest != NONE && self.arena.is_free(rest) {
+            // Counted from the slide: the granules it vacated were in use.
+            self.let_go(index, self.arena.offset(rest), self.arena.size(rest), tick);
+            if self.whole_granules(rest).is_some() {
+                self.idle_from(tick);
+            }
         }
         Placement {
             page: index,

@@ -1,0 +1,148 @@
+//! Idle granules: when an allocation last let go of each mapped granule,
+//! and the sweeps that unmap the ones idle for the pool's period.
+//!
+//! A free block's node is no name for "free since": carving keeps the
+//! node for the carved start and names the rest anew, so a block that a
+//! stream carves from and frees into at every step (a backward pass's
+//! gradients, each taking the room the last one left) changes its node at
+//! every step, while the granules at its top have not been touched for
+//! thousands. So the time lives with the granule: the tick its last
+//! allocation was freed (or it was mapped for a slide), written on the
+//! release path, which does nothing more.
+//!
+//! A periodic cleanup sweeps the listed free blocks of a granule or more and
+//! unmaps each run of whole granules idle for a period; what is idle for
+//! less sets when the next sweep is due. A free that leaves whole granules
+//! makes one due a period later. Sweeps come a quarter period apart at
+//! least: each walks the free blocks of a granule or more, which after a
+//! sweep are only those freed within a period, so a churning stream pays
+//! one short walk every few reservations.
+
+use super::ExpandablePool;
+use crate::storage::DeviceStorage;
+
+impl ExpandablePool {
+    /// Record that an allocation let go of `bytes` at `offset` of range
+    /// `index` at `tick`: every granule it touched.
+    pub(super) fn let_go(&mut self, index: u32, offset: u64, bytes: u64, tick: u64) {
+        let first = (offset / self.granule) as usize;
+        let last = (offset + bytes).div_ceil(self.granule) as usize;
+        let times = &mut self.ranges[index as usize].let_go;
+        if times.len() < last {
+            times.resize(last, 0);
+        }
+        times[first..last].fill(tick);
+    }
+
+    /// The tick an allocation last let go of the granule at `offset` of
+    /// range `index`.
+    fn let_go_at(&self, index: u32, offset: u64) -> u64 {
+        let times = &self.ranges[index as usize].let_go;
+        times
+            .get((offset / self.granule) as usize)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Whole free granules were let go at `tick`: a sweep is due once they
+    /// have been idle a period.
+    pub(super) fn idle_from(&mut self, tick: u64) {
+        let due = tick.saturating_add(self.dealloc_period.unwrap_or(0));
+        self.idle_due = Some(self.idle_due.map_or(due, |at| at.min(due)));
+    }
+
+    /// Unmap every run of whole free granules idle for `period` at `tick`,
+    /// and set when the next sweep is due. Whether any went.
+    pub(super) fn unmap_idle(
+        &mut self,
+        storage: &mut dyn DeviceStorage,
+        tick: u64,
+        period: u64,
+    ) -> bool {
+        let granule = self.granule;
+        let mut nodes = std::mem::take(&mut self.sweep);
+        nodes.clear();
+        self.arena.listed_at_least(granule, &mut nodes);
+        let mut next: Option<u64> = None;
+        let mut unmapped = 0;
+        for &node in &nodes {
+            let Some((first, last)) = self.whole_granules(node) else {
+                continue;
+            };
+            let index = self.arena.page(node);
+            // From the top down, so that `node` stays the part below each
+            // span unmapped.
+            let (mut at, mut top) = (last, last);
+            while at > first {
+                let since = self.let_go_at(index, at - granule);
+                let due = since.saturating_add(period);
+                if due > tick {
+                    if top > at {
+                        unmapped += self.unmap_span(storage, node, at, top).0;
+                    }
+                    next = Some(next.map_or(due, |least| least.min(due)));
+                    top = at - granule;
+                }
+                at -= granule;
+            }
+            if top > first {
+                unmapped += self.unmap_span(storage, node, first, top).0;
+            }
+        }
+        self.sweep = nodes;
+        let spacing = (period / 4).max(1);
+        // Free blocks a guard or a fence keeps off the lists are not seen:
+        // look again while any is.
+        if self.fence.is_some() || self.ranges.iter().any(|range| range.guards > 0) {
+            next = Some(next.map_or(tick, |least| least.min(tick)));
+        }
+        self.idle_due = next.map(|due| due.max(tick.saturating_add(spacing)));
+        unmapped > 0
+    }
+
+    /// Unmap free granules before a growth of `bytes`, the longest idle
+    /// first (ties: lower blocks first), until as many are unmapped or none
+    /// is left: the growth then takes no more memory than it must. Whether
+    /// any went (the caller flushes).
+    pub(crate) fn unmap_before_growth(
+        &mut self,
+        storage: &mut dyn DeviceStorage,
+        bytes: u64,
+    ) -> bool {
+        let granule = self.granule;
+        let mut nodes = std::mem::take(&mut self.sweep);
+        nodes.clear();
+        self.arena.listed_at_least(granule, &mut nodes);
+        // (since, node, offset) of every whole free granule.
+        let mut granules = Vec::new();
+        for &node in &nodes {
+            if let Some((first, last)) = self.whole_granules(node) {
+                let index = self.arena.page(node);
+                for at in (first..last).step_by(granule as usize) {
+                    granules.push((self.let_go_at(index, at), node, at));
+                }
+            }
+        }
+        self.sweep = nodes;
+        let wanted = bytes.div_ceil(granule) as usize;
+        if granules.len() > wanted {
+            granules.select_nth_unstable(wanted);
+            granules.truncate(wanted);
+        }
+        // Unmapped a run at a time, each block's from the top down.
+        granules.sort_unstable_by_key(|&(_, node, at)| (node, std::cmp::Reverse(at)));
+        let mut unmapped = 0;
+        let mut chosen = granules.iter().map(|&(_, node, at)| (node, at)).peekable();
+        while let Some((node, top)) = chosen.next() {
+            let mut first = top;
+            while chosen
+                .next_if(|&(n, at)| n == node && at + granule == first)
+                .is_some()
+            {
+                first -= granule;
+            }
+            unmapped += self.unmap_span(storage, node, first, top + granule).0;
+        }
+        unmapped > 0
+    }
+}
