@@ -169,12 +169,14 @@ impl ExpandablePool {
     /// The free room now lies above it, merged with any free block there.
     pub(crate) fn slid(&mut self, node: u32, slot: u32, tick: u64) -> Placement {
         let index = self.arena.page(node);
+        let old_end = self.arena.offset(node) + self.arena.size(node);
         let merged = self.arena.shift_down(node);
         debug_assert_eq!(self.arena.owner(merged), slot);
         let rest = self.arena.next(merged);
         if rest != NONE && self.arena.is_free(rest) {
-            // Counted from the slide: the granules it vacated were in use.
-            self.let_go(index, self.arena.offset(rest), self.arena.size(rest), tick);
+            // The granules it vacated were in use until now.
+            let vacated = self.arena.offset(rest);
+            self.let_go(index, vacated, old_end - vacated, tick);
             if self.whole_granules(rest).is_some() {
                 self.idle_from(tick);
             }
