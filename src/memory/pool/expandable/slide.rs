@@ -131,9 +131,9 @@ impl ExpandablePool {
         best.map(|(_, _, slide)| slide)
     }
 
-    /// Map the whole void run `node` (a slide's plan crosses it), the free
-    /// block it becomes queued as an empty: if the slide stops short, the
-    /// next cleanup point gives it back.
+    /// Map the whole void run `node` (a slide's plan crosses it), its
+    /// granules counted idle from now: if the slide stops short, a
+    /// periodic cleanup a period on gives them back.
     pub(crate) fn map_for_slide(
         &mut self,
         storage: &mut dyn DeviceStorage,
