@@ -512,6 +512,20 @@ fn a_relocation_slides_across_a_gap_below_the_high_water_mark() {
 }
 
 #[test]
+fn a_stream_asked_to_give_back_maps_no_gap_to_do_it() {
+    // The same layout, relocated because the device is short (or past its
+    // headroom): mapping the gap, even for a moment, is memory the device
+    // does not have to spare, however large this pool once was.
+    let mut memory = memory();
+    let all = gap_below_the_high_water_mark(&mut memory);
+    let report = memory.relocate(RelocationReason::Short).unwrap();
+    assert_eq!(report.moved, 0, "{report:?}");
+    assert_eq!(memory.bytes_reserved(), 6 * MIB);
+    assert_eq!(memory.memory_report().peak_bytes_reserved, 12 * MIB);
+    assert_all_hold(&mut memory, &all);
+}
+
+#[test]
 fn a_relocation_maps_no_gap_when_the_streams_share_a_budget() {
     // Whether the mapping succeeded would depend on what the other streams
     // hold at that moment: a replay's figures would depend on timing.

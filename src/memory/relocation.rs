@@ -15,6 +15,7 @@
 //! `MOVING` and asks the owner instead. A copy that fails leaves the
 //! allocation where it was: no byte is lost, and the pages stay consistent.
 
+use super::compaction::Voids;
 use super::error::MemoryError;
 use super::handle::MOVING;
 use super::manager::MemoryManager;
@@ -162,10 +163,17 @@ impl<S: DeviceStorage> MemoryManager<S> {
                 // Compacting reasons move allocations down out of granules
                 // they alone keep mapped; every reason then gives back the
                 // free granules (the holes cost nothing once unmapped).
+                // A stream asked to give memory back (the device is short,
+                // or past its headroom) maps none to do it.
+                let voids = if reason == RelocationReason::Short {
+                    Voids::Below(0)
+                } else {
+                    Voids::BelowHighWater
+                };
                 let evacuated = if reason == RelocationReason::Outdated {
                     Ok(())
                 } else {
-                    self.evacuate_granules(pool, &mut report)
+                    self.evacuate_granules(pool, &mut report, voids)
                 };
                 let Pool::Expandable(expandable) = &mut self.pools[pool] else {
                     unreachable!("checked above");

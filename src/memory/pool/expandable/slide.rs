@@ -69,19 +69,22 @@ impl ExpandablePool {
         &self,
         move_per_byte_saved: u64,
         shares_a_budget: bool,
+        at_most: u64,
         movable: impl Fn(u32) -> bool,
     ) -> Option<Slide> {
         // Void runs a slide crosses are mapped before it unmaps what it
-        // gathers: never past the pool's high-water mark, and not at all
-        // when the device's streams share a budget (relocations of several
-        // streams may run at once, and whether a mapping succeeded would
-        // depend on timing, a replay's figures with it).
+        // gathers: `at_most` bytes (`compaction::Voids`), never past the
+        // pool's high-water mark, and not at all when the device's streams
+        // share a budget (relocations of several streams may run at once,
+        // and whether a mapping succeeded would depend on timing, a
+        // replay's figures with it).
         let may_map = if shares_a_budget {
             0
         } else {
             self.stats
                 .peak_reserved
                 .saturating_sub(self.stats.usage.bytes_reserved)
+                .min(at_most)
         };
         let mut best: Option<Slide> = None;
         self.each_range(|view| {
