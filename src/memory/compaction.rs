@@ -114,10 +114,12 @@ pub(crate) enum Voids {
     BelowHighWater,
     /// Less than this many bytes, what the growth the compaction comes
     /// before would map: it never takes the pool higher than growing
-    /// would. A stream's own high-water mark says nothing of the device's,
-    /// whose other streams may be at theirs: a 418 MiB void mapped for one
-    /// slide before a growth of 12 MiB took a held-out serving trace's
-    /// device peak from 1.02 to 1.08 times its peak live.
+    /// would; `Below(0)` maps none (a stream asked to give back). A
+    /// stream's own high-water mark says nothing of the device's, whose
+    /// other streams may be at theirs: voids of 178 and 418 MiB mapped
+    /// for a moment (a headroom trim; a growth of 12 MiB) made a held-out
+    /// 8-stream serving trace's device peak 1.048-1.080 times its peak
+    /// live, 1.040 without them (`docs/performance.md`).
     Below(u64),
 }
 
