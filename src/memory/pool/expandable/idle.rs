@@ -44,6 +44,15 @@ impl ExpandablePool {
             .unwrap_or(0)
     }
 
+    /// The listed free blocks of a granule or more, in the sweep's kept
+    /// buffer (put it back in `self.sweep` when done).
+    fn blocks_of_a_granule(&mut self) -> Vec<u32> {
+        let mut nodes = std::mem::take(&mut self.sweep);
+        nodes.clear();
+        self.arena.listed_at_least(self.granule, &mut nodes);
+        nodes
+    }
+
     /// Whole free granules were let go at `tick`: a sweep is due once they
     /// have been idle a period.
     pub(super) fn idle_from(&mut self, tick: u64) {
@@ -60,9 +69,7 @@ impl ExpandablePool {
         period: u64,
     ) -> bool {
         let granule = self.granule;
-        let mut nodes = std::mem::take(&mut self.sweep);
-        nodes.clear();
-        self.arena.listed_at_least(granule, &mut nodes);
+        let nodes = self.blocks_of_a_granule();
         let mut next: Option<u64> = None;
         let mut unmapped = 0;
         for &node in &nodes {
@@ -110,9 +117,7 @@ impl ExpandablePool {
         bytes: u64,
     ) -> bool {
         let granule = self.granule;
-        let mut nodes = std::mem::take(&mut self.sweep);
-        nodes.clear();
-        self.arena.listed_at_least(granule, &mut nodes);
+        let nodes = self.blocks_of_a_granule();
         // (since, node, offset) of every whole free granule.
         let mut granules = Vec::new();
         for &node in &nodes {
