@@ -71,8 +71,8 @@ struct Range {
     /// Held (not yet given back).
     held: bool,
     /// By granule (offset / granule): the tick an allocation last let go
-    /// of it, or it was mapped (see `idle.rs`). As long as the highest
-    /// granule ever mapped.
+    /// of it, or it was mapped for a slide (see `idle.rs`). As long as the
+    /// highest granule ever let go; a granule past it reads 0.
     let_go: Vec<u64>,
 }
 

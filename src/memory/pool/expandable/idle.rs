@@ -108,7 +108,8 @@ impl ExpandablePool {
     }
 
     /// Unmap free granules before a growth of `bytes`, the longest idle
-    /// first (ties: lower blocks first), until as many are unmapped or none
+    /// first (ties by block, then offset: the same on every run), until as
+    /// many are unmapped or none
     /// is left: the growth then takes no more memory than it must. Whether
     /// any went (the caller flushes).
     pub(crate) fn unmap_before_growth(
