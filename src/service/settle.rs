@@ -10,8 +10,9 @@
 //! return every empty page, then compact what is left and move sparse
 //! pages into smaller ones (`RelocationReason::Settle`). A stream under
 //! steady load keeps its cache (it used it within the window); one whose
-//! load fell gives the excess back within about a window. At most one settle per stream per window, and none while the
-//! stream holds no more than a settle before could not get it below.
+//! load fell gives the excess back within about a window. At most one
+//! settle per stream per window, and none while the stream holds no more
+//! than a settle before could not get it below.
 
 use super::actor::StreamActor;
 use super::handle::StreamHandle;

@@ -278,64 +278,27 @@ fn main() {
 
 /// Every contender's row for one device's events.
 fn print_rows(name: &str, events: &[TraceEvent]) {
+    use MemoryConfiguration::{Adaptive, ExclusivePages, Expandable};
+    const SERVICE: &str = "streamalloc";
+    const ALONE: &str = "streamalloc manager alone";
+    const BARE: &str = "streamalloc, no headroom/settle";
+    const CUBECL: &str = "CubeCL 0.11.3";
+    const NOW: &str = "granule floor (2 MiB), each stream now";
+    const AT_CALLS: &str = "granule floor (2 MiB), each stream at its last call";
     let rows: Vec<(&str, &str, Figures)> = vec![
+        (SERVICE, "expandable", ours(events, Expandable, true)),
+        (ALONE, "expandable", manager_alone(events, Expandable)),
+        (ALONE, "adaptive", manager_alone(events, Adaptive)),
+        (SERVICE, "adaptive", ours(events, Adaptive, true)),
+        (SERVICE, "exclusive", ours(events, ExclusivePages, true)),
+        (BARE, "expandable", ours(events, Expandable, false)),
+        (BARE, "adaptive", ours(events, Adaptive, false)),
+        (BARE, "exclusive", ours(events, ExclusivePages, false)),
+        (CUBECL, "Adaptive", cubecl(events, CubeConfig::Adaptive)),
+        (NOW, "-", granule_floor(events, DEFAULT_GRANULE, false)),
+        (AT_CALLS, "-", granule_floor(events, DEFAULT_GRANULE, true)),
         (
-            "streamalloc",
-            "expandable",
-            ours(events, MemoryConfiguration::Expandable, true),
-        ),
-        (
-            "streamalloc manager alone",
-            "expandable",
-            manager_alone(events, MemoryConfiguration::Expandable),
-        ),
-        (
-            "streamalloc manager alone",
-            "adaptive",
-            manager_alone(events, MemoryConfiguration::Adaptive),
-        ),
-        (
-            "streamalloc",
-            "adaptive",
-            ours(events, MemoryConfiguration::Adaptive, true),
-        ),
-        (
-            "streamalloc",
-            "exclusive",
-            ours(events, MemoryConfiguration::ExclusivePages, true),
-        ),
-        (
-            "streamalloc, no headroom/settle",
-            "expandable",
-            ours(events, MemoryConfiguration::Expandable, false),
-        ),
-        (
-            "streamalloc, no headroom/settle",
-            "adaptive",
-            ours(events, MemoryConfiguration::Adaptive, false),
-        ),
-        (
-            "streamalloc, no headroom/settle",
-            "exclusive",
-            ours(events, MemoryConfiguration::ExclusivePages, false),
-        ),
-        (
-            "CubeCL 0.11.3",
-            "Adaptive",
-            cubecl(events, CubeConfig::Adaptive),
-        ),
-        (
-            "granule floor (2 MiB), each stream now",
-            "-",
-            granule_floor(events, DEFAULT_GRANULE, false),
-        ),
-        (
-            "granule floor (2 MiB), each stream at its last call",
-            "-",
-            granule_floor(events, DEFAULT_GRANULE, true),
-        ),
-        (
-            "CubeCL 0.11.3",
+            CUBECL,
             "ExclusivePages",
             cubecl(events, CubeConfig::ExclusivePages),
         ),
