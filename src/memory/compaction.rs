@@ -210,6 +210,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
             return None;
         }
         let growth = expandable.new_page_size(aligned);
+        let before = expandable.mapped();
         let mut report = RelocationReport::default();
         // A failed copy leaves its allocation in place: the growth goes on.
         let _ = self.evacuate_granules(pool, &mut report, Voids::Below(growth));
@@ -217,12 +218,20 @@ impl<S: DeviceStorage> MemoryManager<S> {
             return None;
         }
         self.count_moved_before_growth(report.moved, report.bytes_moved);
-        if let Some(placement) = self.pools[pool].try_reserve(size, aligned, slot) {
-            return Some(placement);
-        }
-        // What the evacuation emptied goes back before the growth maps.
-        self.unmap_before_growth(pool, aligned);
-        None
+        let placed = self.pools[pool].try_reserve(size, aligned, slot);
+        // What the evacuation emptied goes back: what its slides mapped
+        // beyond what the pool held before and, before a growth, as much
+        // again as the growth maps. The pool ends no higher than growing
+        // alone would have taken it.
+        let Pool::Expandable(expandable) = &self.pools[pool] else {
+            unreachable!("checked above");
+        };
+        let growth = match placed {
+            Some(_) => 0,
+            None => expandable.new_page_size(aligned),
+        };
+        self.unmap_past(pool, before.saturating_sub(growth));
+        placed
     }
 
     /// Move allocations of expandable pool `pool` down into free blocks
@@ -280,12 +289,18 @@ impl<S: DeviceStorage> MemoryManager<S> {
             Voids::BelowHighWater => u64::MAX,
             Voids::Below(bytes) => bytes.saturating_sub(1),
         };
+        let Pool::Expandable(expandable) = &self.pools[pool] else {
+            return Ok(());
+        };
+        let before = expandable.mapped();
         for _ in 0..SLIDES_PLANNED {
             let Pool::Expandable(expandable) = &self.pools[pool] else {
                 return Ok(());
             };
-            let planned =
-                expandable.plan_slide(SLIDE_PER_BYTE_SAVED, shares, may_map, self.movable());
+            // What the slides may map is a budget for all of them, net of
+            // what went back since.
+            let left = may_map.saturating_sub(expandable.mapped().saturating_sub(before));
+            let planned = expandable.plan_slide(SLIDE_PER_BYTE_SAVED, shares, left, self.movable());
             let Some(slide) = planned else {
                 break;
             };
@@ -296,6 +311,14 @@ impl<S: DeviceStorage> MemoryManager<S> {
             };
             report.moved += run.moved;
             report.bytes_moved += run.bytes;
+            // Before a growth, what a slide gathered goes back before the
+            // next maps more: the voids of all the slides are never mapped
+            // at once (on a random trace through the service they were,
+            // and made the device's peak 1.050 times its peak live for a
+            // moment that no growth was needed).
+            if matches!(voids, Voids::Below(_)) {
+                self.unmap_past(pool, before);
+            }
             match run.ended {
                 Ended::Done => {}
                 // Pinned since the plan: the ones above it stay too.
@@ -346,6 +369,17 @@ impl<S: DeviceStorage> MemoryManager<S> {
             }
         }
         Some(run)
+    }
+
+    /// Unmap free granules of expandable pool `pool`, the longest idle
+    /// first, until it maps no more than `bytes` (or none is left).
+    fn unmap_past(&mut self, pool: usize, bytes: u64) {
+        if let Pool::Expandable(expandable) = &mut self.pools[pool] {
+            let surplus = expandable.mapped().saturating_sub(bytes);
+            if surplus > 0 && expandable.unmap_before_growth(&mut self.storage, surplus) {
+                self.storage.flush();
+            }
+        }
     }
 
     /// Count what a compaction before growth moved.

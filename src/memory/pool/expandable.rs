@@ -172,6 +172,11 @@ impl ExpandablePool {
         }
     }
 
+    /// Bytes mapped, all ranges.
+    pub(crate) fn mapped(&self) -> u64 {
+        self.stats.usage.bytes_reserved
+    }
+
     /// Mapped bytes no allocation holds.
     pub(crate) fn free_mapped(&self) -> u64 {
         self.stats.usage.bytes_reserved.saturating_sub(self.used)
