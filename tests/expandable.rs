@@ -607,9 +607,52 @@ fn granules_idle_for_a_period_go_back_while_the_blocks_around_them_churn() {
 }
 
 #[test]
+fn a_manager_alone_gives_back_what_its_stream_let_go_at_its_next_reservation() {
+    use streamalloc::memory::DEFAULT_FREE_SLACK_ONE_IN;
+    let mut memory = memory();
+    let kept: Vec<Allocation> = (0..8)
+        .map(|_| memory.reserve(4 * MIB, PageUpdate::Allow).unwrap())
+        .collect();
+    // The end of a backward pass: 96 MiB of activations let go at once,
+    // then the stream's last call before another stream's turn.
+    let activations: Vec<Allocation> = (0..24)
+        .map(|i| {
+            let a = memory.reserve(4 * MIB, PageUpdate::Allow).unwrap();
+            memory.write(&a, 0, &[i; 64]).unwrap();
+            a
+        })
+        .collect();
+    drop(activations);
+    let last = memory.reserve(MIB, PageUpdate::Allow).unwrap();
+    // What it holds free now is its slack (and a granule past it), not the
+    // 96 MiB: a period's wait would keep them mapped until its next call.
+    let in_use = memory.bytes_in_use();
+    let slack = (in_use / DEFAULT_FREE_SLACK_ONE_IN).max(HOST_GRANULE);
+    assert!(
+        memory.bytes_reserved() <= in_use + slack + HOST_GRANULE,
+        "{} MiB mapped for {} MiB in use",
+        memory.bytes_reserved() / MIB,
+        in_use / MIB
+    );
+    assert_eq!(memory.bytes_reserved(), memory.bytes_allocated());
+    for a in kept.iter().chain([&last]) {
+        memory.write(a, 0, &[7; 64]).unwrap();
+        assert_eq!(memory.read(a, 0, 64).unwrap(), vec![7; 64]);
+    }
+}
+
+#[test]
 fn a_granule_wanted_again_within_the_period_stays_mapped() {
     use streamalloc::memory::EXPANDABLE_DEALLOC_PERIOD;
-    let mut memory = memory();
+    // Without a slack to trim to (a service's streams), free granules wait
+    // for the period.
+    let mut memory = MemoryManager::new(
+        HostStorage::new(),
+        MemoryConfig {
+            free_slack_one_in: None,
+            ..MemoryConfig::default()
+        },
+    );
     let held = memory.reserve(MIB, PageUpdate::Allow).unwrap();
     // A decode step's activations: 8 MiB freed and wanted again every
     // few reservations, never idle for a period.

@@ -376,7 +376,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
     fn unmap_past(&mut self, pool: usize, bytes: u64) {
         if let Pool::Expandable(expandable) = &mut self.pools[pool] {
             let surplus = expandable.mapped().saturating_sub(bytes);
-            if surplus > 0 && expandable.unmap_before_growth(&mut self.storage, surplus) {
+            if surplus > 0 && expandable.unmap_longest_idle(&mut self.storage, surplus) {
                 self.storage.flush();
             }
         }

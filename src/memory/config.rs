@@ -103,6 +103,12 @@ pub enum MemoryConfiguration {
 /// Reservations a page may sit unused before a periodic cleanup returns it.
 pub const DEFAULT_DEALLOC_PERIOD: u64 = 1000;
 
+/// The default [`MemoryConfig::free_slack_one_in`]: about 3 % of the
+/// bytes in use, as [`EVACUATE_WHEN_FREE_ONE_IN`](crate::memory::EVACUATE_WHEN_FREE_ONE_IN):
+/// the rest of a 5 % bound on peak reserved over peak live is the granules'
+/// rounding.
+pub const DEFAULT_FREE_SLACK_ONE_IN: u64 = 32;
+
 /// The default [`MemoryConfig::compaction_threshold`].
 pub const DEFAULT_COMPACTION_THRESHOLD: f64 = 1.5;
 
@@ -240,6 +246,23 @@ pub struct MemoryConfig {
     /// [`relocation_need`](super::MemoryManager::relocation_need) asks for a
     /// compaction. `None`: only outdated pages are relocated unasked.
     pub compaction_threshold: Option<f64>,
+    /// The free room an expandable pool keeps mapped after a reservation
+    /// that may change pages: one in this many of the bytes its
+    /// allocations hold (and a granule). Past that, whole free granules
+    /// are unmapped at once, the longest idle first, instead of after the
+    /// pool's deallocation period; `Some(0)` keeps a granule. A manager
+    /// alone has no one to ask it for memory back when another stream of
+    /// the device runs short: what its stream freed just before going
+    /// quiet would stay mapped while the other streams peak. The price is
+    /// mapping again what a churning stream wants back soon, and the
+    /// compactions before those growths: about twice the time per
+    /// reservation on the benches' mixed ring (`docs/performance.md`).
+    /// `None`: free granules wait for the period.
+    ///
+    /// A service's streams never trim, whatever this says: their
+    /// supervisor gets memory back when a stream runs short (give-back)
+    /// and sweeps quiet streams at its idle tick.
+    pub free_slack_one_in: Option<u64>,
 }
 
 impl Default for MemoryConfig {
@@ -253,6 +276,7 @@ impl Default for MemoryConfig {
             log: MemoryLogLevel::Disabled,
             persistent_dealloc_period: None,
             compaction_threshold: Some(DEFAULT_COMPACTION_THRESHOLD),
+            free_slack_one_in: Some(DEFAULT_FREE_SLACK_ONE_IN),
         }
     }
 }

@@ -153,6 +153,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
                 alignment,
                 device.max_page_size,
                 granule,
+                config.free_slack_one_in,
             ));
         }
         let base_mode = config.mode.unwrap_or(match config.persistent {

@@ -200,7 +200,21 @@ impl<S: DeviceStorage> MemoryManager<S> {
         if self.log >= MemoryLogLevel::Full {
             tracing::trace!(manager = %self.name, pool, size, "reserved");
         }
+        if update == PageUpdate::Allow {
+            self.trim(pool);
+        }
         Ok(self.fill_slot(slot, pool, placement, size, aligned))
+    }
+
+    /// After a reservation placed in `pool`, give back what it holds free
+    /// past its slack (`MemoryConfig::free_slack_one_in`): after, so that
+    /// the room a release just left serves this reservation first.
+    fn trim(&mut self, pool: usize) {
+        if let Pool::Expandable(expandable) = &mut self.pools[pool]
+            && expandable.trim(&mut self.storage)
+        {
+            self.storage.flush();
+        }
     }
 
     /// Before an expandable pool maps more for `aligned` bytes, unmap as
@@ -209,7 +223,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
     pub(crate) fn unmap_before_growth(&mut self, pool: usize, aligned: u64) {
         if let Pool::Expandable(expandable) = &mut self.pools[pool] {
             let bytes = expandable.new_page_size(aligned);
-            if expandable.unmap_before_growth(&mut self.storage, bytes) {
+            if expandable.unmap_longest_idle(&mut self.storage, bytes) {
                 self.storage.flush();
             }
         }

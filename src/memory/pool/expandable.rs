@@ -103,6 +103,13 @@ pub(crate) struct ExpandablePool {
     idle_due: Option<u64>,
     /// The idle sweep's list of free blocks, kept to be reused.
     sweep: Vec<u32>,
+    /// Free room kept mapped past a trim: one in this many of the bytes
+    /// allocations hold (`MemoryConfig::free_slack_one_in`); `None`: no
+    /// trim.
+    free_slack_one_in: Option<u64>,
+    /// Free mapped bytes the last trim left (parts of granules), lowered as
+    /// the free room falls: the next trim waits until the room passes them.
+    untrimmable: u64,
     /// Usage and peaks (reserved = mapped).
     stats: PoolStats,
     /// Bytes carved by allocations, all ranges (aligned sizes).
@@ -127,7 +134,13 @@ struct Planning {
 }
 
 impl ExpandablePool {
-    pub(crate) fn new(kind: PoolKind, range_size: u64, granule: u64, config: &PoolConfig) -> Self {
+    pub(crate) fn new(
+        kind: PoolKind,
+        range_size: u64,
+        granule: u64,
+        config: &PoolConfig,
+        free_slack_one_in: Option<u64>,
+    ) -> Self {
         let granule = granule.max(1);
         Self {
             kind,
@@ -141,6 +154,8 @@ impl ExpandablePool {
             voids: BTreeMap::new(),
             idle_due: None,
             sweep: Vec::new(),
+            free_slack_one_in,
+            untrimmable: 0,
             stats: PoolStats::default(),
             used: 0,
             fence: None,
@@ -529,6 +544,7 @@ impl ExpandablePool {
         self.spare.clear();
         self.voids.clear();
         self.idle_due = None;
+        self.untrimmable = 0;
         self.arena = Arena::default();
         self.used = 0;
         self.fence = None;

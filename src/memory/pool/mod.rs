@@ -77,12 +77,15 @@ macro_rules! each {
 impl Pool {
     /// A dynamic pool from its configuration, on a storage whose virtual
     /// memory maps `granule` bytes at a time (`None`: it has none, and an
-    /// expandable pool is an adaptive arena instead).
+    /// expandable pool is an adaptive arena instead); an expandable pool
+    /// trims its free room to one in `free_slack_one_in` of its bytes in
+    /// use.
     pub(crate) fn dynamic(
         config: &PoolConfig,
         alignment: u64,
         max_page: u64,
         granule: Option<u64>,
+        free_slack_one_in: Option<u64>,
     ) -> Self {
         match config.kind {
             PoolKind::Expandable { range_size } => match granule {
@@ -92,6 +95,7 @@ impl Pool {
                     // Allocations start on the alignment; so do granules.
                     align_up(granule, alignment),
                     config,
+                    free_slack_one_in,
                 )),
                 None => Pool::Sliced(SlicedPool::new(
                     PoolKind::Adaptive {

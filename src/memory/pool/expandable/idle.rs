@@ -22,6 +22,29 @@ use super::ExpandablePool;
 use crate::storage::DeviceStorage;
 
 impl ExpandablePool {
+    /// Give back the free room past the pool's slack, if it keeps one
+    /// (`MemoryConfig::free_slack_one_in`): when the free mapped bytes pass
+    /// the slack and a granule, unmap whole free granules, the longest idle
+    /// first, down to it. What is left free then lies in parts of granules
+    /// (no trim can unmap those): the next trim waits until the free room
+    /// passes that too, so a pool of many partly used granules does not
+    /// walk its blocks at every reservation. Whether any went (the caller
+    /// flushes).
+    pub(crate) fn trim(&mut self, storage: &mut dyn DeviceStorage) -> bool {
+        let Some(one_in) = self.free_slack_one_in else {
+            return false;
+        };
+        let slack = self.used.checked_div(one_in).unwrap_or(0).max(self.granule);
+        let free = self.free_mapped();
+        self.untrimmable = self.untrimmable.min(free);
+        if free <= slack.max(self.untrimmable) + self.granule {
+            return false;
+        }
+        let unmapped = self.unmap_longest_idle(storage, free - slack);
+        self.untrimmable = self.free_mapped();
+        unmapped
+    }
+
     /// Record that an allocation let go of `bytes` at `offset` of range
     /// `index` at `tick`: every granule it touched.
     pub(super) fn let_go(&mut self, index: u32, offset: u64, bytes: u64, tick: u64) {
@@ -107,12 +130,12 @@ impl ExpandablePool {
         unmapped > 0
     }
 
-    /// Unmap free granules before a growth of `bytes`, the longest idle
-    /// first (ties by block, then offset: the same on every run), until as
-    /// many are unmapped or none
-    /// is left: the growth then takes no more memory than it must. Whether
-    /// any went (the caller flushes).
-    pub(crate) fn unmap_before_growth(
+    /// Unmap `bytes` of free granules, the longest idle first (ties by
+    /// block, then offset: the same on every run), or as many as there are:
+    /// before a growth of `bytes` (it then takes no more memory than it
+    /// must), after a compaction, and at a trim. Whether any went (the
+    /// caller flushes).
+    pub(crate) fn unmap_longest_idle(
         &mut self,
         storage: &mut dyn DeviceStorage,
         bytes: u64,

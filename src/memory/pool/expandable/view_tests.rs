@@ -22,7 +22,7 @@ fn holed() -> (ExpandablePool, VirtualStorage) {
         max_alloc_size: 64 * GRANULE,
         dealloc_period: None,
     };
-    let mut pool = ExpandablePool::new(kind, 64 * GRANULE, GRANULE, &config);
+    let mut pool = ExpandablePool::new(kind, 64 * GRANULE, GRANULE, &config, None);
     let mut storage = VirtualStorage::new();
     let first = pool
         .reserve_new_page(&mut storage, QUARTER, QUARTER, 0)
