@@ -642,6 +642,34 @@ fn a_manager_alone_gives_back_what_its_stream_let_go_at_its_next_reservation() {
 }
 
 #[test]
+fn a_service_stream_does_not_trim_what_it_wants_again() {
+    use streamalloc::clock::ManualClock;
+    use streamalloc::memory::{EXPANDABLE_DEALLOC_PERIOD, StreamId};
+    use streamalloc::service::{ServiceConfig, Supervisor};
+    // No policy and no idle tick: only the manager's own cleanup points.
+    let device = Supervisor::host(ServiceConfig {
+        clock: ManualClock::shared(),
+        idle_tick: None,
+        headroom: None,
+        settle: None,
+        ..ServiceConfig::default()
+    });
+    let stream = device.stream(StreamId(0)).unwrap();
+    let held = stream.reserve(MIB).unwrap();
+    for _ in 0..2 * EXPANDABLE_DEALLOC_PERIOD {
+        drop(stream.reserve(8 * MIB).unwrap());
+        for _ in 0..EXPANDABLE_DEALLOC_PERIOD / 4 {
+            drop(stream.reserve(256).unwrap());
+        }
+    }
+    // A manager alone would have trimmed the 8 MiB at every small
+    // reservation; the stream's supervisor asks instead, when it must.
+    assert_eq!(device.device_stats().bytes_reserved, 10 * MIB);
+    drop(held);
+    device.shutdown();
+}
+
+#[test]
 fn a_granule_wanted_again_within_the_period_stays_mapped() {
     use streamalloc::memory::EXPANDABLE_DEALLOC_PERIOD;
     // Without a slack to trim to (a service's streams), free granules wait
