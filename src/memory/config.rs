@@ -255,8 +255,9 @@ pub struct MemoryConfig {
     /// the device runs short: what its stream freed just before going
     /// quiet would stay mapped while the other streams peak. The price is
     /// mapping again what a churning stream wants back soon, and the
-    /// compactions before those growths: about twice the time per
-    /// reservation on the benches' mixed ring (`docs/performance.md`).
+    /// compactions before those growths: on the benches' mixed ring, 1.6
+    /// times the time per reservation and 1.9 times the instructions
+    /// (`docs/performance.md`).
     /// `None`: free granules wait for the period.
     ///
     /// A service's streams never trim, whatever this says: their
