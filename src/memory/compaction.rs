@@ -77,7 +77,8 @@ pub(crate) enum Evacuate {
     /// and a granule or more of its mapped room lies free.
     PastHighWater,
     /// Last, when no window or slide spared the growth and one mapped byte
-    /// in [`EVACUATE_WHEN_FREE_ONE_IN`] lies free.
+    /// in [`EVACUATE_WHEN_FREE_ONE_IN`] lies free, in a pool that does not
+    /// trim (`MemoryConfig::free_slack_one_in`).
     MostlyFree,
 }
 
