@@ -251,18 +251,16 @@ pub struct MemoryConfig {
     /// allocations hold (and a granule). Past that, whole free granules
     /// are unmapped at once, the longest idle first, instead of after the
     /// pool's deallocation period; `Some(0)` keeps a granule. A manager
-    /// alone has no one to ask it for memory back when another stream of
-    /// the device runs short: what its stream freed just before going
-    /// quiet would stay mapped while the other streams peak. The price is
-    /// mapping again what a churning stream wants back soon, and the
-    /// compactions before those growths: on the benches' mixed ring, 1.6
-    /// times the time per reservation and 1.9 times the instructions
-    /// (`docs/performance.md`).
-    /// `None`: free granules wait for the period.
-    ///
-    /// A service's streams never trim, whatever this says: their
-    /// supervisor gets memory back when a stream runs short (give-back)
-    /// and sweeps quiet streams at its idle tick.
+    /// acts only when called: what its stream freed just before going
+    /// quiet would stay mapped, a period's worth, while the other streams
+    /// of the device peak (in a service too, until its supervisor asked).
+    /// A pool that trims does not also evacuate for free room before a
+    /// growth (`Evacuate::MostlyFree`): the trim keeps that room at the
+    /// slack, and what it leaves, parts of granules, every growth would
+    /// evacuate again. The price is mapping again what a churning stream
+    /// wants back soon: on the benches' mixed ring, 1.04 times the
+    /// instructions (`docs/performance.md`). `None`: free granules wait
+    /// for the period, and growths evacuate.
     pub free_slack_one_in: Option<u64>,
 }
 

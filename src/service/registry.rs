@@ -102,12 +102,6 @@ pub(crate) fn wire(
     let storage: Box<dyn DeviceStorage> =
         Box::new(BudgetedStorage::new(storage, device.meter.clone()));
     let live = Arc::new(LiveMeter::new(device.live.clone()));
-    // The supervisor asks for memory back where a manager alone trims
-    // (`MemoryConfig::free_slack_one_in`).
-    let memory = MemoryConfig {
-        free_slack_one_in: None,
-        ..memory
-    };
     let mut memory = MemoryManager::metered(storage, memory, id, Some(live.clone()));
     if let Some(recorder) = recorder {
         memory.set_observer(TraceRecorder::observer(recorder));
