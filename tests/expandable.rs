@@ -19,6 +19,18 @@ fn memory() -> Memory {
     MemoryManager::new(HostStorage::new(), MemoryConfig::default())
 }
 
+/// A manager that keeps no slack to trim to: free granules wait for the
+/// period (the sweep's own tests).
+fn untrimmed() -> Memory {
+    MemoryManager::new(
+        HostStorage::new(),
+        MemoryConfig {
+            free_slack_one_in: None,
+            ..MemoryConfig::default()
+        },
+    )
+}
+
 /// Eight 1 MiB allocations packed in four granules, each filled with its
 /// own byte.
 fn eight(memory: &mut Memory) -> Vec<Allocation> {
@@ -575,7 +587,7 @@ fn a_growth_past_the_high_water_mark_compacts_the_whole_pool_first() {
 #[test]
 fn granules_idle_for_a_period_go_back_while_the_blocks_around_them_churn() {
     use streamalloc::memory::EXPANDABLE_DEALLOC_PERIOD;
-    let mut memory = memory();
+    let mut memory = untrimmed();
     // A forward pass: 64 activations of 2 MiB, each filled with its byte.
     let mut activations: Vec<_> = (0..64u8)
         .map(|i| {
@@ -676,15 +688,7 @@ fn a_service_stream_gives_back_what_it_let_go_at_its_next_reservation() {
 #[test]
 fn a_granule_wanted_again_within_the_period_stays_mapped() {
     use streamalloc::memory::EXPANDABLE_DEALLOC_PERIOD;
-    // Without a slack to trim to (a service's streams), free granules wait
-    // for the period.
-    let mut memory = MemoryManager::new(
-        HostStorage::new(),
-        MemoryConfig {
-            free_slack_one_in: None,
-            ..MemoryConfig::default()
-        },
-    );
+    let mut memory = untrimmed();
     let held = memory.reserve(MIB, PageUpdate::Allow).unwrap();
     // A decode step's activations: 8 MiB freed and wanted again every
     // few reservations, never idle for a period.
