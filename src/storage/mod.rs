@@ -29,7 +29,7 @@ pub(crate) use granules::GranuleMap;
 pub use host::HOST_GRANULE;
 pub use host::HostStorage;
 pub use limited::{FaultPlan, LimitedStorage};
-pub use virtual_storage::{DEFAULT_GRANULE, VirtualStorage};
+pub use virtual_storage::{DEFAULT_GRANULE, MapChurn, VirtualStorage};
 
 use std::fmt;
 

@@ -16,6 +16,15 @@ pub const DEFAULT_GRANULE: u64 = 2 * 1024 * 1024;
 /// of different pages never overlap and an offset reads off directly.
 const ADDRESS_WINDOW_BITS: u32 = 40;
 
+/// Bytes a [`VirtualStorage`] mapped and unmapped over its life.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MapChurn {
+    /// Bytes mapped (every `map`).
+    pub mapped: u64,
+    /// Bytes unmapped (every `unmap` that took effect at a flush).
+    pub unmapped: u64,
+}
+
 /// Counts pages and bytes; reads and writes answer [`StorageError::NoBacking`].
 #[derive(Debug)]
 pub struct VirtualStorage {
@@ -31,6 +40,9 @@ pub struct VirtualStorage {
     alignment: u64,
     /// Bytes moved by `copy` so far.
     bytes_copied: u64,
+    /// Bytes mapped and unmapped so far (what a GPU's driver would map
+    /// and unmap, a granule at a time).
+    churn: MapChurn,
     /// The granule of its virtual memory; `None`: pages only.
     granule: Option<u64>,
     /// Reserved ranges and what is mapped in them.
@@ -55,6 +67,7 @@ impl VirtualStorage {
             bytes: 0,
             alignment: 256,
             bytes_copied: 0,
+            churn: MapChurn::default(),
             granule: Some(DEFAULT_GRANULE),
             ranges: IdMap::default(),
             pending_unmaps: Vec::new(),
@@ -74,6 +87,12 @@ impl VirtualStorage {
     /// Bytes moved by [`copy`](DeviceStorage::copy) so far.
     pub fn bytes_copied(&self) -> u64 {
         self.bytes_copied
+    }
+
+    /// Bytes mapped and unmapped so far: a device's driver maps and unmaps
+    /// them a granule at a time, at a cost no host replay shows.
+    pub fn map_churn(&self) -> MapChurn {
+        self.churn
     }
 
     fn page_size(&self, id: StorageId) -> Result<u64, StorageError> {
@@ -121,6 +140,7 @@ impl DeviceStorage for VirtualStorage {
                 && range.unmap(&handle)
             {
                 self.bytes = self.bytes.saturating_sub(handle.size);
+                self.churn.unmapped = self.churn.unmapped.saturating_add(handle.size);
             }
         }
         for id in self.pending.drain(..) {
@@ -200,6 +220,7 @@ impl DeviceStorage for VirtualStorage {
             .ok_or(StorageError::UnknownPage(handle.id))?;
         range.map(handle)?;
         self.bytes = self.bytes.saturating_add(handle.size);
+        self.churn.mapped = self.churn.mapped.saturating_add(handle.size);
         Ok(())
     }
 
@@ -245,6 +266,14 @@ mod tests {
         assert_eq!(storage.bytes_allocated(), 2048);
         storage.flush();
         assert_eq!(storage.bytes_allocated(), 1024);
+        // What a driver would have mapped and unmapped: the refusals none.
+        assert_eq!(
+            storage.map_churn(),
+            MapChurn {
+                mapped: 2048,
+                unmapped: 1024
+            }
+        );
         storage.deallocate(range.id);
         storage.flush();
         assert_eq!(storage.bytes_allocated(), 0);
