@@ -166,14 +166,14 @@ impl ExpandablePool {
     /// Whether the mapped bytes exceed the allocations' by `threshold`
     /// times and by a granule at least: worth a relocation's evacuation.
     pub(crate) fn wants_compaction(&self, threshold: f64) -> bool {
-        let mapped = self.stats.usage.bytes_reserved;
+        let mapped = self.mapped();
         self.free_mapped() >= self.granule && mapped as f64 > self.used as f64 * threshold
     }
 
     /// Whether a growth for `aligned` bytes evacuates this pool first,
     /// `when` (see [`Evacuate`]).
     pub(crate) fn evacuates_before(&self, when: Evacuate, aligned: u64) -> bool {
-        let mapped = self.stats.usage.bytes_reserved;
+        let mapped = self.mapped();
         match when {
             Evacuate::PastHighWater => {
                 let peak = self.stats.peak_in_use;
@@ -200,7 +200,7 @@ impl ExpandablePool {
 
     /// Mapped bytes no allocation holds.
     pub(crate) fn free_mapped(&self) -> u64 {
-        self.stats.usage.bytes_reserved.saturating_sub(self.used)
+        self.mapped().saturating_sub(self.used)
     }
 
     pub(crate) fn max_alloc_size(&self) -> u64 {

@@ -1,5 +1,8 @@
 //! Idle granules: when an allocation last let go of each mapped granule,
-//! and the sweeps that unmap the ones idle for the pool's period.
+//! and what unmaps them by it: the sweeps that unmap the ones idle for the
+//! pool's period, the trim after a reservation (the free room past the
+//! pool's slack), and the unmapping before a growth or after a compaction
+//! (`unmap_longest_idle`: as many bytes as asked, the longest idle first).
 //!
 //! A free block's node is no name for "free since": carving keeps the
 //! node for the carved start and names the rest anew, so a block that a

@@ -83,7 +83,7 @@ impl ExpandablePool {
         } else {
             self.stats
                 .peak_reserved
-                .saturating_sub(self.stats.usage.bytes_reserved)
+                .saturating_sub(self.mapped())
                 .min(at_most)
         };
         let mut best: Option<Slide> = None;
