@@ -7,10 +7,12 @@ mod common;
 use common::MIB;
 use std::sync::Arc;
 use streamalloc::memory::{
-    Allocation, Cleanup, MemoryConfig, MemoryManager, PageUpdate, PoolKind, RelocationReason,
+    Allocation, Cleanup, MemoryConfig, MemoryError, MemoryManager, PageUpdate, PoolKind,
+    RelocationReason,
 };
 use streamalloc::storage::{
-    BudgetedStorage, DeviceBudget, DeviceStorage, HOST_GRANULE, HostStorage, VirtualStorage,
+    BudgetedStorage, DeviceBudget, DeviceStorage, HOST_GRANULE, HostStorage, StorageError,
+    VirtualStorage,
 };
 
 type Memory = MemoryManager<HostStorage>;
@@ -710,4 +712,36 @@ fn a_granule_wanted_again_within_the_period_stays_mapped() {
 fn assert_holds_first(memory: &mut Memory, a: &Allocation) {
     memory.write(a, 0, &[7; 16]).unwrap();
     assert_eq!(memory.read(a, 0, 16).unwrap(), vec![7; 16]);
+}
+
+#[test]
+fn a_map_the_host_cannot_back_is_refused_with_a_typed_error() {
+    // Where the kernel backs every map, however large (overcommit policy
+    // 1), there is no refusal to see.
+    if std::fs::read_to_string("/proc/sys/vm/overcommit_memory").is_ok_and(|p| p.trim() == "1") {
+        eprintln!("the kernel backs every map (vm.overcommit_memory = 1): nothing to refuse");
+        return;
+    }
+    let mut memory = MemoryManager::new(
+        HostStorage::new(),
+        MemoryConfig {
+            device: streamalloc::memory::DeviceProperties::new(1 << 46, 256),
+            ..MemoryConfig::default()
+        },
+    );
+    let small = memory.reserve(MIB, PageUpdate::Allow).unwrap();
+    memory.write(&small, 0, &[7; 16]).unwrap();
+    // 32 TiB: more than any machine this runs on holds, in one map.
+    let err = memory.reserve(1 << 45, PageUpdate::Allow).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            MemoryError::Storage(StorageError::OutOfMemory { requested, .. }) if requested >= 1 << 45
+        ),
+        "a refusal, typed: {err:?}"
+    );
+    assert_eq!(memory.bytes_reserved(), HOST_GRANULE, "nothing more held");
+    let next = memory.reserve(3 * MIB, PageUpdate::Allow).unwrap();
+    memory.write(&next, 3 * MIB - 1, &[9]).unwrap();
+    assert_eq!(memory.read(&small, 0, 16).unwrap(), vec![7; 16]);
 }

@@ -136,6 +136,13 @@ impl HostRange {
     fn reserve(size: u64, granule: u64) -> Result<Self, StorageError> {
         let map = GranuleMap::new(granule, size)?;
         let bytes = usize::try_from(size).map_err(|_| StorageError::InvalidSize(size))?;
+        // No `MAP_NORESERVE`: the kernel does not count address space no
+        // one may touch, but with the flag it would not count the granules
+        // made writable either, so a map of more than the machine holds
+        // would succeed and the first write to it end the process. Without
+        // it a map is weighed as an allocation is (the kernel's overcommit
+        // policy), and one the host cannot back is refused.
+        //
         // SAFETY: an anonymous private reservation of a non-zero length with
         // no access: nothing can touch it until a granule is made accessible.
         let ptr = unsafe {
@@ -143,7 +150,7 @@ impl HostRange {
                 std::ptr::null_mut(),
                 bytes,
                 libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
                 0,
             )
@@ -243,6 +250,20 @@ pub struct HostStorage {
 /// Where an access lands: the first byte, after the range was checked.
 struct Place(*mut u8);
 
+/// The host refused memory while the storage held `held` bytes: as far
+/// as anyone can tell, that is the most it could hold (the kernel sets the
+/// limit by its own accounting and says only no).
+fn refused(err: StorageError, held: u64) -> StorageError {
+    match err {
+        StorageError::OutOfMemory { requested, .. } => StorageError::OutOfMemory {
+            requested,
+            held,
+            capacity: held,
+        },
+        other => other,
+    }
+}
+
 impl HostStorage {
     /// An empty storage.
     pub fn new() -> Self {
@@ -274,14 +295,7 @@ impl DeviceStorage for HostStorage {
     }
 
     fn allocate(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
-        let page = HostPage::new(size).map_err(|err| match err {
-            StorageError::OutOfMemory { requested, .. } => StorageError::OutOfMemory {
-                requested,
-                held: self.bytes,
-                capacity: self.bytes,
-            },
-            other => other,
-        })?;
+        let page = HostPage::new(size).map_err(|err| refused(err, self.bytes))?;
         let id = StorageId(self.next_id);
         self.next_id = self.next_id.wrapping_add(1);
         self.bytes = self.bytes.saturating_add(size);
@@ -387,7 +401,8 @@ impl DeviceStorage for HostStorage {
 
     #[cfg(unix)]
     fn reserve_range(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
-        let range = HostRange::reserve(size, HOST_GRANULE)?;
+        let range =
+            HostRange::reserve(size, HOST_GRANULE).map_err(|err| refused(err, self.bytes))?;
         let id = StorageId(self.next_id);
         self.next_id = self.next_id.wrapping_add(1);
         self.ranges.insert(id, range);
@@ -396,11 +411,12 @@ impl DeviceStorage for HostStorage {
 
     #[cfg(unix)]
     fn map(&mut self, handle: &StorageHandle) -> Result<(), StorageError> {
+        let held = self.bytes;
         let range = self
             .ranges
             .get_mut(&handle.id)
             .ok_or(StorageError::UnknownPage(handle.id))?;
-        range.map(handle)?;
+        range.map(handle).map_err(|err| refused(err, held))?;
         self.bytes = self.bytes.saturating_add(handle.size);
         Ok(())
     }
