@@ -68,6 +68,8 @@ fn every_caller_error_is_typed_with_a_clear_message() {
     let s0 = device.stream(StreamId(0)).unwrap();
     let s1 = device.stream(StreamId(1)).unwrap();
     let on_s0 = s0.reserve(10).unwrap();
+    let second = Supervisor::host(ServiceConfig::default());
+    let elsewhere = second.stream(StreamId(0)).unwrap();
     let tiny = Supervisor::virtual_device(ServiceConfig {
         budget: Some(1 << 20),
         ..ServiceConfig::default()
@@ -187,6 +189,17 @@ fn every_caller_error_is_typed_with_a_clear_message() {
             s1.bind(on_s0.clone(), &s1.unbound().unwrap(), 0),
             |e| matches!(e, S::WrongStream { .. }),
             "not stream 1",
+        ),
+        row(
+            "service: another device's stream of the same id",
+            elsewhere.read(&on_s0, 0, 1),
+            |e| {
+                *e == S::WrongStream {
+                    owner: StreamId(0),
+                    used_on: StreamId(0),
+                }
+            },
+            "of another device",
         ),
         row(
             "service: use after shutdown",

@@ -50,14 +50,29 @@ pub enum ServiceError {
         /// Why.
         message: String,
     },
-    /// An allocation handle was used with a stream it does not belong to.
-    #[error("allocation belongs to {owner}, not {used_on}")]
+    /// An allocation handle was used with a stream it does not belong to:
+    /// another stream, another device's stream of the same id, or the one
+    /// this stream replaced after it failed or stopped.
+    #[error("{}", wrong_stream(.owner, .used_on))]
     WrongStream {
         /// The stream that owns the allocation.
         owner: StreamId,
         /// The stream it was used with.
         used_on: StreamId,
     },
+}
+
+/// What [`ServiceError::WrongStream`] says: two ids that are the same
+/// name two streams that are not.
+fn wrong_stream(owner: &StreamId, used_on: &StreamId) -> String {
+    if owner == used_on {
+        format!(
+            "allocation belongs to a {owner} of another device (or to the one this \
+             {used_on} replaced), not this one"
+        )
+    } else {
+        format!("allocation belongs to {owner}, not {used_on}")
+    }
 }
 
 /// One stream's share of the device when a request ran out of memory.
