@@ -227,11 +227,11 @@ impl<S: DeviceStorage> MemoryManager<S> {
         let Pool::Expandable(expandable) = &self.pools[pool] else {
             unreachable!("checked above");
         };
-        let growth = match placed {
+        let still_to_map = match placed {
             Some(_) => 0,
             None => expandable.new_page_size(aligned),
         };
-        self.unmap_past(pool, before.saturating_sub(growth));
+        self.unmap_past(pool, before.saturating_sub(still_to_map));
         placed
     }
 
@@ -370,17 +370,6 @@ impl<S: DeviceStorage> MemoryManager<S> {
             }
         }
         Some(run)
-    }
-
-    /// Unmap free granules of expandable pool `pool`, the longest idle
-    /// first, until it maps no more than `bytes` (or none is left).
-    fn unmap_past(&mut self, pool: usize, bytes: u64) {
-        if let Pool::Expandable(expandable) = &mut self.pools[pool] {
-            let surplus = expandable.mapped().saturating_sub(bytes);
-            if surplus > 0 && expandable.unmap_longest_idle(&mut self.storage, surplus) {
-                self.storage.flush();
-            }
-        }
     }
 
     /// Count what a compaction before growth moved.

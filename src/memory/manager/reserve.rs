@@ -221,9 +221,20 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// many free granules as it is about to map (the growth then costs no
     /// memory where free granules were left).
     pub(crate) fn unmap_before_growth(&mut self, pool: usize, aligned: u64) {
+        if let Pool::Expandable(expandable) = &self.pools[pool] {
+            let level = expandable
+                .mapped()
+                .saturating_sub(expandable.new_page_size(aligned));
+            self.unmap_past(pool, level);
+        }
+    }
+
+    /// Unmap free granules of expandable pool `pool`, the longest idle
+    /// first, until it maps no more than `bytes` (or none is left).
+    pub(crate) fn unmap_past(&mut self, pool: usize, bytes: u64) {
         if let Pool::Expandable(expandable) = &mut self.pools[pool] {
-            let bytes = expandable.new_page_size(aligned);
-            if expandable.unmap_longest_idle(&mut self.storage, bytes) {
+            let surplus = expandable.mapped().saturating_sub(bytes);
+            if surplus > 0 && expandable.unmap_longest_idle(&mut self.storage, surplus) {
                 self.storage.flush();
             }
         }
