@@ -6,6 +6,7 @@
 
 use crate::memory::{AllocationMode, StreamId};
 use crate::service::{DeviceStats, ServiceError, StreamHandle, Supervisor, SupervisorEvent};
+use crate::storage::{DriverCosts, DriverOps, DriverReport};
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use crate::timeline::Timeline;
@@ -134,6 +135,8 @@ pub struct SimulateOptions {
     pub seed: u64,
     /// Sample the timeline this often (`None`: no timeline).
     pub sample_every: Option<Duration>,
+    /// What the driver's operations are priced at.
+    pub costs: DriverCosts,
 }
 
 /// One stream's figures.
@@ -162,6 +165,8 @@ pub struct StreamFigures {
     pub relocated: u64,
     /// The pools once the load fell (the weights still held).
     pub pools: Vec<PoolFigures>,
+    /// What its storage asked of the driver (per event: per reservation).
+    pub driver: DriverReport,
 }
 
 /// What a simulation measured.
@@ -190,6 +195,9 @@ pub struct SimulationReport {
     pub settled_live_bytes: u64,
     /// ... and bytes of pages held.
     pub settled_reserved_bytes: u64,
+    /// What the device's driver was asked, priced (per event: per
+    /// reservation, all streams).
+    pub driver: DriverReport,
 }
 
 /// xorshift64*, for repeatable request lengths.
@@ -330,8 +338,11 @@ pub fn simulate(
         .filter(|e| matches!(e, SupervisorEvent::Recovered { .. }))
         .count() as u64;
     let mut figures = Vec::new();
+    let mut device_ops = DriverOps::default();
+    let mut reservations = 0;
     for (index, stream) in streams.iter().enumerate() {
         let report = stream.report()?;
+        device_ops = device_ops.combine(report.driver);
         let stats = stream.stats();
         let mut samples = latencies[index].lock().clone();
         samples.sort();
@@ -353,7 +364,14 @@ pub fn simulate(
             idle_cleanups: stats.idle_cleanups,
             relocated: stats.relocated,
             pools: report.pools().map(PoolFigures::from).collect(),
+            driver: DriverReport::new(
+                report.driver,
+                report.driver.peak_granules_mapped,
+                stats.reservations,
+                &options.costs,
+            ),
         });
+        reservations += stats.reservations;
     }
     // The pools above were read with the weights held, as the settled
     // figures were.
@@ -374,6 +392,12 @@ pub fn simulate(
         recoveries,
         settled_live_bytes: settled.bytes_in_use,
         settled_reserved_bytes: settled.bytes_reserved,
+        driver: DriverReport::new(
+            device_ops,
+            device.peak_granules_mapped,
+            reservations,
+            &options.costs,
+        ),
     })
 }
 

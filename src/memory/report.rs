@@ -1,6 +1,7 @@
 //! What the pools hold: usage per pool, peaks, a total, and a human form.
 
 use super::config::PoolKind;
+use crate::storage::DriverOps;
 use std::fmt;
 
 /// Bytes in a human unit (B, KiB, MiB, GiB).
@@ -131,6 +132,8 @@ pub struct MemoryReport {
     pub peak_bytes_reserved: u64,
     /// The most bytes in use across all pools at once.
     pub peak_bytes_in_use: u64,
+    /// What the storage asked of the device's driver so far.
+    pub driver: DriverOps,
 }
 
 impl MemoryReport {

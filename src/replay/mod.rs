@@ -32,8 +32,9 @@ pub const EVENT_STEP: Duration = Duration::from_micros(1);
 
 mod report;
 
-pub use report::ReplayReport;
+use crate::storage::{DriverCosts, DriverOps, DriverReport};
 use report::failure_reason;
+pub use report::{ReplayReport, StreamReplay};
 
 /// A device's supervisor: made for the replay, or lent by the caller.
 enum Device<'s> {
@@ -60,6 +61,9 @@ struct DeviceRun<'s> {
     handles: Vec<StreamHandle>,
     /// Live bytes per stream.
     live_bytes: Vec<u64>,
+    /// Each stream's own figures, by stream index (driver figures filled
+    /// at the end).
+    per_stream: Vec<StreamTally>,
     /// Live bytes, all streams.
     live: u64,
     /// The recording allocator's reserved bytes now (`None` until the
@@ -68,6 +72,16 @@ struct DeviceRun<'s> {
     /// When the supervisor's timers run next (trace time).
     next_tick: Duration,
     report: ReplayReport,
+}
+
+/// What a replay counts of one stream as it goes.
+#[derive(Debug, Default)]
+struct StreamTally {
+    trace_stream: u64,
+    events: u64,
+    allocations: u64,
+    failures: u64,
+    peak_live: u64,
 }
 
 impl DeviceRun<'_> {
@@ -82,6 +96,10 @@ impl DeviceRun<'_> {
         })?;
         self.handles.push(self.supervisor.stream(StreamId(id))?);
         self.live_bytes.push(0);
+        self.per_stream.push(StreamTally {
+            trace_stream: stream,
+            ..StreamTally::default()
+        });
         self.streams.insert((device, stream), index);
         Ok(index)
     }
@@ -186,6 +204,8 @@ pub struct Replayer<'s> {
     /// Trace time of the last event.
     time: Duration,
     started: Instant,
+    /// What the driver's operations are priced at.
+    costs: DriverCosts,
 }
 
 impl std::fmt::Debug for Replayer<'_> {
@@ -226,7 +246,14 @@ impl<'s> Replayer<'s> {
             events: 0,
             time: Duration::ZERO,
             started: Instant::now(),
+            costs: DriverCosts::default(),
         }
+    }
+
+    /// Price the devices' driver operations with `costs` (by default an
+    /// NVIDIA H200's, [`DriverCosts::H200`]).
+    pub fn price_with(&mut self, costs: DriverCosts) {
+        self.costs = costs;
     }
 
     fn run(supervisor: Device<'s>, device: u32) -> DeviceRun<'s> {
@@ -236,6 +263,7 @@ impl<'s> Replayer<'s> {
             streams: HashMap::new(),
             handles: Vec::new(),
             live_bytes: Vec::new(),
+            per_stream: Vec::new(),
             live: 0,
             recorded: None,
             next_tick: Duration::ZERO,
@@ -313,16 +341,21 @@ impl<'s> Replayer<'s> {
                 }
                 if event.size > 0 {
                     let stream = run.stream(event.device, event.stream)?;
+                    let tally = &mut run.per_stream[stream];
+                    tally.events += 1;
                     match run.handles[stream].reserve(event.size) {
                         Ok(allocation) => {
                             run.report.allocations += 1;
+                            tally.allocations += 1;
                             run.live_bytes[stream] += event.size;
+                            tally.peak_live = tally.peak_live.max(run.live_bytes[stream]);
                             run.live += event.size;
                             run.report.peak_live_bytes = run.report.peak_live_bytes.max(run.live);
                             self.live.insert(key, (stream, allocation));
                         }
                         Err(err @ (ServiceError::Memory(_) | ServiceError::OutOfMemory(_))) => {
                             run.report.failures += 1;
+                            tally.failures += 1;
                             *run.report
                                 .failure_reasons
                                 .entry(failure_reason(&err).into())
@@ -348,6 +381,7 @@ impl<'s> Replayer<'s> {
                 match freed {
                     Some((stream, allocation)) => {
                         run.report.frees += 1;
+                        run.per_stream[stream].events += 1;
                         run.live_bytes[stream] -= allocation.size();
                         run.live -= allocation.size();
                     }
@@ -468,10 +502,37 @@ impl<'s> Replayer<'s> {
         let mut reports = Vec::new();
         let_load_fall(&mut self.devices, self.time)?;
         for run in self.devices.values_mut() {
-            for handle in &run.handles {
-                handle.report()?;
+            let mut device_ops = DriverOps::default();
+            let mut per_stream = Vec::with_capacity(run.handles.len());
+            for (index, handle) in run.handles.iter().enumerate() {
+                let ops = handle.report()?.driver;
+                device_ops = device_ops.combine(ops);
+                let tally = &run.per_stream[index];
+                per_stream.push(StreamReplay {
+                    stream: handle.stream().0,
+                    trace_stream: tally.trace_stream,
+                    events: tally.events,
+                    allocations: tally.allocations,
+                    failures: tally.failures,
+                    peak_live_bytes: tally.peak_live,
+                    peak_reserved_bytes: handle.stats().peak_bytes_reserved,
+                    driver: DriverReport::new(
+                        ops,
+                        ops.peak_granules_mapped,
+                        tally.events,
+                        &self.costs,
+                    ),
+                });
             }
+            let device = run.supervisor.device_stats();
             let report = &mut run.report;
+            report.driver = DriverReport::new(
+                device_ops,
+                device.peak_granules_mapped,
+                report.events,
+                &self.costs,
+            );
+            report.per_stream = per_stream;
             report.ns_per_op = ns_per_op;
             report.streams = run.handles.len();
             report.peak_reserved_bytes = run.supervisor.device_stats().peak_bytes_reserved;
@@ -494,7 +555,7 @@ impl<'s> Replayer<'s> {
         Ok(match reports.len() {
             0 => ReplayReport::empty(None, None),
             1 => reports.pop().expect("one"),
-            _ => ReplayReport::total(reports),
+            _ => ReplayReport::total(reports, &self.costs),
         })
     }
 }

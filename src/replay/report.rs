@@ -1,8 +1,31 @@
 //! What a replay reports, per device and in total.
 
 use crate::service::ServiceError;
+use crate::storage::{DriverCosts, DriverOps, DriverReport};
 use serde::Serialize;
 use std::collections::BTreeMap;
+
+/// One stream of a replayed device.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StreamReplay {
+    /// The stream's index on its device (the service's `StreamId`).
+    pub stream: u32,
+    /// The stream as the trace names it.
+    pub trace_stream: u64,
+    /// Events of this stream (its allocations and frees).
+    pub events: u64,
+    /// Allocations served.
+    pub allocations: u64,
+    /// Allocations this allocator could not serve.
+    pub failures: u64,
+    /// The most bytes live on this stream at once, per the trace.
+    pub peak_live_bytes: u64,
+    /// The most bytes this stream's storage held at once.
+    pub peak_reserved_bytes: u64,
+    /// What its storage asked of the driver (per event: of this stream's
+    /// events).
+    pub driver: DriverReport,
+}
 
 /// What a replay measured (of one device, or the total of several).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -58,6 +81,12 @@ pub struct ReplayReport {
     pub budget: Option<u64>,
     /// With a budget: whether every allocation the trace served was served.
     pub fits: Option<bool>,
+    /// What the device's driver was asked, priced (the time a real GPU
+    /// adds to `ns_per_op`, which a host replay does not pay).
+    pub driver: DriverReport,
+    /// Each stream's figures (empty in the total of several devices: each
+    /// device has its own).
+    pub per_stream: Vec<StreamReplay>,
     /// Per device, when the trace names more than one (the fields above are
     /// then their sums, and the ratios those of the sums).
     pub devices: Vec<ReplayReport>,
@@ -89,6 +118,8 @@ impl ReplayReport {
             settled_reserved_over_live: 0.0,
             budget,
             fits: None,
+            driver: DriverReport::new(DriverOps::default(), 0, 0, &DriverCosts::FREE),
+            per_stream: Vec::new(),
             devices: Vec::new(),
         }
     }
@@ -106,8 +137,9 @@ impl ReplayReport {
         }
     }
 
-    /// The sum of per-device reports.
-    pub(super) fn total(devices: Vec<ReplayReport>) -> ReplayReport {
+    /// The sum of per-device reports, their driver operations priced by
+    /// `costs`.
+    pub(super) fn total(devices: Vec<ReplayReport>, costs: &DriverCosts) -> ReplayReport {
         let mut total = ReplayReport::empty(None, None);
         let sum_opt = |a: Option<u64>, b: Option<u64>| match (a, b) {
             (None, None) => None,
@@ -138,6 +170,12 @@ impl ReplayReport {
             total.budget = sum_opt(total.budget, d.budget);
         }
         total.ns_per_op = devices.first().map_or(0.0, |d| d.ns_per_op);
+        let ops = devices
+            .iter()
+            .fold(DriverOps::default(), |ops, d| ops.combine(d.driver.ops));
+        // Devices are apart: their peaks add up.
+        let peak = devices.iter().map(|d| d.driver.peak_granules_mapped).sum();
+        total.driver = DriverReport::new(ops, peak, total.events, costs);
         total.derive();
         total.devices = devices;
         total

@@ -93,6 +93,8 @@ pub struct DeviceStats {
     pub bytes_in_use: u64,
     /// The most bytes in use at once.
     pub peak_bytes_in_use: u64,
+    /// The most granules the streams' storages had mapped at once.
+    pub peak_granules_mapped: u64,
 }
 
 impl DeviceShared {
@@ -151,6 +153,7 @@ impl DeviceShared {
             peak_bytes_reserved: self.meter.peak(),
             bytes_in_use: self.live.get(),
             peak_bytes_in_use: self.live.peak(),
+            peak_granules_mapped: self.meter.peak_granules_mapped(),
         }
     }
 

@@ -94,6 +94,7 @@ fn model_wiring(inbox_capacity: usize) -> Wiring {
         hot_cache: true,
         refill_ahead: true,
         serve_in_place: false,
+        wake_for_timers: true,
     }
 }
 

@@ -192,6 +192,17 @@ pub(crate) enum Control {
     },
 }
 
+impl Control {
+    /// Sent by the coordinator's timers (a tick), not by a recovery round
+    /// that a parked request waits for.
+    pub(crate) fn is_timer(&self) -> bool {
+        matches!(
+            self,
+            Control::Compact | Control::Idle | Control::Settle { .. }
+        )
+    }
+}
+
 impl Request {
     /// Answer the request with `error` without doing it.
     pub(crate) fn reject(self, error: ServiceError) {

@@ -34,12 +34,16 @@ pub(crate) struct StreamEntry {
     pub(crate) control: Sender<Control>,
     /// The actor's thread, once spawned.
     pub(crate) thread: Option<JoinHandle<()>>,
+    /// Whether timer-driven control wakes the actor (see [`Wiring`]).
+    wake_for_timers: bool,
 }
 
 impl StreamEntry {
-    /// Send control traffic, and wake the actor to look at it.
+    /// Send control traffic, and wake the actor to look at it (timer
+    /// traffic on a manual clock waits for the tick's barrier instead).
     pub(crate) fn send(&self, control: Control) {
-        if self.control.send(control).is_ok() {
+        let wake = self.wake_for_timers || !control.is_timer();
+        if self.control.send(control).is_ok() && wake {
             self.handle.connection.wake();
         }
     }
@@ -84,6 +88,14 @@ pub(crate) struct Wiring {
     /// Whether a client serves its own request when the actor is free
     /// (`in_place.rs`).
     pub(crate) serve_in_place: bool,
+    /// Whether what the timers send (settle, compact, idle) wakes the
+    /// actor at once. Off on a manual clock: there `Supervisor::tick`
+    /// follows the timers with a barrier on each stream in turn, which
+    /// serves what they were told one stream after another; woken, the
+    /// actors would serve it on their own threads at once, and a device
+    /// peak that one stream's move (a map) and another's give-back (an
+    /// unmap) make together would depend on which thread ran first.
+    pub(crate) wake_for_timers: bool,
 }
 
 /// Put stream `id` together on `device`: its manager over `storage`
@@ -135,6 +147,7 @@ pub(crate) fn wire(
         handle: StreamHandle::new(connection),
         control,
         thread: None,
+        wake_for_timers: wiring.wake_for_timers,
     };
     (seat, inbox, entry)
 }

@@ -407,6 +407,7 @@ impl Supervisor {
             hot_cache: self.config.hot_cache,
             serve_in_place: self.config.serve_in_place,
             refill_ahead: self.config.clock.as_manual().is_none(),
+            wake_for_timers: self.config.clock.as_manual().is_none(),
         };
         let (seat, inbox, mut entry) = wire(
             &self.device,

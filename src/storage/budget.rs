@@ -6,7 +6,7 @@
 //! budget, whatever the interleaving: a grant is one CAS that checks and
 //! adds together.
 
-use super::{DeviceStorage, Resource, StorageError, StorageHandle, StorageId};
+use super::{DeviceStorage, DriverOps, Resource, StorageError, StorageHandle, StorageId};
 use crate::sync::Arc;
 use crate::sync::atomic::{AtomicU64, Ordering};
 
@@ -23,6 +23,10 @@ pub struct DeviceBudget {
     held: AtomicU64,
     /// The most bytes held at once.
     peak: AtomicU64,
+    /// Granules the device's storages have mapped now (`DriverOps`).
+    granules: AtomicU64,
+    /// The most granules mapped at once across the device's storages.
+    peak_granules: AtomicU64,
 }
 
 impl DeviceBudget {
@@ -33,6 +37,8 @@ impl DeviceBudget {
             granted: AtomicU64::new(0),
             held: AtomicU64::new(0),
             peak: AtomicU64::new(0),
+            granules: AtomicU64::new(0),
+            peak_granules: AtomicU64::new(0),
         }
     }
 
@@ -61,6 +67,26 @@ impl DeviceBudget {
     /// The most bytes held at once: grants whose allocation succeeded.
     pub fn peak(&self) -> u64 {
         self.peak.load(Ordering::SeqCst)
+    }
+
+    /// The most granules the device's storages had mapped at once (what a
+    /// driver must map at least once, however well it keeps them).
+    pub fn peak_granules_mapped(&self) -> u64 {
+        self.peak_granules.load(Ordering::SeqCst)
+    }
+
+    /// A storage's mapped granules went from `before` to `after`.
+    fn granules_moved(&self, before: u64, after: u64) {
+        let (up, down) = (after.saturating_sub(before), before.saturating_sub(after));
+        if up > 0 {
+            let now = self
+                .granules
+                .fetch_add(up, Ordering::SeqCst)
+                .saturating_add(up);
+            self.peak_granules.fetch_max(now, Ordering::SeqCst);
+        } else if down > 0 {
+            self.granules.fetch_sub(down, Ordering::SeqCst);
+        }
     }
 
     /// Grant `bytes` if they fit under the limit, and count them as held at
@@ -173,9 +199,12 @@ impl<S: DeviceStorage> DeviceStorage for BudgetedStorage<S> {
 
     fn flush(&mut self) {
         let before = self.inner.bytes_allocated();
+        let granules = self.inner.driver_ops().granules_mapped();
         self.inner.flush();
         let freed = before.saturating_sub(self.inner.bytes_allocated());
         self.budget.give_back(freed);
+        self.budget
+            .granules_moved(granules, self.inner.driver_ops().granules_mapped());
     }
 
     fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError> {
@@ -226,9 +255,12 @@ impl<S: DeviceStorage> DeviceStorage for BudgetedStorage<S> {
                 capacity: self.budget.limit(),
             });
         }
+        let granules = self.inner.driver_ops().granules_mapped();
         match self.inner.map(range) {
             Ok(()) => {
                 self.budget.commit(range.size);
+                self.budget
+                    .granules_moved(granules, self.inner.driver_ops().granules_mapped());
                 Ok(())
             }
             Err(err) => {
@@ -242,6 +274,10 @@ impl<S: DeviceStorage> DeviceStorage for BudgetedStorage<S> {
     fn unmap(&mut self, range: &StorageHandle) {
         self.inner.unmap(range)
     }
+
+    fn driver_ops(&self) -> DriverOps {
+        self.inner.driver_ops()
+    }
 }
 
 impl<S: DeviceStorage> Drop for BudgetedStorage<S> {
@@ -249,6 +285,8 @@ impl<S: DeviceStorage> Drop for BudgetedStorage<S> {
         // The inner storage frees whatever it still holds as it drops (a
         // failed stream's pages, say): those bytes go back to the budget.
         self.budget.give_back(self.inner.bytes_allocated());
+        self.budget
+            .granules_moved(self.inner.driver_ops().granules_mapped(), 0);
     }
 }
 

@@ -16,7 +16,9 @@
 
 use super::cuda_vmm::{self, CudaRange};
 use super::id_map::IdMap;
-use super::{DeviceStorage, Resource, StorageError, StorageHandle, StorageId, check_range};
+use super::{
+    DeviceStorage, DriverOps, Resource, StorageError, StorageHandle, StorageId, check_range,
+};
 use crate::sync::foreign::Arc;
 use cudarc::driver::sys::{self, CUdeviceptr, CUevent};
 use cudarc::driver::{CudaContext, CudaStream, DriverError, result};
@@ -59,6 +61,8 @@ pub struct CudaStorage {
     ranges: IdMap<CudaRange>,
     /// Unmappings queued by `unmap`, done at `flush`.
     pending_unmaps: Vec<StorageHandle>,
+    /// The driver calls made so far (`driver.rs`).
+    ops: DriverOps,
 }
 
 fn driver(err: DriverError) -> StorageError {
@@ -113,6 +117,7 @@ impl CudaStorage {
             granule,
             ranges: IdMap::default(),
             pending_unmaps: Vec::new(),
+            ops: DriverOps::default(),
         })
     }
 
@@ -143,12 +148,14 @@ impl CudaStorage {
         // this context.
         unsafe { result::event::record(event, other.cu_stream()) }.map_err(driver)?;
         page.uses.push(event);
+        self.ops.event_recorded();
         Ok(())
     }
 
     /// Wait for everything queued on this storage's stream.
-    pub fn synchronize(&self) -> Result<(), StorageError> {
+    pub fn synchronize(&mut self) -> Result<(), StorageError> {
         self.bind()?;
+        self.ops.waited();
         self.stream.synchronize().map_err(driver)
     }
 
@@ -182,6 +189,7 @@ impl CudaStorage {
     /// Free a page once every stream that used it is done with it.
     fn free_page(&mut self, page: CudaPage) {
         for event in page.uses {
+            self.ops.event_waited();
             // SAFETY: each event was created and recorded by `record_use`
             // and is destroyed once, here.
             unsafe {
@@ -194,6 +202,7 @@ impl CudaStorage {
         unsafe {
             let _ = result::free_sync(page.ptr);
         }
+        self.ops.page_freed(page.size);
         self.bytes = self.bytes.saturating_sub(page.size);
     }
 }
@@ -225,6 +234,7 @@ impl DeviceStorage for CudaStorage {
         };
         let id = self.new_id();
         self.bytes = self.bytes.saturating_add(size);
+        self.ops.page_allocated(size);
         self.pages.insert(
             id,
             CudaPage {
@@ -249,9 +259,10 @@ impl DeviceStorage for CudaStorage {
         }
         // Work queued on the stream may still touch the pages and granules.
         let _ = self.stream.synchronize();
+        self.ops.waited();
         for handle in std::mem::take(&mut self.pending_unmaps) {
             if let Some(range) = self.ranges.get_mut(&handle.id)
-                && range.unmap(&handle)
+                && range.unmap(&handle, &mut self.ops)
             {
                 self.bytes = self.bytes.saturating_sub(handle.size);
             }
@@ -262,7 +273,7 @@ impl DeviceStorage for CudaStorage {
             }
             if let Some(range) = self.ranges.remove(&id) {
                 self.bytes = self.bytes.saturating_sub(range.mapped_bytes());
-                range.release();
+                range.release(&mut self.ops);
             }
         }
     }
@@ -288,6 +299,8 @@ impl DeviceStorage for CudaStorage {
         // SAFETY: the range was checked against the page; the copy is
         // waited for before `data` can go away.
         unsafe { result::memcpy_htod_async(dst, data, self.stream.cu_stream()) }.map_err(driver)?;
+        self.ops.copied(data.len() as u64);
+        self.ops.waited();
         self.stream.synchronize().map_err(driver)
     }
 
@@ -297,6 +310,8 @@ impl DeviceStorage for CudaStorage {
         // SAFETY: the range was checked; `out` is written by the copy, which
         // is waited for before it is returned.
         unsafe { result::memcpy_dtoh_async(out, src, self.stream.cu_stream()) }.map_err(driver)?;
+        self.ops.copied(out.len() as u64);
+        self.ops.waited();
         self.stream.synchronize().map_err(driver)
     }
 
@@ -313,7 +328,9 @@ impl DeviceStorage for CudaStorage {
         // SAFETY: both ranges were checked against live pages; the copy is
         // ordered on this stream before any later use or free of either.
         unsafe { result::memcpy_dtod_async(dst, src, from.size as usize, self.stream.cu_stream()) }
-            .map_err(driver)
+            .map_err(driver)?;
+        self.ops.copied(from.size);
+        Ok(())
     }
 
     fn bytes_allocated(&self) -> u64 {
@@ -328,6 +345,7 @@ impl DeviceStorage for CudaStorage {
         let granule = self.granule.ok_or(StorageError::NoVirtualMemory)?;
         self.bind()?;
         let range = CudaRange::reserve(size, granule)?;
+        self.ops.range_reserved();
         let id = self.new_id();
         self.ranges.insert(id, range);
         Ok(StorageHandle::whole(id, size))
@@ -347,7 +365,7 @@ impl DeviceStorage for CudaStorage {
                 .map(|(_, total)| total as u64)
                 .unwrap_or(0)
         };
-        range.map(handle, ordinal, held, capacity)?;
+        range.map(handle, ordinal, &mut self.ops, held, capacity)?;
         self.bytes = self.bytes.saturating_add(handle.size);
         Ok(())
     }
@@ -356,6 +374,10 @@ impl DeviceStorage for CudaStorage {
         if self.ranges.contains_key(&handle.id) {
             self.pending_unmaps.push(*handle);
         }
+    }
+
+    fn driver_ops(&self) -> DriverOps {
+        self.ops
     }
 }
 
@@ -369,7 +391,7 @@ impl Drop for CudaStorage {
             self.free_page(page);
         }
         for (_, range) in std::mem::take(&mut self.ranges) {
-            range.release();
+            range.release(&mut self.ops);
         }
     }
 }

@@ -9,7 +9,7 @@
 //! flush, after its stream has finished the work that may touch the bytes;
 //! the address space goes back (`cuMemAddressFree`) with the range.
 
-use super::{GranuleMap, StorageError, StorageHandle};
+use super::{DriverOps, GranuleMap, StorageError, StorageHandle};
 use cudarc::driver::DriverError;
 use cudarc::driver::sys::{self, CUdeviceptr, CUmemGenericAllocationHandle};
 use std::collections::HashMap;
@@ -132,6 +132,7 @@ impl CudaRange {
         &mut self,
         handle: &StorageHandle,
         ordinal: i32,
+        ops: &mut DriverOps,
         held: u64,
         capacity: impl FnOnce() -> u64,
     ) -> Result<(), StorageError> {
@@ -152,7 +153,10 @@ impl CudaRange {
                 }
             }
         }
+        let created = done.len() as u64;
+        ops.created_and_mapped(created);
         if failure.is_none() {
+            ops.granted(created);
             failure = self.allow_access(handle, ordinal).err();
         }
         let Some(err) = failure else {
@@ -162,6 +166,7 @@ impl CudaRange {
         for (index, physical) in done {
             self.unmap_granule(index, granule, physical);
         }
+        ops.unmapped(created);
         self.map.unmap(handle);
         Err(match err {
             DriverError(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY) => StorageError::OutOfMemory {
@@ -221,7 +226,7 @@ impl CudaRange {
 
     /// Unmap `handle` (whole, mapped granules); whether it named such.
     /// The stream must be done with the bytes and the context bound.
-    pub(super) fn unmap(&mut self, handle: &StorageHandle) -> bool {
+    pub(super) fn unmap(&mut self, handle: &StorageHandle, ops: &mut DriverOps) -> bool {
         let Some(indices) = self.map.granules(handle) else {
             return false;
         };
@@ -232,6 +237,7 @@ impl CudaRange {
         for index in indices {
             if let Some(physical) = self.granules.remove(&index) {
                 self.unmap_granule(index, granule, physical);
+                ops.unmapped(1);
             }
         }
         true
@@ -239,11 +245,13 @@ impl CudaRange {
 
     /// Unmap everything and give the address space back. The stream must
     /// be done with the bytes and the context bound.
-    pub(super) fn release(mut self) {
+    pub(super) fn release(mut self, ops: &mut DriverOps) {
         let granule = self.map.granule();
+        let mapped = self.granules.len() as u64;
         for (index, physical) in std::mem::take(&mut self.granules) {
             self.unmap_granule(index, granule, physical);
         }
+        ops.range_freed(mapped);
         let size = usize::try_from(self.map.size()).unwrap_or(usize::MAX);
         // SAFETY: the range's own reservation, nothing mapped in it now.
         let _ = unsafe { sys::cuMemAddressFree(self.base, size) };

@@ -43,6 +43,11 @@ impl GranuleMap {
         self.size
     }
 
+    /// Granules mapped.
+    pub(crate) fn mapped_granules(&self) -> u64 {
+        self.count
+    }
+
     /// Bytes mapped.
     pub(crate) fn mapped_bytes(&self) -> u64 {
         self.count.saturating_mul(self.granule)
@@ -62,7 +67,6 @@ impl GranuleMap {
     }
 
     /// Bytes of one granule.
-    #[cfg(feature = "cuda")]
     pub(crate) fn granule(&self) -> u64 {
         self.granule
     }

@@ -3,7 +3,8 @@
 
 use super::id_map::IdMap;
 use super::{
-    DeviceStorage, GranuleMap, Resource, StorageError, StorageHandle, StorageId, check_range,
+    DeviceStorage, DriverOps, GranuleMap, Resource, StorageError, StorageHandle, StorageId,
+    check_range,
 };
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::ptr::NonNull;
@@ -245,6 +246,9 @@ pub struct HostStorage {
     /// Unmappings queued by `unmap`.
     #[cfg(unix)]
     pending_unmaps: Vec<StorageHandle>,
+    /// What a CUDA device's driver would have been asked for the same
+    /// calls (`driver.rs`): the same counts a `VirtualStorage` keeps.
+    ops: DriverOps,
 }
 
 /// Where an access lands: the first byte, after the range was checked.
@@ -300,6 +304,7 @@ impl DeviceStorage for HostStorage {
         self.next_id = self.next_id.wrapping_add(1);
         self.bytes = self.bytes.saturating_add(size);
         self.pages.insert(id, page);
+        self.ops.page_allocated(size);
         Ok(StorageHandle::whole(id, size))
     }
 
@@ -315,20 +320,33 @@ impl DeviceStorage for HostStorage {
 
     fn flush(&mut self) {
         #[cfg(unix)]
+        let idle = self.pending.is_empty() && self.pending_unmaps.is_empty();
+        #[cfg(not(unix))]
+        let idle = self.pending.is_empty();
+        if idle {
+            return;
+        }
+        // A device waits for its stream's work before it lets memory go.
+        self.ops.waited();
+        #[cfg(unix)]
         for handle in std::mem::take(&mut self.pending_unmaps) {
             if let Some(range) = self.ranges.get_mut(&handle.id)
                 && range.unmap(&handle)
             {
                 self.bytes = self.bytes.saturating_sub(handle.size);
+                self.ops
+                    .unmapped(handle.size.checked_div(range.map.granule()).unwrap_or(0));
             }
         }
         for id in std::mem::take(&mut self.pending) {
             if let Some(page) = self.pages.remove(&id) {
                 self.bytes = self.bytes.saturating_sub(page.size());
+                self.ops.page_freed(page.size());
             }
             #[cfg(unix)]
             if let Some(range) = self.ranges.remove(&id) {
                 self.bytes = self.bytes.saturating_sub(range.map.mapped_bytes());
+                self.ops.range_freed(range.map.mapped_granules());
             }
         }
     }
@@ -357,6 +375,9 @@ impl DeviceStorage for HostStorage {
         // SAFETY: the range was checked to lie inside live (mapped) memory,
         // and `data` is caller memory, never page memory: they cannot overlap.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), at, data.len()) };
+        // A device copies from the host and waits for the copy.
+        self.ops.copied(data.len() as u64);
+        self.ops.waited();
         Ok(())
     }
 
@@ -364,6 +385,8 @@ impl DeviceStorage for HostStorage {
         let Place(at) = self.place(handle, out.len() as u64)?;
         // SAFETY: as in `write`, the other way round.
         unsafe { std::ptr::copy_nonoverlapping(at, out.as_mut_ptr(), out.len()) };
+        self.ops.copied(out.len() as u64);
+        self.ops.waited();
         Ok(())
     }
 
@@ -381,13 +404,19 @@ impl DeviceStorage for HostStorage {
         // one page or range), and raw pointers assert nothing about the
         // rest of either, which pinned clients may be using meanwhile.
         unsafe { std::ptr::copy(source, target, from.size as usize) };
+        self.ops.copied(from.size);
         Ok(())
     }
 
-    /// `copy` is a `memmove`: one call, overlap and all.
+    /// `copy` is a `memmove`: one call, overlap and all (counted as the
+    /// copies a device would queue for it).
     fn slide(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
-        super::check_slide(from, to)?;
-        self.copy(from, to)
+        let distance = super::check_slide(from, to)?;
+        let before = self.ops;
+        self.copy(from, to)?;
+        self.ops = before;
+        self.ops.slid(from.size, distance);
+        Ok(())
     }
 
     fn bytes_allocated(&self) -> u64 {
@@ -406,6 +435,7 @@ impl DeviceStorage for HostStorage {
         let id = StorageId(self.next_id);
         self.next_id = self.next_id.wrapping_add(1);
         self.ranges.insert(id, range);
+        self.ops.range_reserved();
         Ok(StorageHandle::whole(id, size))
     }
 
@@ -417,6 +447,8 @@ impl DeviceStorage for HostStorage {
             .get_mut(&handle.id)
             .ok_or(StorageError::UnknownPage(handle.id))?;
         range.map(handle).map_err(|err| refused(err, held))?;
+        self.ops
+            .mapped(handle.size.checked_div(range.map.granule()).unwrap_or(0));
         self.bytes = self.bytes.saturating_add(handle.size);
         Ok(())
     }
@@ -426,6 +458,10 @@ impl DeviceStorage for HostStorage {
         if self.ranges.contains_key(&handle.id) {
             self.pending_unmaps.push(*handle);
         }
+    }
+
+    fn driver_ops(&self) -> DriverOps {
+        self.ops
     }
 }
 

@@ -1,7 +1,7 @@
 //! A storage wrapper with a capacity and injected faults, for tests: it makes
 //! "the device is full" and "the driver failed here" reproducible.
 
-use super::{DeviceStorage, Resource, StorageError, StorageHandle, StorageId};
+use super::{DeviceStorage, DriverOps, Resource, StorageError, StorageHandle, StorageId};
 
 /// Which operations a [`LimitedStorage`] fails on purpose. Counts are
 /// 1-based over the storage's life: `fail_allocation(3)` fails the third
@@ -157,6 +157,10 @@ impl<S: DeviceStorage> DeviceStorage for LimitedStorage<S> {
 
     fn shares_a_budget(&self) -> bool {
         self.inner.shares_a_budget()
+    }
+
+    fn driver_ops(&self) -> DriverOps {
+        self.inner.driver_ops()
     }
 }
 

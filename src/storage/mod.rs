@@ -15,6 +15,7 @@ mod budget;
 mod cuda;
 #[cfg(feature = "cuda")]
 mod cuda_vmm;
+mod driver;
 mod granules;
 mod host;
 mod id_map;
@@ -24,6 +25,7 @@ mod virtual_storage;
 pub use budget::{BudgetedStorage, DeviceBudget};
 #[cfg(feature = "cuda")]
 pub use cuda::{CudaStorage, cuda_available};
+pub use driver::{DriverCosts, DriverOps, DriverReport};
 pub(crate) use granules::GranuleMap;
 #[cfg(unix)]
 pub use host::HOST_GRANULE;
@@ -279,6 +281,13 @@ pub trait DeviceStorage: Send {
     fn shares_a_budget(&self) -> bool {
         false
     }
+
+    /// The driver operations this storage performed so far, by kind, as
+    /// a CUDA device performs them for the same calls (see
+    /// [`DriverOps`]). A storage that counts nothing answers zeros.
+    fn driver_ops(&self) -> DriverOps {
+        DriverOps::default()
+    }
 }
 
 impl<S: DeviceStorage + ?Sized> DeviceStorage for Box<S> {
@@ -326,6 +335,9 @@ impl<S: DeviceStorage + ?Sized> DeviceStorage for Box<S> {
     }
     fn shares_a_budget(&self) -> bool {
         (**self).shares_a_budget()
+    }
+    fn driver_ops(&self) -> DriverOps {
+        (**self).driver_ops()
     }
 }
 

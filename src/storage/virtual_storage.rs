@@ -4,7 +4,8 @@
 
 use super::id_map::IdMap;
 use super::{
-    DeviceStorage, GranuleMap, Resource, StorageError, StorageHandle, StorageId, check_range,
+    DeviceStorage, DriverOps, GranuleMap, Resource, StorageError, StorageHandle, StorageId,
+    check_range,
 };
 
 /// The granule a `VirtualStorage` maps in by default: a CUDA device's
@@ -49,6 +50,8 @@ pub struct VirtualStorage {
     ranges: IdMap<GranuleMap>,
     /// Unmappings queued by `unmap`.
     pending_unmaps: Vec<StorageHandle>,
+    /// What a CUDA device's driver would have been asked (`driver.rs`).
+    ops: DriverOps,
 }
 
 impl Default for VirtualStorage {
@@ -71,6 +74,7 @@ impl VirtualStorage {
             granule: Some(DEFAULT_GRANULE),
             ranges: IdMap::default(),
             pending_unmaps: Vec::new(),
+            ops: DriverOps::default(),
         }
     }
 
@@ -124,6 +128,7 @@ impl DeviceStorage for VirtualStorage {
         self.next_id = self.next_id.wrapping_add(1);
         self.pages.insert(id, size);
         self.bytes = self.bytes.saturating_add(size);
+        self.ops.page_allocated(size);
         Ok(StorageHandle::whole(id, size))
     }
 
@@ -135,20 +140,29 @@ impl DeviceStorage for VirtualStorage {
     }
 
     fn flush(&mut self) {
+        if self.pending.is_empty() && self.pending_unmaps.is_empty() {
+            return;
+        }
+        // A device waits for its stream's work before it lets memory go.
+        self.ops.waited();
         for handle in self.pending_unmaps.drain(..) {
             if let Some(range) = self.ranges.get_mut(&handle.id)
                 && range.unmap(&handle)
             {
                 self.bytes = self.bytes.saturating_sub(handle.size);
                 self.churn.unmapped = self.churn.unmapped.saturating_add(handle.size);
+                self.ops
+                    .unmapped(handle.size.checked_div(range.granule()).unwrap_or(0));
             }
         }
         for id in self.pending.drain(..) {
             if let Some(size) = self.pages.remove(&id) {
                 self.bytes = self.bytes.saturating_sub(size);
+                self.ops.page_freed(size);
             }
             if let Some(range) = self.ranges.remove(&id) {
                 self.bytes = self.bytes.saturating_sub(range.mapped_bytes());
+                self.ops.range_freed(range.mapped_granules());
             }
         }
     }
@@ -184,13 +198,19 @@ impl DeviceStorage for VirtualStorage {
         self.check(from)?;
         self.check(to)?;
         self.bytes_copied = self.bytes_copied.saturating_add(from.size);
+        self.ops.copied(from.size);
         Ok(())
     }
 
-    /// Nothing is copied: one check of both ranges.
+    /// Nothing is copied: one check of both ranges, counted as the copies
+    /// a device would queue.
     fn slide(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
-        super::check_slide(from, to)?;
-        self.copy(from, to)
+        let distance = super::check_slide(from, to)?;
+        self.check(from)?;
+        self.check(to)?;
+        self.bytes_copied = self.bytes_copied.saturating_add(from.size);
+        self.ops.slid(from.size, distance);
+        Ok(())
     }
 
     fn bytes_allocated(&self) -> u64 {
@@ -210,6 +230,7 @@ impl DeviceStorage for VirtualStorage {
         let id = StorageId(self.next_id);
         self.next_id = self.next_id.wrapping_add(1);
         self.ranges.insert(id, range);
+        self.ops.range_reserved();
         Ok(StorageHandle::whole(id, size))
     }
 
@@ -219,6 +240,8 @@ impl DeviceStorage for VirtualStorage {
             .get_mut(&handle.id)
             .ok_or(StorageError::UnknownPage(handle.id))?;
         range.map(handle)?;
+        self.ops
+            .mapped(handle.size.checked_div(range.granule()).unwrap_or(0));
         self.bytes = self.bytes.saturating_add(handle.size);
         self.churn.mapped = self.churn.mapped.saturating_add(handle.size);
         Ok(())
@@ -228,6 +251,10 @@ impl DeviceStorage for VirtualStorage {
         if self.ranges.contains_key(&handle.id) {
             self.pending_unmaps.push(*handle);
         }
+    }
+
+    fn driver_ops(&self) -> DriverOps {
+        self.ops
     }
 }
 

@@ -23,7 +23,13 @@ pub struct CountingStorage {
     sizes: HashMap<StorageId, u64>,
     pending: Vec<StorageId>,
     bytes: u64,
+    /// The pages a CUDA device would allocate and free for it
+    /// (`cuMemAlloc`, `cuMemFree`), to price as streamalloc's are.
+    pub ops: streamalloc::storage::DriverOps,
 }
+
+/// A CUDA device's granule, the unit a page's size is priced in.
+const GRANULE: u64 = 2 * MIB;
 
 impl ComputeStorage for CountingStorage {
     type Resource = ();
@@ -40,6 +46,8 @@ impl ComputeStorage for CountingStorage {
         let id = StorageId::new();
         self.sizes.insert(id, size);
         self.bytes += size;
+        self.ops.pages_allocated += 1;
+        self.ops.page_granules_allocated += size.div_ceil(GRANULE).max(1);
         Ok(StorageHandle::new(
             id,
             StorageUtilization { offset: 0, size },
@@ -54,6 +62,8 @@ impl ComputeStorage for CountingStorage {
         for id in self.pending.drain(..) {
             if let Some(size) = self.sizes.remove(&id) {
                 self.bytes -= size;
+                self.ops.pages_freed += 1;
+                self.ops.page_granules_freed += size.div_ceil(GRANULE).max(1);
             }
         }
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use streamalloc::memory::{Bytes, DeviceProperties, MemoryConfig, MemoryConfiguration};
 use streamalloc::plot::{Timeline, check_output, write_svg};
 use streamalloc::service::{Headroom, ServiceConfig, Settle, StorageFactory, Supervisor};
-use streamalloc::storage::{DeviceStorage, HostStorage, VirtualStorage};
+use streamalloc::storage::{DeviceStorage, DriverCosts, DriverReport, HostStorage, VirtualStorage};
 use streamalloc::trace::{TraceFormat, TraceRecorder};
 
 #[derive(Parser, Debug)]
@@ -98,6 +98,11 @@ pub(crate) struct Common {
     /// No progress on stderr.
     #[arg(long)]
     pub(crate) quiet: bool,
+    /// Price the driver's operations with this JSON table of nanoseconds
+    /// per call (`DriverCosts`' fields; those left out keep the NVIDIA
+    /// H200's, the default).
+    #[arg(long, value_name = "JSON")]
+    pub(crate) driver_costs: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -218,6 +223,45 @@ pub(crate) fn factory(kind: StorageKind) -> Result<StorageFactory, String> {
     }
 }
 
+/// The table `--driver-costs` names, or the H200's.
+pub(crate) fn driver_costs(common: &Common) -> Result<DriverCosts, String> {
+    let Some(path) = &common.driver_costs else {
+        return Ok(DriverCosts::default());
+    };
+    let named = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let text = std::fs::read_to_string(path).map_err(|e| named(&e))?;
+    let mut costs: DriverCosts = serde_json::from_str(&text).map_err(|e| named(&e))?;
+    if !text.contains("\"name\"") {
+        costs.name = format!("{} (the H200's where it is silent)", path.display()).into();
+    }
+    Ok(costs)
+}
+
+/// The driver figures of a report, in two lines.
+pub(crate) fn print_driver(prefix: &str, driver: &DriverReport) {
+    let ops = &driver.ops;
+    println!(
+        "{prefix}driver ({} model): {} calls, {:.1} us per event ({:.1} beyond mapping the peak once), {:.3} s in all",
+        driver.costs,
+        driver.calls,
+        driver.modeled_us_per_event,
+        driver.beyond_peak_us_per_event,
+        driver.modeled_ns as f64 / 1e9,
+    );
+    println!(
+        "{prefix}granules mapped {} over a peak of {} at once ({:.2}x), unmapped {}; pages allocated {}, freed {}; stream waits {}; copies {} ({})",
+        ops.handle_granules_created,
+        driver.peak_granules_mapped,
+        driver.mapped_over_peak,
+        ops.handle_granules_released,
+        ops.pages_allocated,
+        ops.pages_freed,
+        driver.stream_waits,
+        ops.copies,
+        Bytes(ops.bytes_copied),
+    );
+}
+
 pub(crate) fn service_config(common: &Common, device: DeviceProperties) -> ServiceConfig {
     let pools = match common.preset {
         Preset::Expandable => MemoryConfiguration::Expandable,
@@ -325,6 +369,7 @@ fn simulate(args: SimulateArgs) -> Result<(), String> {
         max_new_tokens: args.max_new_tokens,
         seed: args.seed,
         sample_every: Some(Duration::from_millis(20)),
+        costs: driver_costs(&args.common)?,
     };
     let bar = progress_bar(
         u64::from(args.requests),
@@ -396,10 +441,12 @@ fn simulate(args: SimulateArgs) -> Result<(), String> {
             stream.idle_cleanups,
             stream.relocated
         );
+        print_driver("    ", &stream.driver);
         for pool in &stream.pools {
             println!("    {pool}");
         }
     }
+    print_driver("device: ", &report.driver);
     Ok(())
 }
 

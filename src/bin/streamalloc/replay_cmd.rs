@@ -1,7 +1,10 @@
 //! `replay` and `convert`: read a trace as a stream, replay it through one
 //! supervisor per device, report beside the recorded allocator's figures.
 
-use crate::cli::{ConvertArgs, Outcome, ReplayArgs, StorageKind, factory, plot, service_config};
+use crate::cli::{
+    ConvertArgs, Outcome, ReplayArgs, StorageKind, driver_costs, factory, plot, print_driver,
+    service_config,
+};
 use crate::progress::Progress;
 use serde::Serialize;
 use streamalloc::clock::ManualClock;
@@ -67,6 +70,7 @@ fn replay_once(
         budget,
         ..service_config(&args.common, DeviceProperties::new(1 << 40, 256))
     };
+    let costs = driver_costs(&args.common)?;
     let mut factory_error = None;
     let report = {
         let mut replayer = Replayer::new(|_device| {
@@ -76,6 +80,7 @@ fn replay_once(
             });
             Supervisor::new(config.clone(), storage)
         });
+        replayer.price_with(costs);
         if draw {
             replayer.record_timeline();
         }
@@ -390,6 +395,20 @@ fn print_figures(prefix: &str, report: &ReplayReport, recorded: &str) {
     }
     if let Some(first) = &report.first_failure {
         println!("{prefix}first failure: {first}");
+    }
+    print_driver(prefix, &report.driver);
+    for stream in &report.per_stream {
+        println!(
+            "{prefix}stream {} (trace stream {}): {} events, {} allocations, {} failures; peak live {}, peak reserved {}",
+            stream.stream,
+            stream.trace_stream,
+            stream.events,
+            stream.allocations,
+            stream.failures,
+            Bytes(stream.peak_live_bytes),
+            Bytes(stream.peak_reserved_bytes),
+        );
+        print_driver(&format!("{prefix}  "), &stream.driver);
     }
 }
 

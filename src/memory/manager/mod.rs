@@ -555,6 +555,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
             dedicated,
             peak_bytes_reserved: self.peak_reserved,
             peak_bytes_in_use: self.peak_in_use,
+            driver: self.storage.driver_ops(),
         }
     }
 

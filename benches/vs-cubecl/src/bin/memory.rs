@@ -19,7 +19,9 @@ use streamalloc::memory::{
     Bytes, DeviceProperties, MemoryConfig, MemoryConfiguration, MemoryManager, PageUpdate,
 };
 use streamalloc::service::{ServiceConfig, Supervisor};
-use streamalloc::storage::{DEFAULT_GRANULE, VirtualStorage};
+use streamalloc::storage::{
+    DEFAULT_GRANULE, DeviceStorage, DriverCosts, DriverOps, DriverReport, VirtualStorage,
+};
 use streamalloc::trace::{TraceAction, TraceEvent, read_trace};
 use streamalloc_vs_cubecl::{CountedCopies, CountingStorage, cubecl_with};
 
@@ -33,6 +35,21 @@ struct Figures {
     end_live: u64,
     end_reserved: u64,
     failures: u64,
+    /// What the device's driver would be asked, priced with the H200's
+    /// costs (`None` for the floors, which are no allocator).
+    driver: Option<DriverReport>,
+}
+
+/// The driver figures of `ops` over `events` events, with at most
+/// `peak_granules` mapped at once.
+fn priced(ops: DriverOps, peak_granules: u64, events: &[TraceEvent]) -> Option<DriverReport> {
+    let events = events.len() as u64;
+    Some(DriverReport::new(
+        ops,
+        peak_granules,
+        events,
+        &DriverCosts::H200,
+    ))
 }
 
 fn ratio(reserved: u64, live: u64) -> String {
@@ -86,12 +103,16 @@ fn cubecl(events: &[TraceEvent], config: CubeConfig) -> Figures {
         let reserved: u64 = managers.values().map(|m| m.bytes_allocated()).sum();
         peak_reserved = peak_reserved.max(reserved);
     }
+    let ops = managers
+        .values_mut()
+        .fold(DriverOps::default(), |ops, m| ops.combine(m.storage().ops));
     Figures {
         peak_live,
         peak_reserved,
         end_live: live_bytes,
         end_reserved: managers.values().map(|m| m.bytes_allocated()).sum(),
         failures: failed,
+        driver: priced(ops, 0, events),
     }
 }
 
@@ -148,6 +169,7 @@ fn granule_floor(events: &[TraceEvent], granule: u64, at_calls: bool) -> Figures
             .map(|&bytes| whole(bytes))
             .fold(0, u64::saturating_add),
         failures: 0,
+        driver: None,
     }
 }
 
@@ -159,6 +181,8 @@ fn manager_alone(events: &[TraceEvent], pools: MemoryConfiguration) -> Figures {
     let (mut live_bytes, mut peak_live, mut peak_reserved, mut failed) = (0u64, 0u64, 0u64, 0u64);
     let mut reserved = HashMap::new();
     let mut total_reserved = 0u64;
+    let mut mapped = HashMap::new();
+    let (mut total_mapped, mut peak_mapped) = (0u64, 0u64);
     for event in events {
         let key = (event.device, event.stream);
         match event.action {
@@ -189,6 +213,10 @@ fn manager_alone(events: &[TraceEvent], pools: MemoryConfiguration) -> Figures {
                 let now = memory.bytes_reserved();
                 let before = reserved.insert(key, now).unwrap_or(0);
                 total_reserved = total_reserved + now - before;
+                let granules = memory.storage().driver_ops().granules_mapped();
+                let before = mapped.insert(key, granules).unwrap_or(0);
+                total_mapped = total_mapped + granules - before;
+                peak_mapped = peak_mapped.max(total_mapped);
             }
             TraceAction::Free => {
                 if let Some((size, _)) = live.remove(&(event.device, event.id)) {
@@ -202,12 +230,18 @@ fn manager_alone(events: &[TraceEvent], pools: MemoryConfiguration) -> Figures {
     for memory in managers.values_mut() {
         memory.process_releases();
     }
+    let ops = managers
+        .values_mut()
+        .fold(DriverOps::default(), |ops, m| {
+            ops.combine(m.storage().driver_ops())
+        });
     Figures {
         peak_live,
         peak_reserved,
         end_live: live_bytes,
         end_reserved: managers.values().map(|m| m.bytes_reserved()).sum(),
         failures: failed,
+        driver: priced(ops, peak_mapped, events),
     }
 }
 
@@ -234,6 +268,7 @@ fn ours(events: &[TraceEvent], pools: MemoryConfiguration, policies: bool) -> Fi
         end_live: report.settled_live_bytes,
         end_reserved: report.settled_reserved_bytes,
         failures: report.failures,
+        driver: Some(report.driver),
     }
 }
 
@@ -244,9 +279,9 @@ fn main() {
         std::process::exit(2);
     }
     println!(
-        "| trace | allocator | preset | peak live | peak reserved | peak ratio | live after the fall | reserved after | ratio after | failures |"
+        "| trace | allocator | preset | peak live | peak reserved | peak ratio | live after the fall | reserved after | ratio after | failures | driver us/event (H200) | beyond the peak once | granules mapped / peak | stream waits |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for path in paths {
         let events = read_trace(&path, None).unwrap_or_else(|err| {
             eprintln!("{}: {err}", path.display());
@@ -304,8 +339,22 @@ fn print_rows(name: &str, events: &[TraceEvent]) {
         ),
     ];
     for (allocator, preset, f) in rows {
+        let driver = match &f.driver {
+            Some(d) => format!(
+                "{:.2} | {:.2} | {} | {}",
+                d.modeled_us_per_event,
+                d.beyond_peak_us_per_event,
+                if d.peak_granules_mapped == 0 {
+                    "-".into()
+                } else {
+                    format!("{:.2}", d.mapped_over_peak)
+                },
+                d.stream_waits
+            ),
+            None => "- | - | - | -".into(),
+        };
         println!(
-            "| {name} | {allocator} | {preset} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {name} | {allocator} | {preset} | {} | {} | {} | {} | {} | {} | {} | {driver} |",
             Bytes(f.peak_live),
             Bytes(f.peak_reserved),
             ratio(f.peak_reserved, f.peak_live),

@@ -1,0 +1,500 @@
+//! What a storage asks of the device's driver, counted by kind
+//! ([`DriverOps`]), and what those calls cost on a real GPU, by a table of
+//! measured per-call times ([`DriverCosts`]).
+//!
+//! Every storage counts the calls a CUDA device would make for the same
+//! requests: `CudaStorage` what it really calls, `VirtualStorage` and
+//! `HostStorage` what `CudaStorage` would call in their place. So a replay
+//! on host memory or on no memory at all prices its driver time as the GPU
+//! would, from exact counts: no wall clock, the same figure on every run.
+
+// Counts and costs are summed and multiplied: saturating, never wrapping.
+#![allow(clippy::arithmetic_side_effects)]
+
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+
+/// The granule a page's size is counted in, for the per-size term of a
+/// page's cost: a CUDA device's (2 MiB).
+const PAGE_GRANULE: u64 = 2 * 1024 * 1024;
+
+/// Driver operations a storage performed, by kind, and the most granules
+/// it had mapped at once. Cumulative over the storage's life.
+///
+/// A physical handle is one `cuMemCreate`: every storage in this crate
+/// creates one per granule it maps, so `handle_granules_created` equals
+/// `handles_created`; the separate count prices a storage that creates
+/// larger handles.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriverOps {
+    /// Physical handles created (`cuMemCreate`).
+    pub handles_created: u64,
+    /// Granules of those handles.
+    pub handle_granules_created: u64,
+    /// Physical handles released (`cuMemRelease`).
+    pub handles_released: u64,
+    /// Granules of those handles.
+    pub handle_granules_released: u64,
+    /// Handles mapped into address space (`cuMemMap`).
+    pub maps: u64,
+    /// Handles granted access (`cuMemSetAccess` costs per handle it
+    /// covers, so one call over many handles counts each).
+    pub access_grants: u64,
+    /// Handles unmapped (`cuMemUnmap`, per handle for the same reason).
+    pub unmaps: u64,
+    /// Ranges of address space reserved (`cuMemAddressReserve`).
+    pub ranges_reserved: u64,
+    /// Ranges of address space freed (`cuMemAddressFree`).
+    pub ranges_freed: u64,
+    /// Pages allocated (`cuMemAlloc`).
+    pub pages_allocated: u64,
+    /// Their size in 2 MiB granules, rounded up.
+    pub page_granules_allocated: u64,
+    /// Pages freed (`cuMemFree`).
+    pub pages_freed: u64,
+    /// Their size in 2 MiB granules, rounded up.
+    pub page_granules_freed: u64,
+    /// Events recorded (`cuEventRecord`, with its `cuEventCreate`).
+    pub events_recorded: u64,
+    /// Events asked whether their work is done (`cuEventQuery`), or waited
+    /// for (`cuEventSynchronize`, also counted in `stream_waits`).
+    pub events_queried: u64,
+    /// Times the host waited for a stream's work (`cuStreamSynchronize`,
+    /// `cuEventSynchronize`): each costs at least an idle wait, and in a
+    /// server all the work queued before it.
+    pub stream_waits: u64,
+    /// Copies queued (device to device, host to device, device to host).
+    pub copies: u64,
+    /// Bytes those copies moved.
+    pub bytes_copied: u64,
+    /// The most granules mapped at once.
+    pub peak_granules_mapped: u64,
+}
+
+impl DriverOps {
+    /// Granules mapped now: created and not yet released.
+    pub fn granules_mapped(&self) -> u64 {
+        self.handle_granules_created
+            .saturating_sub(self.handle_granules_released)
+    }
+
+    /// Every driver call counted, of every kind.
+    pub fn calls(&self) -> u64 {
+        [
+            self.handles_created,
+            self.handles_released,
+            self.maps,
+            self.access_grants,
+            self.unmaps,
+            self.ranges_reserved,
+            self.ranges_freed,
+            self.pages_allocated,
+            self.pages_freed,
+            self.events_recorded,
+            self.events_queried,
+            self.stream_waits,
+            self.copies,
+        ]
+        .into_iter()
+        .fold(0, u64::saturating_add)
+    }
+
+    /// The counts of two storages together. The peak is the sum of the
+    /// two peaks: an upper bound, since they need not peak together (a
+    /// device's own peak is metered where its storages meet:
+    /// [`DeviceBudget::peak_granules_mapped`](super::DeviceBudget::peak_granules_mapped)).
+    pub fn combine(self, other: Self) -> Self {
+        let add = u64::saturating_add;
+        Self {
+            handles_created: add(self.handles_created, other.handles_created),
+            handle_granules_created: add(
+                self.handle_granules_created,
+                other.handle_granules_created,
+            ),
+            handles_released: add(self.handles_released, other.handles_released),
+            handle_granules_released: add(
+                self.handle_granules_released,
+                other.handle_granules_released,
+            ),
+            maps: add(self.maps, other.maps),
+            access_grants: add(self.access_grants, other.access_grants),
+            unmaps: add(self.unmaps, other.unmaps),
+            ranges_reserved: add(self.ranges_reserved, other.ranges_reserved),
+            ranges_freed: add(self.ranges_freed, other.ranges_freed),
+            pages_allocated: add(self.pages_allocated, other.pages_allocated),
+            page_granules_allocated: add(
+                self.page_granules_allocated,
+                other.page_granules_allocated,
+            ),
+            pages_freed: add(self.pages_freed, other.pages_freed),
+            page_granules_freed: add(self.page_granules_freed, other.page_granules_freed),
+            events_recorded: add(self.events_recorded, other.events_recorded),
+            events_queried: add(self.events_queried, other.events_queried),
+            stream_waits: add(self.stream_waits, other.stream_waits),
+            copies: add(self.copies, other.copies),
+            bytes_copied: add(self.bytes_copied, other.bytes_copied),
+            peak_granules_mapped: add(self.peak_granules_mapped, other.peak_granules_mapped),
+        }
+    }
+
+    /// `granules` granules were mapped, one physical handle each: created,
+    /// mapped and granted access.
+    pub(crate) fn mapped(&mut self, granules: u64) {
+        self.created_and_mapped(granules);
+        self.granted(granules);
+    }
+
+    /// `granules` one-granule handles were created and mapped (access not
+    /// yet granted).
+    pub(crate) fn created_and_mapped(&mut self, granules: u64) {
+        self.handles_created += granules;
+        self.handle_granules_created += granules;
+        self.maps += granules;
+        self.peak_granules_mapped = self.peak_granules_mapped.max(self.granules_mapped());
+    }
+
+    /// Access was granted over `handles` handles.
+    pub(crate) fn granted(&mut self, handles: u64) {
+        self.access_grants += handles;
+    }
+
+    /// `granules` granules were unmapped and their handles released.
+    pub(crate) fn unmapped(&mut self, granules: u64) {
+        self.unmaps += granules;
+        self.handles_released += granules;
+        self.handle_granules_released += granules;
+    }
+
+    /// A range of address space was reserved.
+    pub(crate) fn range_reserved(&mut self) {
+        self.ranges_reserved += 1;
+    }
+
+    /// A range was freed with `granules` granules still mapped in it.
+    pub(crate) fn range_freed(&mut self, granules: u64) {
+        self.unmapped(granules);
+        self.ranges_freed += 1;
+    }
+
+    /// A page of `size` bytes was allocated.
+    pub(crate) fn page_allocated(&mut self, size: u64) {
+        self.pages_allocated += 1;
+        self.page_granules_allocated += size.div_ceil(PAGE_GRANULE).max(1);
+    }
+
+    /// A page of `size` bytes was freed.
+    pub(crate) fn page_freed(&mut self, size: u64) {
+        self.pages_freed += 1;
+        self.page_granules_freed += size.div_ceil(PAGE_GRANULE).max(1);
+    }
+
+    /// One copy of `bytes` bytes was queued.
+    pub(crate) fn copied(&mut self, bytes: u64) {
+        self.copies += 1;
+        self.bytes_copied += bytes;
+    }
+
+    /// `from` slid down by `distance` bytes as a device does it: in copies
+    /// no longer than the distance, so none overlaps its own source (what
+    /// [`DeviceStorage::slide`](super::DeviceStorage::slide)'s default does).
+    pub(crate) fn slid(&mut self, size: u64, distance: u64) {
+        self.copies += size.div_ceil(distance.max(1));
+        self.bytes_copied += size;
+    }
+
+    /// The host waited for a stream.
+    pub(crate) fn waited(&mut self) {
+        self.stream_waits += 1;
+    }
+
+    /// An event was recorded on a stream.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn event_recorded(&mut self) {
+        self.events_recorded += 1;
+    }
+
+    /// An event was waited for.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn event_waited(&mut self) {
+        self.events_queried += 1;
+        self.stream_waits += 1;
+    }
+}
+
+/// What each driver operation costs, in nanoseconds of host time: a value
+/// a user can replace with another GPU's measurements (`--driver-costs`
+/// reads one from JSON; fields left out keep the H200's).
+///
+/// The default is what `cuMem*` and friends cost on an NVIDIA H200
+/// (driver 580, CUDA 13; `shared/torch-h200/README.md`). The cost of
+/// virtual memory is per physical handle, not per call and barely per
+/// byte: one granule's handle costs 11.8 us to create, 2.9 to map, 29.9 to
+/// grant access, 17.4 to unmap and 11.1 to release, while a 128 MiB
+/// handle's whole cycle costs 130 us, so each granule past the first of a
+/// handle adds `handle_extra_granule_ns` to its cycle.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DriverCosts {
+    /// Which device these are (shown in reports).
+    pub name: Cow<'static, str>,
+    /// `cuMemCreate` of a one-granule handle.
+    pub handle_create_ns: u64,
+    /// `cuMemRelease` of a one-granule handle.
+    pub handle_release_ns: u64,
+    /// Each granule past the first of a handle, over its whole cycle
+    /// (charged half at its creation, half at its release).
+    pub handle_extra_granule_ns: u64,
+    /// `cuMemMap` of one handle.
+    pub map_ns: u64,
+    /// `cuMemSetAccess`, per handle covered.
+    pub access_ns: u64,
+    /// `cuMemUnmap`, per handle covered.
+    pub unmap_ns: u64,
+    /// `cuMemAddressReserve` (estimated: not measured on the H200).
+    pub address_reserve_ns: u64,
+    /// `cuMemAddressFree` (estimated: not measured on the H200).
+    pub address_free_ns: u64,
+    /// `cuMemAlloc` of one granule (half of a measured alloc and free).
+    pub page_allocate_ns: u64,
+    /// `cuMemFree` of one granule (the other half).
+    pub page_free_ns: u64,
+    /// Each granule past the first of a page, over its alloc and free
+    /// (charged half at each).
+    pub page_extra_granule_ns: u64,
+    /// `cuEventRecord` (half of a measured record and query).
+    pub event_record_ns: u64,
+    /// `cuEventQuery` (the other half).
+    pub event_query_ns: u64,
+    /// `cuStreamSynchronize` of an idle stream (a busy one costs all the
+    /// work queued on it too, which no table knows).
+    pub stream_wait_ns: u64,
+    /// Queuing one copy (estimated: not measured on the H200).
+    pub copy_ns: u64,
+    /// Device copy bandwidth, bytes per microsecond (the H200's plain
+    /// device-to-device copy: 2,030 GB/s).
+    pub copy_bytes_per_us: u64,
+}
+
+impl Default for DriverCosts {
+    fn default() -> Self {
+        Self::H200
+    }
+}
+
+impl DriverCosts {
+    /// An NVIDIA H200, driver 580.159.04, CUDA 13 (measured 2026-12-04).
+    pub const H200: Self = Self {
+        name: Cow::Borrowed("NVIDIA H200"),
+        handle_create_ns: 11_800,
+        handle_release_ns: 11_100,
+        handle_extra_granule_ns: 900,
+        map_ns: 2_900,
+        access_ns: 29_900,
+        unmap_ns: 17_400,
+        address_reserve_ns: 5_000,
+        address_free_ns: 5_000,
+        page_allocate_ns: 32_500,
+        page_free_ns: 32_500,
+        page_extra_granule_ns: 900,
+        event_record_ns: 575,
+        event_query_ns: 575,
+        stream_wait_ns: 690,
+        copy_ns: 2_500,
+        copy_bytes_per_us: 2_030_000,
+    };
+
+    /// A driver that costs nothing (what a replay charged before it priced
+    /// the driver).
+    pub const FREE: Self = Self {
+        name: Cow::Borrowed("no driver cost"),
+        handle_create_ns: 0,
+        handle_release_ns: 0,
+        handle_extra_granule_ns: 0,
+        map_ns: 0,
+        access_ns: 0,
+        unmap_ns: 0,
+        address_reserve_ns: 0,
+        address_free_ns: 0,
+        page_allocate_ns: 0,
+        page_free_ns: 0,
+        page_extra_granule_ns: 0,
+        event_record_ns: 0,
+        event_query_ns: 0,
+        stream_wait_ns: 0,
+        copy_ns: 0,
+        copy_bytes_per_us: 0,
+    };
+
+    /// The modeled driver time of `ops`, nanoseconds (saturating).
+    pub fn price(&self, ops: &DriverOps) -> u64 {
+        let each = |count: u64, ns: u64| u128::from(count) * u128::from(ns);
+        let extra =
+            |granules: u64, handles: u64, ns: u64| each(granules.saturating_sub(handles), ns / 2);
+        let copy_time = match self.copy_bytes_per_us {
+            0 => 0,
+            rate => u128::from(ops.bytes_copied) * 1_000 / u128::from(rate),
+        };
+        let total = each(ops.handles_created, self.handle_create_ns)
+            + each(ops.handles_released, self.handle_release_ns)
+            + extra(
+                ops.handle_granules_created,
+                ops.handles_created,
+                self.handle_extra_granule_ns,
+            )
+            + extra(
+                ops.handle_granules_released,
+                ops.handles_released,
+                self.handle_extra_granule_ns,
+            )
+            + each(ops.maps, self.map_ns)
+            + each(ops.access_grants, self.access_ns)
+            + each(ops.unmaps, self.unmap_ns)
+            + each(ops.ranges_reserved, self.address_reserve_ns)
+            + each(ops.ranges_freed, self.address_free_ns)
+            + each(ops.pages_allocated, self.page_allocate_ns)
+            + each(ops.pages_freed, self.page_free_ns)
+            + extra(
+                ops.page_granules_allocated,
+                ops.pages_allocated,
+                self.page_extra_granule_ns,
+            )
+            + extra(
+                ops.page_granules_freed,
+                ops.pages_freed,
+                self.page_extra_granule_ns,
+            )
+            + each(ops.events_recorded, self.event_record_ns)
+            + each(ops.events_queried, self.event_query_ns)
+            + each(ops.stream_waits, self.stream_wait_ns)
+            + each(ops.copies, self.copy_ns)
+            + copy_time;
+        u64::try_from(total).unwrap_or(u64::MAX)
+    }
+
+    /// What mapping `granules` granules once costs (create, map, access):
+    /// the least any allocator pays to hold that many.
+    pub fn map_once(&self, granules: u64) -> u64 {
+        let per = self.handle_create_ns + self.map_ns + self.access_ns;
+        granules.saturating_mul(per)
+    }
+}
+
+/// What a device's (or a stream's) driver was asked, priced by a table of
+/// per-call costs ([`DriverCosts`]): counts, not timings, so the same on
+/// every run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DriverReport {
+    /// Whose costs priced it (`NVIDIA H200` by default).
+    pub costs: String,
+    /// The operations, by kind.
+    pub ops: DriverOps,
+    /// Every driver call counted.
+    pub calls: u64,
+    /// Their modeled time, nanoseconds.
+    pub modeled_ns: u64,
+    /// `modeled_ns` per trace event, microseconds.
+    pub modeled_us_per_event: f64,
+    /// The modeled time beyond what mapping the peak granules once costs
+    /// (the least any allocator of granules pays), per event, microseconds.
+    pub beyond_peak_us_per_event: f64,
+    /// Granules mapped, over the whole replay.
+    pub granules_mapped: u64,
+    /// The most granules mapped at once.
+    pub peak_granules_mapped: u64,
+    /// `granules_mapped / peak_granules_mapped` (0 when none was mapped):
+    /// how often each granule held at the peak was mapped again.
+    pub mapped_over_peak: f64,
+    /// Times the host waited for a stream.
+    pub stream_waits: u64,
+}
+
+impl DriverReport {
+    /// `ops` over `events` events, whose storages together had at most
+    /// `peak_granules` mapped at once, priced by `costs`.
+    pub fn new(mut ops: DriverOps, peak_granules: u64, events: u64, costs: &DriverCosts) -> Self {
+        // Storages that peak apart: the peak is the one measured where they meet.
+        ops.peak_granules_mapped = peak_granules;
+        let modeled_ns = costs.price(&ops);
+        let beyond = modeled_ns.saturating_sub(costs.map_once(peak_granules));
+        let per_event = |ns: u64| ns as f64 / 1000.0 / events.max(1) as f64;
+        Self {
+            costs: costs.name.to_string(),
+            ops,
+            calls: ops.calls(),
+            modeled_ns,
+            modeled_us_per_event: per_event(modeled_ns),
+            beyond_peak_us_per_event: per_event(beyond),
+            granules_mapped: ops.handle_granules_created,
+            peak_granules_mapped: peak_granules,
+            mapped_over_peak: if peak_granules == 0 {
+                0.0
+            } else {
+                ops.handle_granules_created as f64 / peak_granules as f64
+            },
+            stream_waits: ops.stream_waits,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_granule_mapped_and_unmapped_costs_what_the_h200_measured() {
+        let mut ops = DriverOps::default();
+        ops.mapped(1);
+        ops.unmapped(1);
+        // 11.8 + 2.9 + 29.9 + 17.4 + 11.1 us.
+        assert_eq!(DriverCosts::H200.price(&ops), 73_100);
+        assert_eq!(ops.granules_mapped(), 0);
+        assert_eq!(ops.peak_granules_mapped, 1);
+        assert_eq!(DriverCosts::FREE.price(&ops), 0);
+    }
+
+    #[test]
+    fn a_large_handle_costs_per_handle_plus_a_little_per_granule() {
+        // One 128 MiB handle's whole cycle: 130 us measured.
+        let ops = DriverOps {
+            handles_created: 1,
+            handle_granules_created: 64,
+            handles_released: 1,
+            handle_granules_released: 64,
+            maps: 1,
+            access_grants: 1,
+            unmaps: 1,
+            ..DriverOps::default()
+        };
+        let us = DriverCosts::H200.price(&ops) as f64 / 1000.0;
+        assert!((us - 130.0).abs() < 1.0, "{us} us");
+        // Pages: 2 MiB and 64 MiB alloc + free, 65 and 93 us measured.
+        let mut small = DriverOps::default();
+        small.page_allocated(2 << 20);
+        small.page_freed(2 << 20);
+        assert_eq!(DriverCosts::H200.price(&small), 65_000);
+        let mut large = DriverOps::default();
+        large.page_allocated(64 << 20);
+        large.page_freed(64 << 20);
+        let us = DriverCosts::H200.price(&large) as f64 / 1000.0;
+        assert!((us - 93.0).abs() < 1.0, "{us} us");
+    }
+
+    #[test]
+    fn a_slide_is_priced_as_the_copies_a_device_makes() {
+        let mut ops = DriverOps::default();
+        ops.slid(10, 3);
+        assert_eq!((ops.copies, ops.bytes_copied), (4, 10));
+        let mut big = DriverOps::default();
+        big.copied(2_030_000_000);
+        // 2.5 us to queue, 1 ms at 2,030 GB/s.
+        assert_eq!(DriverCosts::H200.price(&big), 2_500 + 1_000_000);
+    }
+
+    #[test]
+    fn a_table_read_from_json_keeps_the_fields_it_leaves_out() {
+        let costs: DriverCosts = serde_json::from_str(r#"{"map_ns": 1000}"#).unwrap();
+        assert_eq!(costs.map_ns, 1000);
+        assert_eq!(costs.access_ns, DriverCosts::H200.access_ns);
+        assert!(serde_json::from_str::<DriverCosts>(r#"{"mapns": 1}"#).is_err());
+    }
+}
