@@ -6,11 +6,16 @@
 # Optional there:      python3 scripts/torch_snapshots.py OUT_DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
+target=${CARGO_TARGET_DIR:-target}
 case "${1:-run}" in
 build)
     mkdir -p .gpu
-    cargo build --release --features cuda --example gpu_check
-    cp target/release/examples/gpu_check .gpu/
+    cargo build --release --features cuda --example gpu_check --bin streamalloc
+    cp "$target/release/examples/gpu_check" "$target/release/streamalloc" .gpu/
+    # The real snapshots, when the shared folder is beside the checkout.
+    if [ -d ../shared/torch-h200 ]; then
+        cp ../shared/torch-h200/*.pickle.gz .gpu/
+    fi
     bin=$(cargo test --release --features cuda --test cuda --no-run --message-format=json 2>/dev/null \
         | grep -o '"executable":"[^"]*"' | cut -d'"' -f4 | grep '/cuda-' | head -1)
     cp "$bin" .gpu/cuda_tests
@@ -21,6 +26,12 @@ run)
     timeout 240 .gpu/cuda_tests --test-threads 1
     echo "== pool vs driver, relocation vs plain copy"
     timeout 120 .gpu/gpu_check
+    echo "== what the cost table estimates, measured"
+    timeout 60 python3 scripts/driver_probe.py || true
+    echo "== real snapshots on the GPU beside the model"
+    if ls .gpu/*.pickle.gz >/dev/null 2>&1; then
+        timeout 300 python3 scripts/gpu_replays.py .gpu/streamalloc .gpu/*.pickle.gz
+    fi
     ;;
 *)
     echo "usage: $0 [build|run]" >&2

@@ -226,7 +226,8 @@ impl DriverOps {
 /// reads one from JSON; fields left out keep the H200's).
 ///
 /// The default is what `cuMem*` and friends cost on an NVIDIA H200
-/// (driver 580, CUDA 13; `shared/torch-h200/README.md`). The cost of
+/// (driver 580, CUDA 13; `shared/torch-h200/README.md`, and
+/// `scripts/driver_probe.py` for address space and copies). The cost of
 /// virtual memory is per physical handle, not per call and barely per
 /// byte: one granule's handle costs 11.8 us to create, 2.9 to map, 29.9 to
 /// grant access, 17.4 to unmap and 11.1 to release, while a 128 MiB
@@ -250,9 +251,9 @@ pub struct DriverCosts {
     pub access_ns: u64,
     /// `cuMemUnmap`, per handle covered.
     pub unmap_ns: u64,
-    /// `cuMemAddressReserve` (estimated: not measured on the H200).
+    /// `cuMemAddressReserve` of a 16 GiB range (`scripts/driver_probe.py`).
     pub address_reserve_ns: u64,
-    /// `cuMemAddressFree` (estimated: not measured on the H200).
+    /// `cuMemAddressFree` of a 16 GiB range (`scripts/driver_probe.py`).
     pub address_free_ns: u64,
     /// `cuMemAlloc` of one granule (half of a measured alloc and free).
     pub page_allocate_ns: u64,
@@ -268,7 +269,8 @@ pub struct DriverCosts {
     /// `cuStreamSynchronize` of an idle stream (a busy one costs all the
     /// work queued on it too, which no table knows).
     pub stream_wait_ns: u64,
-    /// Queuing one copy (estimated: not measured on the H200).
+    /// Queuing one device-to-device copy on a stream (`cuMemcpyDtoDAsync`,
+    /// `scripts/driver_probe.py`).
     pub copy_ns: u64,
     /// Device copy bandwidth, bytes per microsecond (the H200's plain
     /// device-to-device copy: 2,030 GB/s).
@@ -291,15 +293,15 @@ impl DriverCosts {
         map_ns: 2_900,
         access_ns: 29_900,
         unmap_ns: 17_400,
-        address_reserve_ns: 5_000,
-        address_free_ns: 5_000,
+        address_reserve_ns: 39_800,
+        address_free_ns: 5_800,
         page_allocate_ns: 32_500,
         page_free_ns: 32_500,
         page_extra_granule_ns: 900,
         event_record_ns: 575,
         event_query_ns: 575,
         stream_wait_ns: 690,
-        copy_ns: 2_500,
+        copy_ns: 7_500,
         copy_bytes_per_us: 2_030_000,
     };
 
@@ -486,8 +488,8 @@ mod tests {
         assert_eq!((ops.copies, ops.bytes_copied), (4, 10));
         let mut big = DriverOps::default();
         big.copied(2_030_000_000);
-        // 2.5 us to queue, 1 ms at 2,030 GB/s.
-        assert_eq!(DriverCosts::H200.price(&big), 2_500 + 1_000_000);
+        // 7.5 us to queue, 1 ms at 2,030 GB/s.
+        assert_eq!(DriverCosts::H200.price(&big), 7_500 + 1_000_000);
     }
 
     #[test]
