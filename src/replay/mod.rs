@@ -30,6 +30,18 @@ use std::time::{Duration, Instant};
 /// How far the trace's clock moves for an event without a timestamp.
 pub const EVENT_STEP: Duration = Duration::from_micros(1);
 
+/// The most devices one replay runs: each is a supervisor with a thread of
+/// its own and one per stream, so a trace that names a device per line
+/// (3,000 lines, 3,000 supervisors) is refused with a typed error when the
+/// first device past the limit appears, before its supervisor starts. The
+/// streams of all devices together are bounded too
+/// ([`MAX_REPLAY_STREAMS`]).
+pub const MAX_REPLAY_DEVICES: usize = 64;
+
+/// The most streams one replay runs across all its devices (each device
+/// also keeps its own `ServiceConfig::max_streams`).
+pub const MAX_REPLAY_STREAMS: usize = 1024;
+
 mod report;
 
 use crate::storage::{DriverCosts, DriverOps, DriverReport};
@@ -206,6 +218,8 @@ pub struct Replayer<'s> {
     started: Instant,
     /// What the driver's operations are priced at.
     costs: DriverCosts,
+    /// Streams made so far, all devices.
+    streams_running: usize,
 }
 
 impl std::fmt::Debug for Replayer<'_> {
@@ -247,6 +261,7 @@ impl<'s> Replayer<'s> {
             time: Duration::ZERO,
             started: Instant::now(),
             costs: DriverCosts::default(),
+            streams_running: 0,
         }
     }
 
@@ -314,8 +329,18 @@ impl<'s> Replayer<'s> {
         } else {
             self.time.saturating_add(EVENT_STEP)
         };
-        // The event's device made first if new, then every device's clock.
+        // The event's device made first if new (within the limit), then
+        // every device's clock.
         let time = self.time;
+        if self.make.is_some()
+            && !self.devices.contains_key(&event.device)
+            && self.devices.len() >= MAX_REPLAY_DEVICES
+        {
+            return Err(ServiceError::TooManyDevices {
+                device: event.device,
+                limit: MAX_REPLAY_DEVICES,
+            });
+        }
         self.device(event.device);
         for run in self.devices.values_mut() {
             run.keep_time(time)?;
@@ -340,7 +365,20 @@ impl<'s> Replayer<'s> {
                     run.live -= old.size();
                 }
                 if event.size > 0 {
-                    let stream = run.stream(event.device, event.stream)?;
+                    let stream = match run.streams.get(&(event.device, event.stream)) {
+                        Some(&stream) => stream,
+                        None => {
+                            let running = self.streams_running;
+                            if running >= MAX_REPLAY_STREAMS {
+                                return Err(ServiceError::TooManyStreams {
+                                    requested: running + 1,
+                                    limit: MAX_REPLAY_STREAMS,
+                                });
+                            }
+                            self.streams_running += 1;
+                            run.stream(event.device, event.stream)?
+                        }
+                    };
                     let tally = &mut run.per_stream[stream];
                     tally.events += 1;
                     match run.handles[stream].reserve(event.size) {

@@ -39,6 +39,17 @@ pub enum ServiceError {
         /// The most the device runs.
         limit: usize,
     },
+    /// A replay of a trace that names more devices than a replay runs
+    /// (each device is a supervisor with threads of its own).
+    #[error(
+        "the trace names more than {limit} devices; a replay runs at most {limit} (device {device} is one too many)"
+    )]
+    TooManyDevices {
+        /// The device that would pass the limit.
+        device: u32,
+        /// The most devices a replay runs.
+        limit: usize,
+    },
     /// The supervisor is shut down: no stream can be created.
     #[error("the supervisor is shut down")]
     SupervisorStopped,

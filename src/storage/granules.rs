@@ -30,10 +30,23 @@ impl GranuleMap {
         }
         let granules =
             usize::try_from(size / granule).map_err(|_| StorageError::InvalidSize(size))?;
+        // Asked, not assumed: a range of 2^62 bytes needs a bitmap of 256
+        // GiB, and an allocation the host refuses must be an error, not
+        // an abort of the process.
+        let words = granules.div_ceil(64);
+        let mut mapped = Vec::new();
+        mapped
+            .try_reserve_exact(words)
+            .map_err(|_| StorageError::OutOfMemory {
+                requested: size,
+                held: 0,
+                capacity: 0,
+            })?;
+        mapped.resize(words, 0);
         Ok(Self {
             granule,
             size,
-            mapped: vec![0; granules.div_ceil(64)],
+            mapped,
             count: 0,
         })
     }

@@ -119,6 +119,10 @@ unsafe impl Send for HostPage {}
 #[cfg(unix)]
 pub const HOST_GRANULE: u64 = 2 * 1024 * 1024;
 
+/// The largest range of address space a host storage reserves (128 TiB).
+#[cfg(unix)]
+const MAX_HOST_RANGE: u64 = 1 << 47;
+
 /// A reserved range of address space: `mmap(PROT_NONE)`, its granules made
 /// accessible with `mprotect` as they are mapped and emptied with
 /// `madvise(MADV_DONTNEED)` (their memory goes back to the kernel) as they
@@ -135,6 +139,16 @@ struct HostRange {
 #[cfg(unix)]
 impl HostRange {
     fn reserve(size: u64, granule: u64) -> Result<Self, StorageError> {
+        // No process has more address space than this (x86-64 and arm64
+        // give user space 2^47 or 2^48 bytes): checked before the bitmap of
+        // its granules is allocated.
+        if size > MAX_HOST_RANGE {
+            return Err(StorageError::OutOfMemory {
+                requested: size,
+                held: 0,
+                capacity: MAX_HOST_RANGE,
+            });
+        }
         let map = GranuleMap::new(granule, size)?;
         let bytes = usize::try_from(size).map_err(|_| StorageError::InvalidSize(size))?;
         // No `MAP_NORESERVE`: the kernel does not count address space no

@@ -25,6 +25,10 @@ use super::pickle::{self, Value};
 use super::{DeviceMeta, Trace, TraceAction, TraceError, TraceEvent, TraceMeta};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+/// The most devices a snapshot may name (a machine has a few GPUs; a file
+/// that names thousands is not a recording of one).
+const MAX_SNAPSHOT_DEVICES: usize = 1024;
+
 /// Read a snapshot's events (every device, in order).
 pub fn read_torch_snapshot(bytes: &[u8]) -> Result<Vec<TraceEvent>, TraceError> {
     read_torch_trace(bytes).map(|trace| trace.events)
@@ -63,12 +67,17 @@ pub fn read_torch_trace(bytes: &[u8]) -> Result<Trace, TraceError> {
         .filter_map(|entry| entry.get("time_us").and_then(|t| t.as_u64()))
         .min()
         .unwrap_or(0);
-    let devices = (traces.len() as u32).max(
-        segments
-            .keys()
-            .next_back()
-            .map_or(0, |d| d.saturating_add(1)),
-    );
+    // The devices the snapshot names: each with a trace, and each that
+    // holds segments. Only those: a segment of device 99,999,999 is one
+    // device, not a hundred million empty ones.
+    let mut devices: std::collections::BTreeSet<u32> = segments.keys().copied().collect();
+    devices.extend((0..traces.len()).filter_map(|index| u32::try_from(index).ok()));
+    if devices.len() > MAX_SNAPSHOT_DEVICES {
+        return Err(TraceError::Invalid(format!(
+            "the snapshot names {} devices; at most {MAX_SNAPSHOT_DEVICES} are read",
+            devices.len()
+        )));
+    }
     let mut trace = Trace {
         meta: TraceMeta {
             source: "pytorch snapshot".into(),
@@ -77,7 +86,7 @@ pub fn read_torch_trace(bytes: &[u8]) -> Result<Trace, TraceError> {
         },
         events: Vec::new(),
     };
-    for device in 0..devices {
+    for device in devices {
         let entries = traces.get(device as usize).copied();
         let held = segments.get(&device).map_or(&[][..], Vec::as_slice);
         let (meta, events) = read_device(device, entries, held, start)?;
