@@ -88,25 +88,33 @@ impl Pool {
         free_slack_one_in: Option<u64>,
     ) -> Self {
         match config.kind {
-            PoolKind::Expandable { range_size } => match granule {
-                Some(granule) => Pool::Expandable(ExpandablePool::new(
-                    config.kind,
-                    range_size,
-                    // Allocations start on the alignment; so do granules.
-                    align_up(granule, alignment),
-                    config,
-                    free_slack_one_in,
-                )),
-                None => Pool::Sliced(SlicedPool::new(
-                    PoolKind::Adaptive {
-                        min_page_size: super::config::ADAPTIVE_MIN_PAGE_SIZE,
-                    },
-                    super::config::ADAPTIVE_MIN_PAGE_SIZE,
-                    Some(max_page),
-                    config,
-                    alignment,
-                )),
-            },
+            // Allocations start on the alignment, and so do granules: the
+            // pool maps in the least common multiple of the storage's
+            // granule and the alignment, where that stays a few granules
+            // (an alignment of 3 maps 6 MiB at a time). Past that (an
+            // alignment of 255 would map 510 MiB at a time, one of 2 MiB +
+            // 1 four TiB) the pool is an adaptive arena of pages, as on a
+            // storage without virtual memory.
+            PoolKind::Expandable { range_size } => {
+                match granule.and_then(|granule| pool_granule(granule, alignment)) {
+                    Some(granule) => Pool::Expandable(ExpandablePool::new(
+                        config.kind,
+                        range_size,
+                        granule,
+                        config,
+                        free_slack_one_in,
+                    )),
+                    None => Pool::Sliced(SlicedPool::new(
+                        PoolKind::Adaptive {
+                            min_page_size: super::config::ADAPTIVE_MIN_PAGE_SIZE,
+                        },
+                        super::config::ADAPTIVE_MIN_PAGE_SIZE,
+                        Some(max_page),
+                        config,
+                        alignment,
+                    )),
+                }
+            }
             PoolKind::Sliced { page_size } => Pool::Sliced(SlicedPool::new(
                 config.kind,
                 page_size,
@@ -285,6 +293,24 @@ impl Backing {
 }
 
 /// `size` rounded up to a multiple of `alignment` (any alignment >= 1).
+/// The most storage granules one granule of an expandable pool spans.
+const MAX_GRANULES_PER_POOL_GRANULE: u64 = 16;
+
+/// What an expandable pool maps at a time: the least common multiple of
+/// the storage's `granule` and the `alignment`, or `None` when that is
+/// more than [`MAX_GRANULES_PER_POOL_GRANULE`] granules.
+pub(crate) fn pool_granule(granule: u64, alignment: u64) -> Option<u64> {
+    fn gcd(mut a: u64, mut b: u64) -> u64 {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    }
+    let (granule, alignment) = (granule.max(1), alignment.max(1));
+    let lcm = (granule / gcd(granule, alignment)).checked_mul(alignment)?;
+    (lcm / granule <= MAX_GRANULES_PER_POOL_GRANULE).then_some(lcm)
+}
+
 pub(crate) fn align_up(size: u64, alignment: u64) -> u64 {
     // The common case (every real device) without a division.
     if alignment.is_power_of_two() {
