@@ -274,3 +274,203 @@ fn simulate_json_has_structured_pools_holding_the_weights() {
         "live once the load fell: the weights"
     );
 }
+
+/// A snapshot pickle: `segments` and one device's trace entries, each a
+/// list of (key, value) pairs (sizes may be negative, blocks may not fit).
+fn snapshot(
+    segments: Vec<Vec<(&str, serde_pickle::Value)>>,
+    trace: Vec<Vec<(&str, serde_pickle::Value)>>,
+) -> Vec<u8> {
+    use serde_pickle::{HashableValue as K, Value as V};
+    let dict = |pairs: Vec<(&str, V)>| {
+        V::Dict(
+            pairs
+                .into_iter()
+                .map(|(k, v)| (K::String(k.into()), v))
+                .collect(),
+        )
+    };
+    let mut root = std::collections::BTreeMap::new();
+    root.insert(
+        K::String("segments".into()),
+        V::List(segments.into_iter().map(dict).collect()),
+    );
+    root.insert(
+        K::String("device_traces".into()),
+        V::List(vec![V::List(trace.into_iter().map(dict).collect())]),
+    );
+    serde_pickle::value_to_vec(&V::Dict(root), serde_pickle::SerOptions::new()).unwrap()
+}
+
+/// Issue 45: hostile inputs answer a short, precise error, quickly.
+#[test]
+fn hostile_inputs_get_short_precise_errors() {
+    use serde_pickle::Value as V;
+    let dir = Scratch::new("hostile");
+    let long_number = "9".repeat(100_000);
+    let huge_size = dir.file(
+        "huge.csv",
+        format!("{HEADER}1,0,allocate,0x10,{long_number},0x0\n").as_bytes(),
+    );
+    let huge_jsonl = dir.file(
+        "huge.jsonl",
+        format!("{{\"time_ns\":1,\"stream\":0,\"action\":\"alloc\",\"id\":1,\"size\":\"{long_number}\"}}\n").as_bytes(),
+    );
+    let bad_time = dir.file(
+        "time.csv",
+        format!("{HEADER}1,99:99:99.999999,allocate,0x10,100,0x0\n").as_bytes(),
+    );
+    let small = dir.file(
+        "small.csv",
+        format!("{HEADER}1,0,allocate,0x10,100,0x0\n").as_bytes(),
+    );
+    let mut devices = String::new();
+    for device in 0..3_000 {
+        devices.push_str(&format!(
+            "{{\"time_ns\":{device},\"device\":{device},\"stream\":0,\"action\":\"alloc\",\"id\":1,\"size\":1024}}\n"
+        ));
+    }
+    let devices = dir.file("devices.jsonl", devices.as_bytes());
+    let block = |size: i64| {
+        V::List(vec![V::Dict(
+            [
+                ("address", V::I64(0x1000)),
+                ("size", V::I64(size)),
+                ("state", V::String("active_allocated".into())),
+            ]
+            .into_iter()
+            .map(|(k, v)| (serde_pickle::HashableValue::String(k.into()), v))
+            .collect(),
+        )])
+    };
+    let segment = |device: i64, blocks: V| {
+        vec![
+            ("device", V::I64(device)),
+            ("total_size", V::I64(100)),
+            ("stream", V::I64(0)),
+            ("blocks", blocks),
+        ]
+    };
+    let alloc = |size: i64| {
+        vec![
+            ("action", V::String("alloc".into())),
+            ("addr", V::I64(0x1000)),
+            ("size", V::I64(size)),
+            ("stream", V::I64(0)),
+            ("time_us", V::I64(1)),
+        ]
+    };
+    let overfull = dir.file(
+        "overfull.pickle",
+        &snapshot(vec![segment(0, block(1000 << 40))], vec![alloc(10)]),
+    );
+    let negative = dir.file("negative.pickle", &snapshot(vec![], vec![alloc(-5)]));
+    let far_device = dir.file(
+        "far.pickle",
+        &snapshot(vec![segment(99_999_999, block(50))], vec![alloc(10)]),
+    );
+    let rows = vec![
+        row(
+            "a 100,000-digit size quotes an excerpt",
+            &["replay", &huge_size],
+            1,
+            "(100000 bytes)",
+            "",
+        ),
+        row(
+            "a 100,000-digit JSON value quotes an excerpt, and one line number",
+            &["replay", &huge_jsonl],
+            1,
+            "line 1: column",
+            "",
+        ),
+        row(
+            "an RMM time past the clock's",
+            &["replay", &bad_time],
+            1,
+            "bad time \"99:99:99.999999\"",
+            "",
+        ),
+        row(
+            "a budget past 2^64 - 1 bytes",
+            &["replay", &small, "--budget", "18446744073709551616"],
+            2,
+            "more than 2^64 - 1 bytes",
+            "",
+        ),
+        row(
+            "a negative budget",
+            &["replay", &small, "--budget", "-5M"],
+            2,
+            "cannot be negative",
+            "",
+        ),
+        row(
+            "a unit that is not one",
+            &["replay", &small, "--budget", "300Q"],
+            2,
+            "powers of 1024",
+            "",
+        ),
+        row(
+            "a small allocation refused says the granule is what did not fit",
+            &["replay", &small, "--budget", "1M"],
+            3,
+            "does not fit",
+            "needs 2.00 MiB of new device memory",
+        ),
+        row(
+            "a device per line",
+            &["replay", &devices],
+            1,
+            "more than 64 devices",
+            "",
+        ),
+        row(
+            "blocks larger than their segment",
+            &["replay", &overfull],
+            1,
+            "in a segment of 100",
+            "",
+        ),
+        row(
+            "a negative size in a snapshot",
+            &["replay", &negative],
+            1,
+            "a negative size (-5)",
+            "",
+        ),
+        row(
+            "a segment on device 99,999,999 is one device",
+            &["replay", &far_device],
+            0,
+            "",
+            "device 99999999",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for row in &rows {
+        let out = cli(&row.args.iter().map(String::as_str).collect::<Vec<_>>());
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        if out.status.code() != Some(row.code)
+            || !stderr.contains(row.stderr)
+            || !stdout.contains(row.stdout)
+            || stderr.len() > 2_000
+        {
+            failures.push(format!(
+                "{}: exit {:?} (want {}), stderr {} (want {:?}), stdout {} (want {:?})",
+                row.name,
+                out.status.code(),
+                row.code,
+                &stderr.chars().take(400).collect::<String>(),
+                row.stderr,
+                &stdout.chars().take(400).collect::<String>(),
+                row.stdout
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}

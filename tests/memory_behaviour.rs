@@ -32,6 +32,7 @@ fn every_size_error_is_typed() {
         memory.reserve(64 * MIB + 1, PageUpdate::Allow).unwrap_err(),
         MemoryError::TooLarge {
             size: 64 * MIB + 1,
+            aligned: 64 * MIB + 256,
             max: 64 * MIB
         }
     );
@@ -40,6 +41,7 @@ fn every_size_error_is_typed() {
         memory.reserve(u64::MAX, PageUpdate::Allow).unwrap_err(),
         MemoryError::TooLarge {
             size: u64::MAX,
+            aligned: u64::MAX,
             max: 64 * MIB
         }
     );

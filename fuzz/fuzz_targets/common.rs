@@ -3,12 +3,15 @@
 
 #![allow(dead_code)]
 
+use streamalloc::clock::ManualClock;
 use streamalloc::memory::{
     AllocationMode, Cleanup, DeviceProperties, MemoryConfig, MemoryConfiguration, MemoryManager,
     PageUpdate, RelocationReason,
 };
+use streamalloc::replay::Replayer;
+use streamalloc::service::{ServiceConfig, Supervisor};
 use streamalloc::storage::{FaultPlan, HostStorage, LimitedStorage};
-use streamalloc::trace::{read_jsonl, read_rmm_csv, read_torch_snapshot};
+use streamalloc::trace::{read_jsonl, read_rmm_csv, read_torch_snapshot, read_torch_trace};
 
 /// A reader must answer any input with events or a typed error: never panic.
 pub fn trace_rmm(data: &[u8]) {
@@ -20,9 +23,30 @@ pub fn trace_jsonl(data: &[u8]) {
     let _ = read_jsonl(data);
 }
 
-/// As `trace_rmm`, for PyTorch snapshot pickles.
+/// As `trace_rmm`, for PyTorch snapshot pickles, read whole (segments,
+/// device ids, settings) and, when it reads, replayed on virtual memory:
+/// whatever devices, streams and sizes it names, the replay answers a
+/// report or a typed error, in bounded memory.
 pub fn trace_torch(data: &[u8]) {
     let _ = read_torch_snapshot(data);
+    let Ok(trace) = read_torch_trace(data) else {
+        return;
+    };
+    if trace.events.len() > 20_000 {
+        return;
+    }
+    let mut replayer = Replayer::new(|_| {
+        Supervisor::virtual_device(ServiceConfig {
+            clock: ManualClock::shared(),
+            ..ServiceConfig::default()
+        })
+    });
+    for event in &trace.events {
+        if replayer.event(event).is_err() {
+            return;
+        }
+    }
+    let _ = replayer.finish();
 }
 
 /// Decode bytes into manager operations; check after each that every live

@@ -13,11 +13,14 @@ pub enum MemoryError {
     ZeroSize,
     /// A reservation larger than any page the device allows.
     #[error(
-        "a reservation of {size} bytes exceeds the largest page the device allows ({max} bytes)"
+        "a reservation of {size} bytes{} exceeds the largest page the device allows ({max} bytes)",
+        aligned_note(*size, *aligned)
     )]
     TooLarge {
         /// Bytes asked for.
         size: u64,
+        /// What they take once aligned (what was weighed against `max`).
+        aligned: u64,
         /// The device's largest page.
         max: u64,
     },
@@ -91,5 +94,14 @@ impl<E> HandedBack<E> {
             error: into(self.error),
             allocation: self.allocation,
         }
+    }
+}
+
+/// ", N once aligned" where alignment is what made a size too large.
+fn aligned_note(size: u64, aligned: u64) -> String {
+    if aligned == size {
+        String::new()
+    } else {
+        format!(" ({aligned} once aligned)")
     }
 }

@@ -207,7 +207,12 @@ impl DeviceShared {
     }
 
     /// The breakdown for an out-of-memory answer.
-    pub(crate) fn out_of_memory(&self, stream: StreamId, requested: u64) -> OutOfMemoryReport {
+    pub(crate) fn out_of_memory(
+        &self,
+        stream: StreamId,
+        requested: u64,
+        needed: Option<u64>,
+    ) -> OutOfMemoryReport {
         let per_stream: Vec<_> = self
             .registry
             .lock()
@@ -222,6 +227,7 @@ impl DeviceShared {
         OutOfMemoryReport {
             stream,
             requested,
+            needed,
             budget: self.budget.as_ref().map(|budget| budget.limit()),
             reserved: per_stream.iter().map(|s| s.reserved).saturating_sum(),
             in_use: per_stream.iter().map(|s| s.in_use).saturating_sum(),

@@ -105,6 +105,10 @@ pub struct OutOfMemoryReport {
     pub stream: StreamId,
     /// Bytes it asked for.
     pub requested: u64,
+    /// Bytes of new device memory serving it would have taken: whole
+    /// granules (or a page), which can be far more than `requested` (100
+    /// bytes need a 2 MiB granule when no free room holds them).
+    pub needed: Option<u64>,
     /// The device budget, if one is set.
     pub budget: Option<u64>,
     /// Bytes of pages all streams held.
@@ -120,9 +124,18 @@ impl std::fmt::Display for OutOfMemoryReport {
         use crate::memory::Bytes;
         write!(
             f,
-            "out of memory on {}: requested {}; device holds {} reserved, {} in use",
+            "out of memory on {}: requested {}{}; device holds {} reserved, {} in use",
             self.stream,
             Bytes(self.requested),
+            match self.needed {
+                Some(needed) if needed > self.requested => {
+                    format!(
+                        ", which needs {} of new device memory (whole granules or a page)",
+                        Bytes(needed)
+                    )
+                }
+                _ => String::new(),
+            },
             Bytes(self.reserved),
             Bytes(self.in_use)
         )?;

@@ -218,7 +218,11 @@ impl StreamActor {
         self.publish();
         self.device
             .tell(SupervisorEvent::OutOfMemory { stream, requested });
-        let report = self.device.out_of_memory(stream, requested);
+        let needed = self
+            .memory
+            .new_page_size(requested, crate::memory::AllocationMode::Auto)
+            .ok();
+        let report = self.device.out_of_memory(stream, requested, needed);
         pending.answer(Err(ServiceError::OutOfMemory(Box::new(report))));
     }
 

@@ -45,7 +45,7 @@ impl<R: BufRead> JsonlReader<R> {
                 let meta: MetaLine =
                     serde_json::from_str(text).map_err(|err| TraceError::Malformed {
                         line: reader.number,
-                        message: format!("bad meta line: {err}"),
+                        message: format!("bad meta line: {}", json_message(&err)),
                     })?;
                 reader.meta = meta.meta;
             } else {
@@ -77,7 +77,7 @@ impl<R: BufRead> JsonlReader<R> {
     fn parse(&self, text: &str) -> Result<TraceEvent, TraceError> {
         serde_json::from_str(text).map_err(|err| TraceError::Malformed {
             line: self.number,
-            message: err.to_string(),
+            message: json_message(&err),
         })
     }
 
@@ -128,5 +128,24 @@ impl Trace {
     /// Write this trace as JSON Lines (what `streamalloc convert` writes).
     pub fn write_jsonl(&self, out: impl Write) -> Result<(), TraceError> {
         write_trace_jsonl(&self.meta, &self.events, out)
+    }
+}
+
+/// What serde_json says is wrong with a line, without its own "at line 1"
+/// (the reader numbers lines of the file) and with at most a short
+/// excerpt of any value it quotes.
+fn json_message(err: &serde_json::Error) -> String {
+    const LONGEST: usize = 160;
+    let text = err.to_string();
+    let suffix = format!(" at line {} column {}", err.line(), err.column());
+    let text = text.strip_suffix(&suffix).unwrap_or(&text);
+    let text = match text.char_indices().nth(LONGEST) {
+        Some((cut, _)) => format!("{}... ({} bytes)", &text[..cut], text.len()),
+        None => text.to_string(),
+    };
+    if err.column() > 0 {
+        format!("column {}: {text}", err.column())
+    } else {
+        text
     }
 }

@@ -79,6 +79,17 @@ pub struct TraceEvent {
     pub size: u64,
 }
 
+/// A field of the input as an error message quotes it: at most 32
+/// characters, and how long it was when it was longer (a 100,000-digit
+/// number is not worth a 100 KB message).
+pub(crate) fn excerpt(field: &str) -> String {
+    const SHOWN: usize = 32;
+    match field.char_indices().nth(SHOWN) {
+        None => format!("{field:?}"),
+        Some((cut, _)) => format!("{:?}... ({} bytes)", &field[..cut], field.len()),
+    }
+}
+
 fn is_zero(device: &u32) -> bool {
     *device == 0
 }

@@ -5,6 +5,7 @@
 //! nanoseconds). Read a line at a time, so a log of any length replays in
 //! constant memory.
 
+use super::excerpt;
 use super::{TraceAction, TraceError, TraceEvent};
 use std::io::{BufRead, Write};
 
@@ -28,17 +29,22 @@ fn time_ns(field: &str) -> Option<u64> {
     if let Ok(ns) = field.parse::<u64>() {
         return Some(ns);
     }
+    // RMM logs a time of day: hours, minutes below 60, seconds below 60.
     let mut parts = field.split(':');
     let (h, m, s) = (parts.next()?, parts.next()?, parts.next()?);
-    let seconds: f64 = s.parse().ok()?;
-    if !(0.0..1e9).contains(&seconds) {
+    if parts.next().is_some() {
         return None;
     }
+    let seconds: f64 = s.parse().ok()?;
+    if !(0.0..60.0).contains(&seconds) {
+        return None;
+    }
+    let minutes = m.parse::<u64>().ok().filter(|m| *m < 60)?;
     let whole = h
         .parse::<u64>()
         .ok()?
         .checked_mul(3600)?
-        .checked_add(m.parse::<u64>().ok()?.checked_mul(60)?)?;
+        .checked_add(minutes.checked_mul(60)?)?;
     whole
         .checked_mul(1_000_000_000)?
         .checked_add((seconds * 1e9).round() as u64)
@@ -63,8 +69,8 @@ impl Layout {
         }
         if at.contains(&usize::MAX) {
             return Err(format!(
-                "not an RMM log header: expected the columns Thread,Time,Action,Pointer,Size,Stream, found {:?}",
-                fields.join(",")
+                "not an RMM log header: expected the columns Thread,Time,Action,Pointer,Size,Stream, found {}",
+                excerpt(&fields.join(","))
             ));
         }
         Ok(Layout(at))
@@ -143,16 +149,28 @@ impl<R: BufRead> RmmReader<R> {
                 "free" => TraceAction::Free,
                 other => {
                     return Err(malformed(format!(
-                        "unknown action {other:?} (allocate, allocate failure, free)"
+                        "unknown action {} (allocate, allocate failure, free)",
+                        excerpt(other)
                     )));
                 }
             };
-            let time = time_ns(time).ok_or_else(|| malformed(format!("bad time {time:?}")))?;
-            let id = hex(pointer).ok_or_else(|| malformed(format!("bad pointer {pointer:?}")))?;
-            let size = size
-                .parse::<u64>()
-                .map_err(|_| malformed(format!("bad size {size:?}")))?;
-            let stream = hex(stream).ok_or_else(|| malformed(format!("bad stream {stream:?}")))?;
+            let time = time_ns(time).ok_or_else(|| {
+                malformed(format!(
+                    "bad time {} (nanoseconds, or hh:mm:ss.ffffff with minutes and seconds below 60)",
+                    excerpt(time)
+                ))
+            })?;
+            let id = hex(pointer)
+                .ok_or_else(|| malformed(format!("bad pointer {}", excerpt(pointer))))?;
+            let size = size.parse::<u64>().map_err(|_| {
+                malformed(format!(
+                    "bad size {} (bytes, at most {})",
+                    excerpt(size),
+                    u64::MAX
+                ))
+            })?;
+            let stream =
+                hex(stream).ok_or_else(|| malformed(format!("bad stream {}", excerpt(stream))))?;
             let start = *self.start.get_or_insert(time);
             return Ok(Some(TraceEvent::new(
                 time.saturating_sub(start),

@@ -136,7 +136,20 @@ fn read_segments(segments: Option<Value<'_>>) -> Result<BTreeMap<u32, Vec<Segmen
                 ) else {
                     return Err(bad("an active block without address or size"));
                 };
+                if size > total_size {
+                    return Err(bad(&format!(
+                        "an active block of {size} bytes in a segment of {total_size}"
+                    )));
+                }
                 active.push((addr, size));
+            }
+            let held = active
+                .iter()
+                .fold(0u64, |sum, (_, size)| sum.saturating_add(*size));
+            if held > total_size {
+                return Err(bad(&format!(
+                    "active blocks of {held} bytes in a segment of {total_size}"
+                )));
             }
         }
         by_device.entry(device).or_default().push(Segment {
@@ -193,7 +206,15 @@ fn read_device<'a>(
         let addr = field("addr").unwrap_or(0);
         let stream = field("stream").unwrap_or(0);
         let time_us = field("time_us").unwrap_or(start);
-        let size = || field("size").ok_or_else(|| malformed("no size"));
+        let size = || match entry.get("size") {
+            None => Err(malformed("no size")),
+            Some(value) => value.as_u64().ok_or_else(|| match value.as_i64() {
+                Some(negative) if negative < 0 => {
+                    malformed(&format!("a negative size ({negative})"))
+                }
+                _ => malformed("a size that is not a whole number of bytes"),
+            }),
+        };
         let action = match action {
             "alloc" => {
                 let size = size()?;

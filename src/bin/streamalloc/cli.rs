@@ -72,8 +72,10 @@ pub(crate) struct Common {
     /// The pool layout.
     #[arg(long = "config", value_enum, default_value = "expandable")]
     pub(crate) preset: Preset,
-    /// Simulate a device of this many bytes (suffixes K, M, G accepted).
-    #[arg(long, value_parser = parse_bytes)]
+    /// Simulate a device of this many bytes: `300M`, `1.5GiB`, `80GB`
+    /// (K, M, G, T and KiB..TiB are powers of 1024; KB, MB, GB, TB powers
+    /// of 1000; B or nothing: bytes).
+    #[arg(long, value_parser = parse_bytes, allow_hyphen_values = true)]
     pub(crate) budget: Option<u64>,
     /// How far the device's reserved bytes may run ahead of its peak live
     /// bytes before a growing stream first gets cached pages back, as a
@@ -176,27 +178,58 @@ fn format_parser() -> impl clap::builder::TypedValueParser<Value = TraceFormat> 
         .map(|name| name.parse().expect("every listed name parses"))
 }
 
-fn parse_bytes(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (digits, unit) = match s.find(|c: char| !c.is_ascii_digit() && c != '.') {
-        Some(at) => s.split_at(at),
-        None => (s, ""),
+/// A size: a whole or decimal number of bytes with an optional unit.
+/// Binary units: `K`, `M`, `G`, `T` and `KiB`, `MiB`, `GiB`, `TiB` (powers
+/// of 1024); decimal units: `KB`, `MB`, `GB`, `TB` (powers of 1000), as
+/// their names say; `B` or nothing: bytes. Past 2^64 - 1 bytes, negative,
+/// or in another unit: refused, with the reason.
+pub(crate) fn parse_bytes(s: &str) -> Result<u64, String> {
+    let text = s.trim();
+    if text.starts_with('-') {
+        return Err(format!("a size cannot be negative: {text:?}"));
+    }
+    let at = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(at);
+    let scale: u64 = match unit.trim() {
+        "" | "B" | "b" => 1,
+        "K" | "k" | "KiB" | "kiB" => 1 << 10,
+        "M" | "m" | "MiB" => 1 << 20,
+        "G" | "g" | "GiB" => 1 << 30,
+        "T" | "t" | "TiB" => 1 << 40,
+        "KB" | "kB" | "kb" => 1_000,
+        "MB" | "mb" => 1_000_000,
+        "GB" | "gb" => 1_000_000_000,
+        "TB" | "tb" => 1_000_000_000_000,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {text:?} (K, M, G, T or KiB, MiB, GiB, TiB: powers of 1024; KB, MB, GB, TB: powers of 1000)"
+            ));
+        }
     };
-    let value: f64 = digits.parse().map_err(|_| format!("not a size: {s:?}"))?;
-    let scale = match unit
-        .trim()
-        .to_ascii_uppercase()
-        .trim_end_matches("IB")
-        .trim_end_matches('B')
-    {
-        "" => 1.0,
-        "K" => 1024.0,
-        "M" => 1024.0 * 1024.0,
-        "G" => 1024.0 * 1024.0 * 1024.0,
-        "T" => 1024.0f64.powi(4),
-        other => return Err(format!("unknown unit {other:?} in {s:?}")),
+    let too_large = || format!("{text:?} is more than 2^64 - 1 bytes");
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && fraction.is_empty() || fraction.contains('.') {
+        return Err(format!("not a size: {text:?}"));
+    }
+    // Exact in integers: the whole part, then the fraction's digits, each
+    // scaled (a float would turn 99999999999999999999 into 2^64 - 1).
+    let whole: u128 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().map_err(|_| too_large())?
     };
-    Ok((value * scale) as u64)
+    let mut bytes = whole.checked_mul(u128::from(scale)).ok_or_else(too_large)?;
+    if !fraction.is_empty() {
+        // Bytes are whole: the fraction's part rounds down.
+        let digits = fraction.len().min(18);
+        let numerator: u128 = fraction[..digits]
+            .parse()
+            .map_err(|_| format!("not a size: {text:?}"))?;
+        bytes += numerator * u128::from(scale) / 10u128.pow(digits as u32);
+    }
+    u64::try_from(bytes).map_err(|_| too_large())
 }
 
 pub(crate) fn factory(kind: StorageKind) -> Result<StorageFactory, String> {

@@ -249,6 +249,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
         if aligned > self.max_page_size {
             return Err(MemoryError::TooLarge {
                 size,
+                aligned,
                 max: self.max_page_size,
             });
         }
@@ -297,6 +298,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
             .find(|&pool| self.pools[pool].max_alloc_size() >= size)
             .ok_or(MemoryError::TooLarge {
                 size,
+                aligned,
                 max: self.pools[FIRST_DYNAMIC..]
                     .iter()
                     .map(Pool::max_alloc_size)

@@ -163,7 +163,6 @@ impl<'a> Value<'a> {
     }
 
     /// An integer that fits in `i64`.
-    #[cfg(test)]
     pub(crate) fn as_i64(self) -> Option<i64> {
         match *self.node() {
             Node::Int(v) => i64::try_from(v).ok(),
