@@ -23,4 +23,4 @@ trap 'rm -rf "$dir"' EXIT
 python3 "scripts/${corpus}_corpus.py" "$dir" --seed "$seed" --events "$events" >/dev/null
 cd benches/vs-cubecl
 cargo build --release --quiet --bin memory
-./target/release/memory "$dir"/*.csv
+"${CARGO_TARGET_DIR:-target}/release/memory" "$dir"/*.csv

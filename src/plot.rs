@@ -72,6 +72,16 @@ const STREAM_COLORS: [RGBColor; 6] = [
 /// Check that an SVG can be written at `path` (before a long run, so a
 /// bad path fails at once and loses nothing).
 pub fn check_output(path: &Path) -> Result<(), String> {
+    let svg = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("svg"));
+    if !svg {
+        return Err(format!(
+            "{}: a plot is an SVG drawing: name it with .svg",
+            path.display()
+        ));
+    }
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())

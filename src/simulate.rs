@@ -270,20 +270,43 @@ pub fn simulate(
             let (streams, samples, done) = (&streams, &samples, &done);
             scope.spawn(move || {
                 let mut relocated_seen = 0;
-                while !done.load(Ordering::Acquire) {
+                let mut peak_seen = 0;
+                loop {
+                    // One sample more once the clients are done: a peak
+                    // after the last one still reaches the chart.
+                    let finished = done.load(Ordering::Acquire);
                     let stats: Vec<_> = streams.iter().map(StreamHandle::stats).collect();
+                    // The device's own meters, live first: the bytes live
+                    // then were mapped then, so whatever the device holds a
+                    // moment later holds them unless they were freed since;
+                    // the streams' published figures lag their answers.
+                    let device = supervisor.device_stats();
                     let mut timeline = samples.lock();
                     let at = start.elapsed().as_secs_f64();
                     let relocated: u64 = stats.iter().map(|s| s.relocated).sum();
-                    let reserved: Vec<u64> = stats.iter().map(|s| s.bytes_reserved).collect();
-                    let live = stats.iter().map(|s| s.bytes_in_use).sum();
-                    timeline.observe(at, live, reserved.iter().sum(), None);
+                    let per_stream: Vec<u64> = stats.iter().map(|s| s.bytes_reserved).collect();
+                    let live = device.bytes_in_use;
+                    // Live bytes lie in reserved ones at every instant: two
+                    // reads a moment apart (a free and its unmap between)
+                    // must not draw live above reserved.
+                    let reserved = device.bytes_reserved.max(live);
+                    timeline.observe(at, live, reserved, None);
+                    // A peak between two samples widens the bucket to it,
+                    // so the chart tops out where the report does.
+                    if device.peak_bytes_reserved > peak_seen {
+                        peak_seen = device.peak_bytes_reserved;
+                        timeline.peak_reserved(peak_seen);
+                    }
+                    let reserved = per_stream;
                     if relocated > relocated_seen {
                         timeline.relocated(relocated - relocated_seen);
                         relocated_seen = relocated;
                     }
                     timeline.close(reserved);
                     drop(timeline);
+                    if finished {
+                        break;
+                    }
                     std::thread::sleep(every);
                 }
             });

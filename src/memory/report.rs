@@ -59,8 +59,13 @@ impl fmt::Display for MemoryUsage {
         };
         write!(
             f,
-            "{} allocations, {} in use, {} reserved ({ratio:.2}x), {} padding",
+            "{} {}, {} in use, {} reserved ({ratio:.2}x), {} padding",
             self.number_allocs,
+            if self.number_allocs == 1 {
+                "allocation"
+            } else {
+                "allocations"
+            },
             Bytes(self.bytes_in_use),
             Bytes(self.bytes_reserved),
             Bytes(self.bytes_padding),
@@ -100,9 +105,10 @@ impl fmt::Display for PoolReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}: {} pages (peak {}), {}; peaks {} in use, {} reserved; largest {}",
+            "{}: {} {} (peak {}), {}; peaks {} in use, {} reserved; largest {}",
             self.kind,
             self.pages,
+            if self.pages == 1 { "page" } else { "pages" },
             self.pages_peak,
             self.usage,
             Bytes(self.peak_bytes_in_use),

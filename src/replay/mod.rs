@@ -78,6 +78,10 @@ struct DeviceRun<'s> {
     per_stream: Vec<StreamTally>,
     /// Live bytes, all streams.
     live: u64,
+    /// Bytes the trace has live, allocations this allocator refused
+    /// included: what `peak_live_bytes` follows (the trace's, whatever
+    /// the budget).
+    trace_live: u64,
     /// The recording allocator's reserved bytes now (`None` until the
     /// trace says).
     recorded: Option<i128>,
@@ -93,7 +97,26 @@ struct StreamTally {
     events: u64,
     allocations: u64,
     failures: u64,
+    /// Bytes the trace has live on this stream (refused ones included).
+    trace_live: u64,
     peak_live: u64,
+}
+
+impl DeviceRun<'_> {
+    /// The trace allocated `size` bytes on `stream` (served or not).
+    fn trace_allocated(&mut self, stream: usize, size: u64) {
+        self.trace_live += size;
+        self.report.peak_live_bytes = self.report.peak_live_bytes.max(self.trace_live);
+        let tally = &mut self.per_stream[stream];
+        tally.trace_live += size;
+        tally.peak_live = tally.peak_live.max(tally.trace_live);
+    }
+
+    /// The trace freed `size` bytes on `stream`.
+    fn trace_freed(&mut self, stream: usize, size: u64) {
+        self.trace_live -= size;
+        self.per_stream[stream].trace_live -= size;
+    }
 }
 
 impl DeviceRun<'_> {
@@ -205,8 +228,9 @@ pub struct Replayer<'s> {
     devices: BTreeMap<u32, DeviceRun<'s>>,
     /// Live allocations by (device, id): (stream index, handle).
     live: HashMap<(u32, u64), (usize, Allocation)>,
-    /// Ids whose allocation failed here: their frees are expected.
-    failed: HashSet<(u32, u64)>,
+    /// Ids whose allocation failed here, with (stream index, size): their
+    /// frees are expected, and they count as live in the trace until then.
+    failed: HashMap<(u32, u64), (usize, u64)>,
     timeline: Option<Timeline>,
     /// Relocations already marked on the timeline.
     relocated_seen: u64,
@@ -220,6 +244,8 @@ pub struct Replayer<'s> {
     costs: DriverCosts,
     /// Streams made so far, all devices.
     streams_running: usize,
+    /// Whether any event had a time of its own.
+    timed: bool,
 }
 
 impl std::fmt::Debug for Replayer<'_> {
@@ -253,7 +279,7 @@ impl<'s> Replayer<'s> {
             make,
             devices,
             live: HashMap::new(),
-            failed: HashSet::new(),
+            failed: HashMap::new(),
             timeline: None,
             relocated_seen: 0,
             peaks_seen: BTreeMap::new(),
@@ -262,6 +288,7 @@ impl<'s> Replayer<'s> {
             started: Instant::now(),
             costs: DriverCosts::default(),
             streams_running: 0,
+            timed: false,
         }
     }
 
@@ -280,6 +307,7 @@ impl<'s> Replayer<'s> {
             live_bytes: Vec::new(),
             per_stream: Vec::new(),
             live: 0,
+            trace_live: 0,
             recorded: None,
             next_tick: Duration::ZERO,
             report: ReplayReport::empty(Some(device), budget),
@@ -288,7 +316,7 @@ impl<'s> Replayer<'s> {
 
     /// Keep memory over time for a plot ([`timeline`](Self::timeline)).
     pub fn record_timeline(&mut self) {
-        let mut timeline = Timeline::new(Vec::new(), "event");
+        let mut timeline = Timeline::new(Vec::new(), "trace time (s)");
         timeline.budget = self
             .devices
             .values()
@@ -324,6 +352,7 @@ impl<'s> Replayer<'s> {
     /// serve are not errors: they are counted as failures.
     pub fn event(&mut self, event: &TraceEvent) -> Result<(), ServiceError> {
         self.events += 1;
+        self.timed |= event.time_ns > 0;
         self.time = if event.time_ns > 0 {
             self.time.max(Duration::from_nanos(event.time_ns))
         } else {
@@ -350,7 +379,7 @@ impl<'s> Replayer<'s> {
         match event.action {
             TraceAction::Alloc => {
                 let reused = self.live.remove(&key);
-                self.failed.remove(&key);
+                let refused_before = self.failed.remove(&key);
                 let run = device_run(
                     &mut self.devices,
                     &mut self.make,
@@ -363,6 +392,10 @@ impl<'s> Replayer<'s> {
                     run.report.implicit_frees += 1;
                     run.live_bytes[stream] -= old.size();
                     run.live -= old.size();
+                    run.trace_freed(stream, old.size());
+                }
+                if let Some((stream, size)) = refused_before {
+                    run.trace_freed(stream, size);
                 }
                 if event.size > 0 {
                     let stream = match run.streams.get(&(event.device, event.stream)) {
@@ -379,21 +412,19 @@ impl<'s> Replayer<'s> {
                             run.stream(event.device, event.stream)?
                         }
                     };
-                    let tally = &mut run.per_stream[stream];
-                    tally.events += 1;
+                    run.per_stream[stream].events += 1;
+                    run.trace_allocated(stream, event.size);
                     match run.handles[stream].reserve(event.size) {
                         Ok(allocation) => {
                             run.report.allocations += 1;
-                            tally.allocations += 1;
+                            run.per_stream[stream].allocations += 1;
                             run.live_bytes[stream] += event.size;
-                            tally.peak_live = tally.peak_live.max(run.live_bytes[stream]);
                             run.live += event.size;
-                            run.report.peak_live_bytes = run.report.peak_live_bytes.max(run.live);
                             self.live.insert(key, (stream, allocation));
                         }
                         Err(err @ (ServiceError::Memory(_) | ServiceError::OutOfMemory(_))) => {
                             run.report.failures += 1;
-                            tally.failures += 1;
+                            run.per_stream[stream].failures += 1;
                             *run.report
                                 .failure_reasons
                                 .entry(failure_reason(&err).into())
@@ -405,7 +436,7 @@ impl<'s> Replayer<'s> {
                                 ));
                             }
                             failed_now = true;
-                            self.failed.insert(key);
+                            self.failed.insert(key, (stream, event.size));
                         }
                         Err(other) => return Err(other),
                     }
@@ -413,18 +444,25 @@ impl<'s> Replayer<'s> {
             }
             TraceAction::Free => {
                 let freed = self.live.remove(&key);
-                let expected = freed.is_none() && self.failed.remove(&key);
+                let refused = match freed {
+                    Some(_) => None,
+                    None => self.failed.remove(&key),
+                };
                 let run = self.device(event.device);
                 run.report.events += 1;
-                match freed {
-                    Some((stream, allocation)) => {
+                match (freed, refused) {
+                    (Some((stream, allocation)), _) => {
                         run.report.frees += 1;
                         run.per_stream[stream].events += 1;
                         run.live_bytes[stream] -= allocation.size();
                         run.live -= allocation.size();
+                        run.trace_freed(stream, allocation.size());
                     }
-                    None if expected => {}
-                    None => run.report.unknown_frees += 1,
+                    (None, Some((stream, size))) => {
+                        run.per_stream[stream].events += 1;
+                        run.trace_freed(stream, size);
+                    }
+                    (None, None) => run.report.unknown_frees += 1,
                 }
             }
             TraceAction::AllocFailure => {
@@ -477,7 +515,9 @@ impl<'s> Replayer<'s> {
             }
         }
         let timeline = self.timeline.as_mut().expect("checked by the caller");
-        let x = self.events as f64;
+        // The trace's own time (an untimed trace's moves a microsecond an
+        // event: `take_timeline` turns it back into event numbers).
+        let x = self.time.as_secs_f64();
         timeline.observe(x, live, reserved, recorded);
         if rise > 0 {
             timeline.peak_reserved(reserved + rise);
@@ -522,10 +562,20 @@ impl<'s> Replayer<'s> {
     }
 
     /// The timeline kept, its open bucket closed (taken: later events are
-    /// not recorded).
+    /// not recorded). Its x axis is the trace's time in seconds, or the
+    /// event number where no event had a time.
     pub fn take_timeline(&mut self) -> Option<Timeline> {
         self.close_bucket();
-        self.timeline.take()
+        let mut timeline = self.timeline.take()?;
+        if !self.timed {
+            let per_event = EVENT_STEP.as_secs_f64();
+            for bucket in &mut timeline.buckets {
+                bucket.start = (bucket.start / per_event).round();
+                bucket.end = (bucket.end / per_event).round();
+            }
+            timeline.x_label = "event".into();
+        }
+        Some(timeline)
     }
 
     /// Let every stream see the last releases, wait for the streams to

@@ -53,7 +53,8 @@ pub struct ReplayReport {
     pub implicit_frees: u64,
     /// Streams in the trace.
     pub streams: usize,
-    /// The most bytes live at once, per the trace.
+    /// The most bytes live at once, per the trace (allocations this
+    /// allocator refused included: the trace's figure, whatever the budget).
     pub peak_live_bytes: u64,
     /// The most bytes of pages held at once, all streams.
     pub peak_reserved_bytes: u64,
@@ -63,7 +64,9 @@ pub struct ReplayReport {
     /// reserved bytes), where the trace records it.
     pub recorded_peak_reserved_bytes: Option<u64>,
     /// `recorded_peak_reserved_bytes - peak_reserved_bytes`: what this
-    /// allocator saves over the recorded one (negative: it needs more).
+    /// allocator saves over the recorded one (negative: it needs more);
+    /// `None` when any allocation failed (what it reserved then served
+    /// less than the trace).
     pub saved_bytes: Option<i64>,
     /// Wall time per event, nanoseconds.
     pub ns_per_op: f64,
@@ -129,9 +132,14 @@ impl ReplayReport {
         self.reserved_over_live = ratio(self.peak_reserved_bytes, self.peak_live_bytes);
         self.settled_reserved_over_live =
             ratio(self.settled_reserved_bytes, self.settled_live_bytes);
-        self.saved_bytes = self.recorded_peak_reserved_bytes.map(|recorded| {
-            saturating_i64(i128::from(recorded) - i128::from(self.peak_reserved_bytes))
-        });
+        // What a replay that refused allocations reserved is not what the
+        // trace needed: nothing is said saved then.
+        self.saved_bytes = self
+            .recorded_peak_reserved_bytes
+            .filter(|_| self.failures == 0)
+            .map(|recorded| {
+                saturating_i64(i128::from(recorded) - i128::from(self.peak_reserved_bytes))
+            });
         if self.budget.is_some() {
             self.fits = Some(self.failures == 0);
         }

@@ -36,7 +36,7 @@ pub use torch::{read_torch_snapshot, read_torch_trace};
 
 use serde::{Deserialize, Serialize};
 use std::cell::Cell;
-use std::io::{BufReader, Read, Seek};
+use std::io::{BufRead, BufReader, Read, Seek};
 use std::path::Path;
 use std::rc::Rc;
 
@@ -249,6 +249,31 @@ pub(crate) fn step<T>(
 }
 
 /// Counts the bytes read through it (for progress).
+/// Read one line of a text trace into `line` (line `number` is the one
+/// before it): bytes that are not UTF-8 say what they likely are.
+pub(crate) fn read_text_line(
+    input: &mut impl BufRead,
+    line: &mut String,
+    number: usize,
+) -> Result<usize, TraceError> {
+    input.read_line(line).map_err(|err| {
+        if err.kind() == std::io::ErrorKind::InvalidData {
+            TraceError::Malformed {
+                line: number.saturating_add(1),
+                message: format!(
+                    "not UTF-8 text: a binary file? (a PyTorch snapshot is read with --format torch, or no --format at all; formats: {})",
+                    TraceFormat::NAMES
+                ),
+            }
+        } else {
+            err.into()
+        }
+    })
+}
+
+/// The first two bytes of a gzip file.
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
 struct Counting<R> {
     inner: R,
     read: Rc<Cell<u64>>,
@@ -298,26 +323,44 @@ impl TraceReader {
                 "the file is empty: no events to read".into(),
             ));
         }
-        let mut head = vec![0u8; 512.min(len as usize)];
-        file.read_exact(&mut head)?;
+        let mut magic = [0u8; 2];
+        let gzipped = file.read_exact(&mut magic).is_ok() && magic == GZIP_MAGIC;
+        file.seek(std::io::SeekFrom::Start(0))?;
+        let read = Rc::new(Cell::new(0));
+        // Progress follows the file's bytes, compressed or not.
+        let counted = Counting {
+            inner: file,
+            read: Rc::clone(&read),
+        };
+        let mut input: Box<dyn BufRead> = if gzipped {
+            Box::new(BufReader::with_capacity(
+                1 << 16,
+                flate2::read::MultiGzDecoder::new(counted),
+            ))
+        } else {
+            Box::new(BufReader::with_capacity(1 << 16, counted))
+        };
+        let head = input.fill_buf()?;
+        if head.is_empty() {
+            return Err(TraceError::Invalid(
+                "the file is empty: no events to read".into(),
+            ));
+        }
+        // `x.pickle.gz` is named as what it holds.
+        let named = if gzipped {
+            path.with_extension("")
+        } else {
+            path.to_path_buf()
+        };
         let format = match format {
             Some(format) => format,
-            None => TraceFormat::detect(path, &head).ok_or_else(|| {
+            None => TraceFormat::detect(&named, &head[..head.len().min(512)]).ok_or_else(|| {
                 TraceError::Invalid(format!(
                     "cannot tell the trace format; name it with --format ({})",
                     TraceFormat::NAMES
                 ))
             })?,
         };
-        file.seek(std::io::SeekFrom::Start(0))?;
-        let read = Rc::new(Cell::new(0));
-        let input = BufReader::with_capacity(
-            1 << 16,
-            Counting {
-                inner: file,
-                read: Rc::clone(&read),
-            },
-        );
         let (meta, events): (TraceMeta, Box<dyn Iterator<Item = _>>) = match format {
             TraceFormat::Jsonl => {
                 let reader = JsonlReader::new(input)?;
@@ -326,7 +369,6 @@ impl TraceReader {
             TraceFormat::RmmCsv => (TraceMeta::default(), Box::new(RmmReader::new(input))),
             TraceFormat::TorchSnapshot => {
                 let mut bytes = Vec::with_capacity(len as usize);
-                let mut input = input;
                 input.read_to_end(&mut bytes)?;
                 let trace = read_torch_trace(&bytes)?;
                 (trace.meta, Box::new(trace.events.into_iter().map(Ok)))

@@ -108,7 +108,7 @@ impl<R: BufRead> RmmReader<R> {
     fn next_event(&mut self) -> Result<Option<TraceEvent>, TraceError> {
         loop {
             self.line.clear();
-            if self.input.read_line(&mut self.line)? == 0 {
+            if super::read_text_line(&mut self.input, &mut self.line, self.number)? == 0 {
                 return Ok(None);
             }
             self.number = self.number.saturating_add(1);

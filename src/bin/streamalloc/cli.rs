@@ -114,11 +114,12 @@ struct SimulateArgs {
     /// The model whose shapes the server uses.
     #[arg(long, value_enum, default_value = "small")]
     model: Model,
-    /// Multiply the model's widths by this.
-    #[arg(long, default_value_t = 1.0)]
+    /// Multiply the model's widths by this (a number above 0).
+    #[arg(long, default_value_t = 1.0, value_parser = parse_scale)]
     scale: f64,
-    /// Device streams (one allocator actor each).
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Device streams (one allocator actor each; at most 256, what a
+    /// device runs).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=256))]
     streams: u32,
     /// Client threads submitting requests.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
@@ -256,6 +257,14 @@ pub(crate) fn factory(kind: StorageKind) -> Result<StorageFactory, String> {
     }
 }
 
+/// `--scale`: a finite number above 0 (widths of 0, or NaN, model nothing).
+fn parse_scale(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(scale) if scale.is_finite() && scale > 0.0 => Ok(scale),
+        _ => Err(format!("`{text}` is not a number above 0")),
+    }
+}
+
 /// The table `--driver-costs` names, or the H200's.
 pub(crate) fn driver_costs(common: &Common) -> Result<DriverCosts, String> {
     let Some(path) = &common.driver_costs else {
@@ -366,9 +375,26 @@ pub(crate) fn progress_bar(total: u64, what: &str, hidden: bool) -> ProgressBar 
     bar
 }
 
-pub(crate) fn plot(path: &Option<PathBuf>, timeline: &Timeline, title: &str) -> Result<(), String> {
-    if let Some(path) = path {
-        write_svg(timeline, path, title)?;
+/// Draw `timeline` to `path` (if asked), never over `input`: drawn to a
+/// temporary file beside it, then renamed.
+pub(crate) fn plot(
+    path: &Option<PathBuf>,
+    timeline: &Timeline,
+    title: &str,
+    input: Option<&std::path::Path>,
+    quiet: bool,
+) -> Result<(), String> {
+    let Some(path) = path else {
+        return Ok(());
+    };
+    if let Some(input) = input {
+        crate::output::check_not_input(path, input)?;
+    }
+    let temporary = crate::output::AtomicFile::create(path)?;
+    let drawn = temporary.temporary_path().to_path_buf();
+    write_svg(timeline, &drawn, title)?;
+    temporary.commit()?;
+    if !quiet {
         eprintln!("plot written to {}", path.display());
     }
     Ok(())
@@ -427,7 +453,14 @@ fn simulate(args: SimulateArgs) -> Result<(), String> {
     plot(
         &args.common.plot,
         &timeline,
-        &format!("simulate: {} model, {} streams", model.name, args.streams),
+        &format!(
+            "simulate: {} model, {} {}",
+            model.name,
+            args.streams,
+            crate::replay_cmd::plural(args.streams, "stream")
+        ),
+        args.record.as_deref(),
+        args.common.quiet || args.common.json,
     )?;
     if args.common.json {
         println!(

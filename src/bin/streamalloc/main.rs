@@ -5,6 +5,8 @@
 #[cfg(not(streamalloc_loom))]
 mod cli;
 #[cfg(not(streamalloc_loom))]
+mod output;
+#[cfg(not(streamalloc_loom))]
 mod progress;
 #[cfg(not(streamalloc_loom))]
 mod replay_cmd;

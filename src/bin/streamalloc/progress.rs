@@ -4,7 +4,10 @@
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// Off a terminal, the least time between two progress lines.
+const MIN_BETWEEN_LINES: Duration = Duration::from_secs(1);
 
 /// How far a long job is.
 pub(crate) enum Progress {
@@ -22,6 +25,8 @@ pub(crate) enum Progress {
         next: u64,
         /// When it began.
         start: Instant,
+        /// When a line was last printed (or the start).
+        printed: Instant,
     },
 }
 
@@ -48,6 +53,7 @@ impl Progress {
             total: total.max(1),
             next: 1,
             start: Instant::now(),
+            printed: Instant::now(),
         }
     }
 
@@ -70,17 +76,26 @@ impl Progress {
                 total,
                 next,
                 start,
+                printed,
             } => {
-                while *next <= 10 && done.saturating_mul(10) >= *next * *total {
-                    let elapsed = start.elapsed().as_secs_f64();
-                    let fraction = *next as f64 / 10.0;
-                    let left = elapsed / fraction - elapsed;
-                    eprintln!(
-                        "{what}: {}% ({elapsed:.1} s, about {left:.0} s left)",
-                        *next * 10
-                    );
-                    *next += 1;
+                // The latest tenth reached, once: a job that jumps (a
+                // pickle decoded whole) prints one line, not ten, and a
+                // line at most a second, so a fast job prints none.
+                let reached = (u128::from(done) * 10 / u128::from(*total)).min(10) as u64;
+                if reached < *next {
+                    return;
                 }
+                *next = reached + 1;
+                if reached == 10 || printed.elapsed() < MIN_BETWEEN_LINES {
+                    return;
+                }
+                *printed = Instant::now();
+                let elapsed = start.elapsed().as_secs_f64();
+                let left = elapsed * (10 - reached) as f64 / reached as f64;
+                eprintln!(
+                    "{what}: {}% ({elapsed:.1} s, about {left:.0} s left)",
+                    reached * 10
+                );
             }
         }
     }

@@ -5,6 +5,7 @@ use crate::cli::{
     ConvertArgs, Outcome, ReplayArgs, StorageKind, driver_costs, factory, plot, print_driver,
     service_config,
 };
+use crate::output::Output;
 use crate::progress::Progress;
 use serde::Serialize;
 use streamalloc::clock::ManualClock;
@@ -108,6 +109,8 @@ fn replay_once(
                 &args.common.plot,
                 &timeline,
                 &format!("replay: {}", args.file.display()),
+                Some(&args.file),
+                quiet,
             )?;
         }
         report
@@ -151,18 +154,25 @@ pub(crate) fn replay(args: ReplayArgs) -> Result<Outcome, String> {
     } else {
         print_report(&report, &meta);
     }
-    if report.fits == Some(false) {
-        eprintln!(
-            "{}: does not fit the budget of {}: {} allocations failed{}",
-            args.file.display(),
-            Bytes(report.budget.unwrap_or(0)),
+    if report.failures > 0 {
+        let first = report
+            .first_failure
+            .as_ref()
+            .map(|f| format!(" (first, {f})"))
+            .unwrap_or_default();
+        let failed = format!(
+            "{} {} failed",
             report.failures,
-            report
-                .first_failure
-                .as_ref()
-                .map(|f| format!(" (first, {f})"))
-                .unwrap_or_default()
+            plural(report.failures, "allocation")
         );
+        match report.budget {
+            Some(budget) => eprintln!(
+                "{}: does not fit the budget of {}: {failed}{first}",
+                args.file.display(),
+                Bytes(budget),
+            ),
+            None => eprintln!("{}: {failed}{first}", args.file.display()),
+        }
         return Ok(Outcome::DoesNotFit);
     }
     Ok(Outcome::Done)
@@ -211,9 +221,17 @@ fn min_budget(args: &ReplayArgs, quiet: bool) -> Result<Outcome, String> {
         replay_once(args, budget, draw, &label, quiet)
     };
     let free = once(None, false)?;
-    // No budget under the most bytes live at once can hold them.
-    let mut does_not_fit = free.report.peak_live_bytes.saturating_sub(1);
-    let mut fits = free.report.peak_reserved_bytes.max(1);
+    // The budget is each device's: the bracket is that of the device that
+    // needs the most. No budget under its most bytes live at once can hold
+    // them; its unbudgeted peak is where bisection starts.
+    let devices = if free.report.devices.is_empty() {
+        std::slice::from_ref(&free.report)
+    } else {
+        free.report.devices.as_slice()
+    };
+    let most = |figure: fn(&ReplayReport) -> u64| devices.iter().map(figure).max().unwrap_or(0);
+    let mut does_not_fit = most(|d| d.peak_live_bytes).saturating_sub(1);
+    let mut fits = most(|d| d.peak_reserved_bytes).max(1);
     let mut best = loop {
         let tried = once(Some(fits), false)?;
         if tried.report.fits != Some(false) {
@@ -287,9 +305,11 @@ fn recorded_name(meta: &TraceMeta) -> &'static str {
 
 fn print_report(report: &ReplayReport, meta: &TraceMeta) {
     println!(
-        "replayed {} events on {} streams{} ({:.0} ns/event)",
+        "replayed {} {} on {} {}{} ({:.0} ns/event)",
         report.events,
+        plural(report.events, "event"),
         report.streams,
+        plural(report.streams as u64, "stream"),
         if report.devices.is_empty() {
             String::new()
         } else {
@@ -299,13 +319,16 @@ fn print_report(report: &ReplayReport, meta: &TraceMeta) {
     );
     for device in &meta.devices {
         println!(
-            "snapshot, device {}: {} segments holding {}, {} blocks live ({}); {} allocations live before the recording began ({})",
+            "snapshot, device {}: {} {} holding {}, {} {} live ({}); {} {} live before the recording began ({})",
             device.device,
             device.segments,
+            plural(device.segments, "segment"),
             Bytes(device.reserved_bytes),
             device.active_blocks,
+            plural(device.active_blocks, "block"),
             Bytes(device.active_bytes),
             device.preexisting_allocations,
+            plural(device.preexisting_allocations, "allocation"),
             Bytes(device.preexisting_bytes),
         );
     }
@@ -399,12 +422,15 @@ fn print_figures(prefix: &str, report: &ReplayReport, recorded: &str) {
     print_driver(prefix, &report.driver);
     for stream in &report.per_stream {
         println!(
-            "{prefix}stream {} (trace stream {}): {} events, {} allocations, {} failures; peak live {}, peak reserved {}",
+            "{prefix}stream {} (trace stream {}): {} {}, {} {}, {} {}; peak live {}, peak reserved {}",
             stream.stream,
             stream.trace_stream,
             stream.events,
+            plural(stream.events, "event"),
             stream.allocations,
+            plural(stream.allocations, "allocation"),
             stream.failures,
+            plural(stream.failures, "failure"),
             Bytes(stream.peak_live_bytes),
             Bytes(stream.peak_reserved_bytes),
         );
@@ -416,15 +442,14 @@ pub(crate) fn convert(args: ConvertArgs) -> Result<(), String> {
     let size = std::fs::metadata(&args.input)
         .map_err(|e| format!("{}: {e}", args.input.display()))?
         .len();
+    // Refused before the input is even read: writing never touches it.
+    let mut out = Output::open(&args.output, &args.input)?;
     let mut progress = Progress::bytes(
         size,
         &format!("convert {}", args.input.display()),
         args.quiet,
     );
     let mut reader = open(&args.input, args.format, &progress)?;
-    let out = std::fs::File::create(&args.output)
-        .map_err(|e| format!("{}: {e}", args.output.display()))?;
-    let mut out = std::io::BufWriter::new(out);
     let meta = reader.meta().clone();
     let write_error = |e: &dyn std::fmt::Display| format!("{}: {e}", args.output.display());
     write_trace_jsonl(&meta, &[], &mut out).map_err(|e| write_error(&e))?;
@@ -443,12 +468,28 @@ pub(crate) fn convert(args: ConvertArgs) -> Result<(), String> {
     streamalloc::trace::write_jsonl(&batch, &mut out).map_err(|e| write_error(&e))?;
     progress.finish();
     if events == 0 {
-        let _ = std::fs::remove_file(&args.output);
+        // Dropped uncommitted: nothing is left where the output was to be.
         return Err(format!(
             "{}: the trace holds no events",
             args.input.display()
         ));
     }
-    eprintln!("wrote {events} events to {}", args.output.display());
+    out.commit()?;
+    if !args.quiet {
+        eprintln!(
+            "wrote {events} {} to {}",
+            plural(events, "event"),
+            args.output.display()
+        );
+    }
     Ok(())
+}
+
+/// `word`, with an s unless there is one.
+pub(crate) fn plural(count: impl Into<u64>, word: &str) -> String {
+    if count.into() == 1 {
+        word.to_string()
+    } else {
+        format!("{word}s")
+    }
 }
