@@ -116,6 +116,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod clock;
+#[cfg(not(streamalloc_loom))]
+pub mod html;
 pub mod memory;
 #[cfg(all(feature = "cli", not(streamalloc_loom)))]
 pub mod plot;

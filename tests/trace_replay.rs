@@ -400,6 +400,7 @@ fn fallen_load(device: u32, first_id: u64) -> Vec<TraceEvent> {
         action,
         id,
         size,
+        stack: 0,
     };
     let ids = first_id..first_id + 16;
     let mut events: Vec<TraceEvent> = ids

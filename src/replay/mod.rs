@@ -43,10 +43,12 @@ pub const MAX_REPLAY_DEVICES: usize = 64;
 pub const MAX_REPLAY_STREAMS: usize = 1024;
 
 mod report;
+mod samples;
 
 use crate::storage::{DriverCosts, DriverOps, DriverReport};
 use report::failure_reason;
 pub use report::{ReplayReport, StreamReplay};
+pub use samples::{LiveSamples, Sample, SampledAllocation, sample_live};
 
 /// A device's supervisor: made for the replay, or lent by the caller.
 enum Device<'s> {
@@ -100,13 +102,20 @@ struct StreamTally {
     /// Bytes the trace has live on this stream (refused ones included).
     trace_live: u64,
     peak_live: u64,
+    frees: u64,
+    bytes_allocated: u64,
+    bytes_freed: u64,
 }
 
 impl DeviceRun<'_> {
-    /// The trace allocated `size` bytes on `stream` (served or not).
-    fn trace_allocated(&mut self, stream: usize, size: u64) {
+    /// The trace allocated `size` bytes on `stream` (served or not), at
+    /// event `event`.
+    fn trace_allocated(&mut self, stream: usize, size: u64, event: u64) {
         self.trace_live += size;
-        self.report.peak_live_bytes = self.report.peak_live_bytes.max(self.trace_live);
+        if self.trace_live > self.report.peak_live_bytes {
+            self.report.peak_live_bytes = self.trace_live;
+            self.report.peak_live_event = event;
+        }
         let tally = &mut self.per_stream[stream];
         tally.trace_live += size;
         tally.peak_live = tally.peak_live.max(tally.trace_live);
@@ -246,6 +255,12 @@ pub struct Replayer<'s> {
     streams_running: usize,
     /// Whether any event had a time of its own.
     timed: bool,
+    /// Bytes the trace has live, all devices (refused ones included).
+    trace_live: u64,
+    /// The most of those at once...
+    peak_trace_live: u64,
+    /// ... after this event.
+    peak_live_event: u64,
 }
 
 impl std::fmt::Debug for Replayer<'_> {
@@ -289,6 +304,9 @@ impl<'s> Replayer<'s> {
             costs: DriverCosts::default(),
             streams_running: 0,
             timed: false,
+            trace_live: 0,
+            peak_trace_live: 0,
+            peak_live_event: 0,
         }
     }
 
@@ -413,11 +431,12 @@ impl<'s> Replayer<'s> {
                         }
                     };
                     run.per_stream[stream].events += 1;
-                    run.trace_allocated(stream, event.size);
+                    run.trace_allocated(stream, event.size, self.events);
                     match run.handles[stream].reserve(event.size) {
                         Ok(allocation) => {
                             run.report.allocations += 1;
                             run.per_stream[stream].allocations += 1;
+                            run.per_stream[stream].bytes_allocated += event.size;
                             run.live_bytes[stream] += event.size;
                             run.live += event.size;
                             self.live.insert(key, (stream, allocation));
@@ -453,7 +472,10 @@ impl<'s> Replayer<'s> {
                 match (freed, refused) {
                     (Some((stream, allocation)), _) => {
                         run.report.frees += 1;
-                        run.per_stream[stream].events += 1;
+                        let tally = &mut run.per_stream[stream];
+                        tally.events += 1;
+                        tally.frees += 1;
+                        tally.bytes_freed += allocation.size();
                         run.live_bytes[stream] -= allocation.size();
                         run.live -= allocation.size();
                         run.trace_freed(stream, allocation.size());
@@ -485,6 +507,12 @@ impl<'s> Replayer<'s> {
                 let recorded = &mut run.report.recorded_peak_reserved_bytes;
                 *recorded = Some(recorded.unwrap_or(0).max(peak));
             }
+        }
+        // The trace's live bytes over all devices, and when they peaked.
+        self.trace_live = self.devices.values().map(|run| run.trace_live).sum();
+        if self.trace_live > self.peak_trace_live {
+            self.peak_trace_live = self.trace_live;
+            self.peak_live_event = self.events;
         }
         if self.timeline.is_some() {
             self.sample(failed_now);
@@ -593,17 +621,28 @@ impl<'s> Replayer<'s> {
             let mut device_ops = DriverOps::default();
             let mut per_stream = Vec::with_capacity(run.handles.len());
             for (index, handle) in run.handles.iter().enumerate() {
-                let ops = handle.report()?.driver;
+                let memory = handle.report()?;
+                let ops = memory.driver;
                 device_ops = device_ops.combine(ops);
                 let tally = &run.per_stream[index];
+                let stats = handle.stats();
                 per_stream.push(StreamReplay {
                     stream: handle.stream().0,
                     trace_stream: tally.trace_stream,
                     events: tally.events,
                     allocations: tally.allocations,
                     failures: tally.failures,
+                    frees: tally.frees,
+                    bytes_allocated: tally.bytes_allocated,
+                    bytes_freed: tally.bytes_freed,
+                    live_bytes: tally.trace_live,
+                    reserved_bytes: stats.bytes_reserved,
                     peak_live_bytes: tally.peak_live,
-                    peak_reserved_bytes: handle.stats().peak_bytes_reserved,
+                    peak_reserved_bytes: stats.peak_bytes_reserved,
+                    pools: memory
+                        .pools()
+                        .map(crate::simulate::PoolFigures::from)
+                        .collect(),
                     driver: DriverReport::new(
                         ops,
                         ops.peak_granules_mapped,
@@ -643,7 +682,11 @@ impl<'s> Replayer<'s> {
         Ok(match reports.len() {
             0 => ReplayReport::empty(None, None),
             1 => reports.pop().expect("one"),
-            _ => ReplayReport::total(reports, &self.costs),
+            _ => {
+                let mut total = ReplayReport::total(reports, &self.costs);
+                total.peak_live_event = self.peak_live_event;
+                total
+            }
         })
     }
 }

@@ -18,10 +18,22 @@ pub struct StreamReplay {
     pub allocations: u64,
     /// Allocations this allocator could not serve.
     pub failures: u64,
+    /// Frees of allocations this stream served.
+    pub frees: u64,
+    /// Bytes of the allocations it served.
+    pub bytes_allocated: u64,
+    /// Bytes of the allocations freed.
+    pub bytes_freed: u64,
+    /// Bytes the trace left live on this stream at its end.
+    pub live_bytes: u64,
+    /// Bytes its storage held once the load fell.
+    pub reserved_bytes: u64,
     /// The most bytes live on this stream at once, per the trace.
     pub peak_live_bytes: u64,
     /// The most bytes this stream's storage held at once.
     pub peak_reserved_bytes: u64,
+    /// Its pools once the load fell: pages, bytes, peaks.
+    pub pools: Vec<crate::simulate::PoolFigures>,
     /// What its storage asked of the driver (per event: of this stream's
     /// events).
     pub driver: DriverReport,
@@ -56,6 +68,10 @@ pub struct ReplayReport {
     /// The most bytes live at once, per the trace (allocations this
     /// allocator refused included: the trace's figure, whatever the budget).
     pub peak_live_bytes: u64,
+    /// The event (counted from 1 over the whole trace) after which the
+    /// trace's live bytes were at their most: of this device, or, in the
+    /// total of several, of all of them together.
+    pub peak_live_event: u64,
     /// The most bytes of pages held at once, all streams.
     pub peak_reserved_bytes: u64,
     /// `peak_reserved_bytes / peak_live_bytes`.
@@ -110,6 +126,7 @@ impl ReplayReport {
             implicit_frees: 0,
             streams: 0,
             peak_live_bytes: 0,
+            peak_live_event: 0,
             peak_reserved_bytes: 0,
             reserved_over_live: 0.0,
             recorded_peak_reserved_bytes: None,

@@ -77,6 +77,22 @@ pub struct TraceEvent {
     pub id: u64,
     /// Bytes.
     pub size: u64,
+    /// The stack that made an allocation, where the trace recorded it: an
+    /// index from 1 into [`TraceMeta::stacks`] (0: none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stack: u32,
+}
+
+/// One frame of the stack that made an allocation, as a PyTorch snapshot
+/// recorded it (Python frames, and C++ ones where it was asked for them).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Frame {
+    /// The function.
+    pub name: String,
+    /// Its file.
+    pub filename: String,
+    /// The line.
+    pub line: u64,
 }
 
 /// A field of the input as an error message quotes it: at most 32
@@ -104,6 +120,7 @@ impl TraceEvent {
             action,
             id,
             size,
+            stack: 0,
         }
     }
 }
@@ -122,6 +139,10 @@ pub struct TraceMeta {
     /// Per device, what the recording showed.
     #[serde(default)]
     pub devices: Vec<DeviceMeta>,
+    /// The stacks allocations were made from, each once (events name them
+    /// by [`TraceEvent::stack`]), innermost frame first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stacks: Vec<Vec<Frame>>,
 }
 
 /// One device of a recording.

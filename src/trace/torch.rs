@@ -22,7 +22,7 @@
 //! class.
 
 use super::pickle::{self, Value};
-use super::{DeviceMeta, Trace, TraceAction, TraceError, TraceEvent, TraceMeta};
+use super::{DeviceMeta, Frame, Trace, TraceAction, TraceError, TraceEvent, TraceMeta};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// The most devices a snapshot may name (a machine has a few GPUs; a file
@@ -83,17 +83,62 @@ pub fn read_torch_trace(bytes: &[u8]) -> Result<Trace, TraceError> {
             source: "pytorch snapshot".into(),
             allocator_settings: settings(root.get("allocator_settings")),
             devices: Vec::new(),
+            stacks: Vec::new(),
         },
         events: Vec::new(),
     };
+    let mut stacks = Stacks::default();
     for device in devices {
         let entries = traces.get(device as usize).copied();
         let held = segments.get(&device).map_or(&[][..], Vec::as_slice);
-        let (meta, events) = read_device(device, entries, held, start)?;
+        let (meta, events) = read_device(device, entries, held, start, &mut stacks)?;
         trace.meta.devices.push(meta);
         trace.events.extend(events);
     }
+    trace.meta.stacks = stacks.list;
     Ok(trace)
+}
+
+/// Each distinct stack once (a snapshot repeats a few dozen stacks over
+/// thousands of events).
+#[derive(Default)]
+struct Stacks {
+    list: Vec<Vec<Frame>>,
+    index: HashMap<Vec<Frame>, u32>,
+}
+
+impl Stacks {
+    /// The stack an entry recorded, as an index from 1 (0: none).
+    fn intern(&mut self, entry: Value<'_>) -> u32 {
+        let Some(frames) = entry.get("frames").and_then(|f| f.items()) else {
+            return 0;
+        };
+        let frames: Vec<Frame> = frames
+            .filter(|frame| frame.is_dict())
+            .map(|frame| Frame {
+                name: text(frame.get("name")),
+                filename: text(frame.get("filename")),
+                line: frame.get("line").and_then(|l| l.as_u64()).unwrap_or(0),
+            })
+            .collect();
+        if frames.is_empty() {
+            return 0;
+        }
+        if let Some(&known) = self.index.get(&frames) {
+            return known;
+        }
+        let Ok(id) = u32::try_from(self.list.len().saturating_add(1)) else {
+            return 0;
+        };
+        self.list.push(frames.clone());
+        self.index.insert(frames, id);
+        id
+    }
+}
+
+/// A string field, or empty.
+fn text(value: Option<Value<'_>>) -> String {
+    value.and_then(|v| v.as_str()).unwrap_or("").to_string()
 }
 
 /// One segment as the snapshot shows it.
@@ -174,6 +219,7 @@ fn read_device<'a>(
     entries: Option<Value<'a>>,
     segments: &[Segment],
     start: u64,
+    stacks: &mut Stacks,
 ) -> Result<(DeviceMeta, Vec<TraceEvent>), TraceError> {
     let entries: Vec<Value<'a>> = match entries {
         Some(entries) => entries
@@ -215,11 +261,13 @@ fn read_device<'a>(
                 _ => malformed("a size that is not a whole number of bytes"),
             }),
         };
+        let mut stack = 0;
         let action = match action {
             "alloc" => {
                 let size = size()?;
                 live.insert(addr, size);
                 seen.insert(addr);
+                stack = stacks.intern(*entry);
                 TraceAction::Alloc
             }
             "free_completed" => TraceAction::Free,
@@ -249,6 +297,7 @@ fn read_device<'a>(
             action,
             id: addr,
             size,
+            stack,
         });
     }
     let mut meta = DeviceMeta {
@@ -284,6 +333,7 @@ fn read_device<'a>(
             action: TraceAction::SegmentAlloc,
             id: 0,
             size: meta.initial_reserved_bytes,
+            stack: 0,
         });
     }
     head.extend(
@@ -296,6 +346,7 @@ fn read_device<'a>(
                 action: TraceAction::Alloc,
                 id: addr,
                 size,
+                stack: 0,
             }),
     );
     head.extend(events);

@@ -94,6 +94,11 @@ pub(crate) struct Common {
     /// Draw live and reserved bytes over time to this SVG file.
     #[arg(long)]
     pub(crate) plot: Option<PathBuf>,
+    /// Write one self-contained HTML page: memory over time with zoom, the
+    /// allocations live at the peak and along the trace with the stacks
+    /// that made them, and per-stream and per-pool tables.
+    #[arg(long, value_name = "PAGE.html")]
+    pub(crate) html: Option<PathBuf>,
     /// Print one JSON object instead of the human report.
     #[arg(long)]
     pub(crate) json: bool,
@@ -404,6 +409,9 @@ fn simulate(args: SimulateArgs) -> Result<(), String> {
     if let Some(path) = &args.common.plot {
         check_output(path)?;
     }
+    if let Some(path) = &args.common.html {
+        crate::replay_cmd::check_html(path)?;
+    }
     let model = match args.model {
         Model::Small => streamalloc::simulate::ModelShape::SMALL,
         Model::Llama7b => streamalloc::simulate::ModelShape::LLAMA_7B,
@@ -440,7 +448,7 @@ fn simulate(args: SimulateArgs) -> Result<(), String> {
         &supervisor,
         &options,
         || bar.inc(1),
-        args.common.plot.as_ref().map(|_| &mut timeline),
+        (args.common.plot.is_some() || args.common.html.is_some()).then_some(&mut timeline),
     )
     .map_err(|e| e.to_string())?;
     bar.finish_and_clear();
@@ -462,6 +470,37 @@ fn simulate(args: SimulateArgs) -> Result<(), String> {
         args.record.as_deref(),
         args.common.quiet || args.common.json,
     )?;
+    if let Some(path) = &args.common.html {
+        let page = streamalloc::html::Page {
+            title: format!(
+                "streamalloc simulate: {} model, {} {}",
+                model.name,
+                args.streams,
+                crate::replay_cmd::plural(args.streams, "stream")
+            ),
+            facts: streamalloc::html::simulation_facts(&report),
+            timeline: &timeline,
+            samples: None,
+            stacks: &[],
+            tables: streamalloc::html::simulation_tables(&report),
+            notes: vec![format!(
+                "{} requests from {} clients on the wall clock ({:.2} s); which allocations were live at a moment comes from a trace: record one (--record run.jsonl) and replay it with --html.",
+                report.requests, args.clients, report.seconds
+            )],
+        };
+        if let Some(record) = &args.record {
+            crate::output::check_not_input(path, record)?;
+        }
+        let mut file = crate::output::AtomicFile::create(path)?;
+        use std::io::Write;
+        file.writer()
+            .write_all(streamalloc::html::render(&page).as_bytes())
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        file.commit()?;
+        if !(args.common.quiet || args.common.json) {
+            eprintln!("page written to {}", path.display());
+        }
+    }
     if args.common.json {
         println!(
             "{}",

@@ -11,7 +11,7 @@ use serde::Serialize;
 use streamalloc::clock::ManualClock;
 use streamalloc::memory::{Bytes, DeviceProperties};
 use streamalloc::plot::check_output;
-use streamalloc::replay::{ReplayReport, Replayer};
+use streamalloc::replay::{ReplayReport, Replayer, sample_live};
 use streamalloc::service::{ServiceConfig, Supervisor};
 use streamalloc::trace::{TraceMeta, TraceReader, write_trace_jsonl};
 
@@ -112,6 +112,9 @@ fn replay_once(
                 Some(&args.file),
                 quiet,
             )?;
+            if let Some(path) = &args.common.html {
+                write_page(args, &report, &timeline, reader.meta(), path, quiet)?;
+            }
         }
         report
     };
@@ -125,10 +128,87 @@ fn replay_once(
     })
 }
 
+/// Moments along the trace whose live allocations the page shows (the
+/// peak besides).
+const SAMPLE_POINTS: u64 = 2_000;
+/// The largest allocations shown at each.
+const SAMPLE_TOP: usize = 100;
+
+/// `--html`: the page of one replay. The allocations live along the trace
+/// come from a second pass over the file (no allocator: bookkeeping only),
+/// at moments the replay's count of events and its peak fix.
+fn write_page(
+    args: &ReplayArgs,
+    report: &ReplayReport,
+    timeline: &streamalloc::timeline::Timeline,
+    meta: &TraceMeta,
+    path: &std::path::Path,
+    quiet: bool,
+) -> Result<(), String> {
+    let named = |e: &dyn std::fmt::Display| format!("{}: {e}", args.file.display());
+    let reader = TraceReader::open(&args.file, args.format).map_err(|e| named(&e))?;
+    let samples = sample_live(
+        reader,
+        report.events,
+        report.peak_live_event,
+        SAMPLE_POINTS,
+        SAMPLE_TOP,
+    )
+    .map_err(|e| named(&e))?;
+    let recorded = recorded_name(meta);
+    let mut notes = vec![format!(
+        "{} {} on {} {}; driver priced as an {} would charge it ({} calls).",
+        report.events,
+        plural(report.events, "event"),
+        report.streams,
+        plural(report.streams as u64, "stream"),
+        report.driver.costs,
+        report.driver.calls,
+    )];
+    if let Some(budget) = report.budget {
+        notes.push(format!(
+            "Budget {} per device: {}.",
+            Bytes(budget),
+            if report.failures == 0 {
+                "the trace fits".to_string()
+            } else {
+                format!(
+                    "the trace does NOT fit ({} {} failed)",
+                    report.failures,
+                    plural(report.failures, "allocation")
+                )
+            }
+        ));
+    }
+    let page = streamalloc::html::Page {
+        title: format!("streamalloc replay: {}", args.file.display()),
+        facts: streamalloc::html::replay_facts(report, recorded),
+        timeline,
+        samples: Some(&samples),
+        stacks: &meta.stacks,
+        tables: streamalloc::html::replay_tables(report),
+        notes,
+    };
+    crate::output::check_not_input(path, &args.file)?;
+    let mut file = crate::output::AtomicFile::create(path)?;
+    use std::io::Write;
+    file.writer()
+        .write_all(streamalloc::html::render(&page).as_bytes())
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    file.commit()?;
+    if !quiet {
+        eprintln!("page written to {}", path.display());
+    }
+    Ok(())
+}
+
 pub(crate) fn replay(args: ReplayArgs) -> Result<Outcome, String> {
     // Checked first: a bad output path fails before the work, not after.
     if let Some(path) = &args.common.plot {
         check_output(path)?;
+    }
+    if let Some(path) = &args.common.html {
+        check_html(path)?;
     }
     let quiet = args.common.quiet || args.common.json;
     if args.min_budget {
@@ -138,7 +218,7 @@ pub(crate) fn replay(args: ReplayArgs) -> Result<Outcome, String> {
     let Replayed { report, meta } = replay_once(
         &args,
         args.common.budget,
-        args.common.plot.is_some(),
+        args.common.plot.is_some() || args.common.html.is_some(),
         &label,
         quiet,
     )?;
@@ -260,7 +340,7 @@ fn min_budget(args: &ReplayArgs, quiet: bool) -> Result<Outcome, String> {
             best = tried;
         }
     }
-    if args.common.plot.is_some() {
+    if args.common.plot.is_some() || args.common.html.is_some() {
         best = once(Some(fits), true)?;
     }
     let found = MinBudget {
@@ -481,6 +561,32 @@ pub(crate) fn convert(args: ConvertArgs) -> Result<(), String> {
             plural(events, "event"),
             args.output.display()
         );
+    }
+    Ok(())
+}
+
+/// An HTML page's name: `.html` or `.htm`, in a directory that exists.
+pub(crate) fn check_html(path: &std::path::Path) -> Result<(), String> {
+    let html = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("html") || e.eq_ignore_ascii_case("htm"));
+    if !html {
+        return Err(format!(
+            "{}: the report is an HTML page: name it with .html",
+            path.display()
+        ));
+    }
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    if !dir.is_dir() {
+        return Err(format!(
+            "{}: cannot write the page: no directory {}",
+            path.display(),
+            dir.display()
+        ));
     }
     Ok(())
 }
