@@ -131,8 +131,10 @@ fn replay_once(
 /// Moments along the trace whose live allocations the page shows (the
 /// peak besides).
 const SAMPLE_POINTS: u64 = 2_000;
-/// The largest allocations shown at each.
-const SAMPLE_TOP: usize = 100;
+/// The largest allocations shown at the peak...
+const SAMPLE_TOP_AT_PEAK: usize = 100;
+/// ... and at each other moment.
+const SAMPLE_TOP: usize = 30;
 
 /// `--html`: the page of one replay. The allocations live along the trace
 /// come from a second pass over the file (no allocator: bookkeeping only),
@@ -153,6 +155,7 @@ fn write_page(
         report.peak_live_event,
         SAMPLE_POINTS,
         SAMPLE_TOP,
+        SAMPLE_TOP_AT_PEAK,
     )
     .map_err(|e| named(&e))?;
     let recorded = recorded_name(meta);
