@@ -265,43 +265,15 @@ pub fn replay_tables(report: &ReplayReport) -> Vec<Table> {
         .to_vec(),
         rows: Vec::new(),
     };
-    let mut pools = Table {
-        title: "Per pool".into(),
-        columns: [
-            "device",
-            "stream",
-            "pool",
-            "pages",
-            "peak pages",
-            "allocations",
-            "in use",
-            "reserved",
-            "peak in use",
-            "peak reserved",
-            "largest",
-        ]
-        .map(String::from)
-        .to_vec(),
-        rows: Vec::new(),
-    };
+    let mut pools = pool_table("Per pool, once the load fell", true);
     for device in devices {
         let id = device.device.unwrap_or(0).to_string();
         for stream in &device.per_stream {
             streams.rows.push(stream_row(&id, stream));
             for pool in &stream.pools {
-                pools.rows.push(vec![
-                    id.clone(),
-                    stream.stream.to_string(),
-                    pool.kind.clone(),
-                    pool.pages.to_string(),
-                    pool.pages_peak.to_string(),
-                    pool.allocations.to_string(),
-                    Bytes(pool.bytes_in_use).to_string(),
-                    Bytes(pool.bytes_reserved).to_string(),
-                    Bytes(pool.peak_bytes_in_use).to_string(),
-                    Bytes(pool.peak_bytes_reserved).to_string(),
-                    Bytes(pool.largest_alloc).to_string(),
-                ]);
+                let mut row = vec![id.clone()];
+                row.extend(pool_row(stream.stream, pool));
+                pools.rows.push(row);
             }
         }
     }
@@ -378,24 +350,7 @@ pub fn simulation_tables(report: &crate::simulate::SimulationReport) -> Vec<Tabl
         .to_vec(),
         rows: Vec::new(),
     };
-    let mut pools = Table {
-        title: "Per pool, once the load fell".into(),
-        columns: [
-            "stream",
-            "pool",
-            "pages",
-            "peak pages",
-            "allocations",
-            "in use",
-            "reserved",
-            "peak in use",
-            "peak reserved",
-            "largest",
-        ]
-        .map(String::from)
-        .to_vec(),
-        rows: Vec::new(),
-    };
+    let mut pools = pool_table("Per pool, once the load fell", false);
     for s in &report.streams {
         streams.rows.push(vec![
             s.stream.to_string(),
@@ -415,21 +370,52 @@ pub fn simulation_tables(report: &crate::simulate::SimulationReport) -> Vec<Tabl
             s.driver.stream_waits.to_string(),
         ]);
         for pool in &s.pools {
-            pools.rows.push(vec![
-                s.stream.to_string(),
-                pool.kind.clone(),
-                pool.pages.to_string(),
-                pool.pages_peak.to_string(),
-                pool.allocations.to_string(),
-                Bytes(pool.bytes_in_use).to_string(),
-                Bytes(pool.bytes_reserved).to_string(),
-                Bytes(pool.peak_bytes_in_use).to_string(),
-                Bytes(pool.peak_bytes_reserved).to_string(),
-                Bytes(pool.largest_alloc).to_string(),
-            ]);
+            pools.rows.push(pool_row(s.stream, pool));
         }
     }
     vec![streams, pools]
+}
+
+/// An empty table of pools (with a device column first where `devices`).
+fn pool_table(title: &str, devices: bool) -> Table {
+    let columns = [
+        "stream",
+        "pool",
+        "pages",
+        "peak pages",
+        "allocations",
+        "in use",
+        "reserved",
+        "peak in use",
+        "peak reserved",
+        "largest",
+    ];
+    Table {
+        title: title.into(),
+        columns: devices
+            .then_some("device")
+            .into_iter()
+            .chain(columns)
+            .map(String::from)
+            .collect(),
+        rows: Vec::new(),
+    }
+}
+
+/// A pool's cells, from its stream on.
+fn pool_row(stream: u32, pool: &crate::simulate::PoolFigures) -> Vec<String> {
+    vec![
+        stream.to_string(),
+        pool.kind.clone(),
+        pool.pages.to_string(),
+        pool.pages_peak.to_string(),
+        pool.allocations.to_string(),
+        Bytes(pool.bytes_in_use).to_string(),
+        Bytes(pool.bytes_reserved).to_string(),
+        Bytes(pool.peak_bytes_in_use).to_string(),
+        Bytes(pool.peak_bytes_reserved).to_string(),
+        Bytes(pool.largest_alloc).to_string(),
+    ]
 }
 
 fn stream_row(device: &str, s: &StreamReplay) -> Vec<String> {

@@ -82,21 +82,28 @@ pub fn check_output(path: &Path) -> Result<(), String> {
             path.display()
         ));
     }
+    check_directory(path, "the plot")?;
+    if path.is_dir() {
+        return Err(format!(
+            "{}: cannot write the plot: a directory",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Refuse `path` when its directory does not exist: `what` cannot be
+/// written there (checked before a long job, not after it).
+pub fn check_directory(path: &Path, what: &str) -> Result<(), String> {
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     if !dir.is_dir() {
         return Err(format!(
-            "{}: cannot write the plot: no directory {}",
+            "{}: cannot write {what}: no directory {}",
             path.display(),
             dir.display()
-        ));
-    }
-    if path.is_dir() {
-        return Err(format!(
-            "{}: cannot write the plot: a directory",
-            path.display()
         ));
     }
     Ok(())

@@ -89,6 +89,37 @@ fn row(
     }
 }
 
+/// Run each row; what went other than the row says, one line each (a
+/// stderr longer than `longest` bytes counts as wrong: errors quote
+/// excerpts, not their input).
+fn run_rows(rows: &[Row], longest: usize) -> Vec<String> {
+    let mut failures = Vec::new();
+    for row in rows {
+        let out = cli(&row.args.iter().map(String::as_str).collect::<Vec<_>>());
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        if out.status.code() != Some(row.code)
+            || !stderr.contains(row.stderr)
+            || !stdout.contains(row.stdout)
+            || stderr.len() > longest
+        {
+            failures.push(format!(
+                "{}: exit {:?} (want {}), stderr {} (want {:?}), stdout {} (want {:?})",
+                row.name,
+                out.status.code(),
+                row.code,
+                stderr.chars().take(600).collect::<String>(),
+                row.stderr,
+                stdout.chars().take(600).collect::<String>(),
+                row.stdout
+            ));
+        }
+    }
+    failures
+}
+
 #[test]
 fn every_bad_input_is_a_clear_error_with_a_non_zero_exit() {
     let dir = Scratch::new("bad-input");
@@ -183,27 +214,7 @@ fn every_bad_input_is_a_clear_error_with_a_non_zero_exit() {
             "",
         ),
     ];
-    let mut failures = Vec::new();
-    for row in &rows {
-        let out = cli(&row.args.iter().map(String::as_str).collect::<Vec<_>>());
-        let (stdout, stderr) = (
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-        );
-        if out.status.code() != Some(row.code)
-            || !stderr.contains(row.stderr)
-            || !stdout.contains(row.stdout)
-        {
-            failures.push(format!(
-                "{}: exit {:?} (want {}), stderr {stderr:?} (want {:?}), stdout {stdout:?} (want {:?})",
-                row.name,
-                out.status.code(),
-                row.code,
-                row.stderr,
-                row.stdout
-            ));
-        }
-    }
+    let failures = run_rows(&rows, usize::MAX);
     assert!(failures.is_empty(), "\n{}", failures.join("\n"));
     assert!(
         !Path::new(&converted).exists(),
@@ -447,30 +458,7 @@ fn hostile_inputs_get_short_precise_errors() {
             "device 99999999",
         ),
     ];
-    let mut failures = Vec::new();
-    for row in &rows {
-        let out = cli(&row.args.iter().map(String::as_str).collect::<Vec<_>>());
-        let (stdout, stderr) = (
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-        );
-        if out.status.code() != Some(row.code)
-            || !stderr.contains(row.stderr)
-            || !stdout.contains(row.stdout)
-            || stderr.len() > 2_000
-        {
-            failures.push(format!(
-                "{}: exit {:?} (want {}), stderr {} (want {:?}), stdout {} (want {:?})",
-                row.name,
-                out.status.code(),
-                row.code,
-                &stderr.chars().take(400).collect::<String>(),
-                row.stderr,
-                &stdout.chars().take(400).collect::<String>(),
-                row.stdout
-            ));
-        }
-    }
+    let failures = run_rows(&rows, 2_000);
     assert!(failures.is_empty(), "\n{}", failures.join("\n"));
 }
 
@@ -631,28 +619,7 @@ fn replay_and_convert_say_what_they_did() {
             "",
         ),
     ];
-    let mut failures = Vec::new();
-    for row in &rows {
-        let out = cli(&row.args.iter().map(String::as_str).collect::<Vec<_>>());
-        let (stdout, stderr) = (
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-        );
-        if out.status.code() != Some(row.code)
-            || !stderr.contains(row.stderr)
-            || !stdout.contains(row.stdout)
-        {
-            failures.push(format!(
-                "{}: exit {:?} (want {}), stderr {stderr:?} (want {:?}), stdout {} (want {:?})",
-                row.name,
-                out.status.code(),
-                row.code,
-                row.stderr,
-                &stdout.chars().take(600).collect::<String>(),
-                row.stdout
-            ));
-        }
-    }
+    let failures = run_rows(&rows, usize::MAX);
     assert!(failures.is_empty(), "\n{}", failures.join("\n"));
     // Nothing saved where an allocation failed; the PNG was not written.
     let out = cli(&["replay", &two, "--budget", "100M", "--quiet"]);

@@ -2,8 +2,6 @@
 //! report every time (the timings aside), whatever else the machine is
 //! doing, with and without a budget, on one stream and on several.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use streamalloc::clock::ManualClock;
 use streamalloc::replay::{ReplayReport, Replayer};
 use streamalloc::service::{ServiceConfig, Supervisor};
@@ -93,22 +91,13 @@ fn answer(report: &ReplayReport) -> serde_json::Value {
 /// Five replays, with a thread spinning all along (a busy core), all the
 /// same; returns the first.
 fn five_alike(events: &[TraceEvent], budget: Option<u64>) -> ReplayReport {
-    let stop = Arc::new(AtomicBool::new(false));
-    let busy = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                std::hint::spin_loop();
-            }
-        })
-    };
+    let busy = common::BusyCore::start();
     let first = replay(events, budget);
     for run in 2..=5 {
         let again = replay(events, budget);
         assert_eq!(answer(&again), answer(&first), "replay {run} differs");
     }
-    stop.store(true, Ordering::Relaxed);
-    busy.join().unwrap();
+    drop(busy);
     first
 }
 

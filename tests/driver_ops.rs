@@ -227,25 +227,15 @@ fn a_replay_prices_the_driver_per_device_and_per_stream_the_same_on_any_storage(
 /// now waits for the tick's barrier, stream by stream.
 #[test]
 fn the_ticks_work_gives_one_device_peak_on_every_run_with_a_core_busy() {
-    use std::sync::atomic::{AtomicBool, Ordering};
     let events = ring(3);
     let first = replay(&events, None, false);
     // Idle first (the threads truly run at once), then with a core busy.
     for run in 2..=6 {
         assert_eq!(replay(&events, None, false), first, "replay {run} differs");
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let busy = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                std::hint::spin_loop();
-            }
-        })
-    };
+    let busy = common::BusyCore::start();
     for run in 7..=10 {
         assert_eq!(replay(&events, None, false), first, "replay {run} differs");
     }
-    stop.store(true, Ordering::Relaxed);
-    busy.join().unwrap();
+    drop(busy);
 }

@@ -25,3 +25,37 @@ pub fn quiet() -> ServiceConfig {
         ..ServiceConfig::default()
     }
 }
+
+/// A thread spinning on a core while it lives, as a busy server's other
+/// work does: what must not change a replay's answer.
+pub struct BusyCore {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl BusyCore {
+    /// Start spinning.
+    pub fn start() -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let spinning = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !spinning.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for BusyCore {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

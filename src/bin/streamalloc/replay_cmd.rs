@@ -580,17 +580,7 @@ pub(crate) fn check_html(path: &std::path::Path) -> Result<(), String> {
             path.display()
         ));
     }
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    if !dir.is_dir() {
-        return Err(format!(
-            "{}: cannot write the page: no directory {}",
-            path.display(),
-            dir.display()
-        ));
-    }
+    streamalloc::plot::check_directory(path, "the page")?;
     Ok(())
 }
 
