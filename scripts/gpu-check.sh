@@ -12,6 +12,8 @@ build)
     mkdir -p .gpu
     cargo build --release --features cuda --example gpu_check --bin streamalloc
     cp "$target/release/examples/gpu_check" "$target/release/streamalloc" .gpu/
+    cargo build --release -p streamalloc-torch --features cuda
+    cp "$target/release/libstreamalloc_torch.so" .gpu/
     # The real snapshots, when the shared folder is beside the checkout.
     if [ -d ../shared/torch-h200 ]; then
         cp ../shared/torch-h200/*.pickle.gz .gpu/
@@ -28,6 +30,8 @@ run)
     timeout 120 .gpu/gpu_check
     echo "== what the cost table estimates, measured"
     timeout 60 python3 scripts/driver_probe.py || true
+    echo "== real PyTorch programs on streamalloc beside PyTorch's allocator"
+    STREAMALLOC_TORCH_LIBRARY=.gpu/libstreamalloc_torch.so timeout 400 python3 scripts/torch-check.py || true
     echo "== real snapshots on the GPU beside the model"
     if ls .gpu/*.pickle.gz >/dev/null 2>&1; then
         timeout 300 python3 scripts/gpu_replays.py .gpu/streamalloc .gpu/*.pickle.gz

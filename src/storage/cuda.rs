@@ -63,6 +63,10 @@ pub struct CudaStorage {
     pending_unmaps: Vec<StorageHandle>,
     /// The driver calls made so far (`driver.rs`).
     ops: DriverOps,
+    /// Work on this storage's memory is queued on streams it does not
+    /// know (a PyTorch program's): before memory goes back, wait for the
+    /// whole device, not this storage's stream.
+    foreign_streams: bool,
 }
 
 fn driver(err: DriverError) -> StorageError {
@@ -118,7 +122,19 @@ impl CudaStorage {
             ranges: IdMap::default(),
             pending_unmaps: Vec::new(),
             ops: DriverOps::default(),
+            foreign_streams: false,
         })
+    }
+
+    /// A storage on `context` whose memory other code uses on streams this
+    /// storage does not know (PyTorch's, through `streamalloc-torch`):
+    /// correct, and slow where memory goes back often, since every flush
+    /// that lets memory go waits for the whole device (`cuCtxSynchronize`)
+    /// until stream-ordered reclaim replaces it (issue 43).
+    pub fn for_foreign_streams(context: Arc<CudaContext>) -> Result<Self, StorageError> {
+        let mut storage = Self::on_context(context)?;
+        storage.foreign_streams = true;
+        Ok(storage)
     }
 
     /// The CUDA stream this storage orders its work on.
@@ -257,8 +273,13 @@ impl DeviceStorage for CudaStorage {
         if (self.pending.is_empty() && self.pending_unmaps.is_empty()) || self.bind().is_err() {
             return;
         }
-        // Work queued on the stream may still touch the pages and granules.
-        let _ = self.stream.synchronize();
+        // Work queued on the stream (or, for memory others use, on any
+        // stream of the device) may still touch the pages and granules.
+        let _ = if self.foreign_streams {
+            self.context.synchronize()
+        } else {
+            self.stream.synchronize()
+        };
         self.ops.waited();
         for handle in std::mem::take(&mut self.pending_unmaps) {
             if let Some(range) = self.ranges.get_mut(&handle.id)

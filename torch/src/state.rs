@@ -1,0 +1,569 @@
+//! The process's allocator: one supervisor per device, made on first use;
+//! one streamalloc stream per CUDA stream PyTorch passes; every pointer
+//! handed out pinned for life (PyTorch holds raw pointers: its memory
+//! never moves). Every call PyTorch can get wrong is a counted refusal,
+//! never a crash.
+
+use crate::config::{Config, StorageChoice};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+use streamalloc::memory::{Allocation, Bytes, Cleanup, Pinned, StreamId};
+use streamalloc::service::{ServiceError, StreamHandle, Supervisor};
+use streamalloc::trace::{TraceAction, TraceEvent, TraceMeta, write_trace_jsonl};
+
+/// What the library refused, by kind: each counted, the first few logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Refusal {
+    /// A free of a pointer the library did not hand out (never, or freed
+    /// already: a double free).
+    UnknownFree,
+    /// A free whose size is not the size allocated (freed all the same).
+    SizeMismatch,
+    /// An allocation the device could not serve (out of memory, too large).
+    OutOfMemory,
+    /// A negative device, or a device past what the library serves.
+    BadDevice,
+    /// More CUDA streams on one device than it runs.
+    TooManyStreams,
+    /// A call after `streamalloc_shutdown`.
+    AfterShutdown,
+    /// A call in a child process after `fork` (a data-loader worker): the
+    /// parent's memory is not the child's to use.
+    ForkedChild,
+    /// A panic inside, caught at the boundary.
+    Panic,
+    /// The environment's configuration means nothing (see the log).
+    BadConfig,
+    /// A memory fraction set after the device's first allocation, or one
+    /// outside 0..=1.
+    BadFraction,
+    /// `record_stream` of a pointer the library did not hand out.
+    UnknownRecord,
+}
+
+impl Refusal {
+    const ALL: [Refusal; 11] = [
+        Refusal::UnknownFree,
+        Refusal::SizeMismatch,
+        Refusal::OutOfMemory,
+        Refusal::BadDevice,
+        Refusal::TooManyStreams,
+        Refusal::AfterShutdown,
+        Refusal::ForkedChild,
+        Refusal::Panic,
+        Refusal::BadConfig,
+        Refusal::BadFraction,
+        Refusal::UnknownRecord,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Refusal::UnknownFree => "unknown_free",
+            Refusal::SizeMismatch => "size_mismatch",
+            Refusal::OutOfMemory => "out_of_memory",
+            Refusal::BadDevice => "bad_device",
+            Refusal::TooManyStreams => "too_many_streams",
+            Refusal::AfterShutdown => "after_shutdown",
+            Refusal::ForkedChild => "forked_child",
+            Refusal::Panic => "panic",
+            Refusal::BadConfig => "bad_config",
+            Refusal::BadFraction => "bad_fraction",
+            Refusal::UnknownRecord => "unknown_record_stream",
+        }
+    }
+}
+
+/// Messages logged per kind of refusal; the rest are counted only.
+const LOGGED_PER_KIND: u64 = 8;
+
+/// The most devices the library serves (CUDA ordinals are small).
+const MAX_DEVICES: i32 = 64;
+
+/// One pointer handed out.
+struct Held {
+    /// Pinned (its address) and kept alive (its handle) until freed; the
+    /// pin goes first (fields drop in order).
+    _pinned: Pinned,
+    _allocation: Allocation,
+    size: u64,
+    stream: usize,
+}
+
+/// One device: its supervisor, its streams by CUDA stream, what is live.
+struct Device {
+    supervisor: Supervisor,
+    streams: Mutex<HashMap<usize, StreamHandle>>,
+    live: Mutex<HashMap<usize, Held>>,
+}
+
+/// The library's state in this process.
+pub struct Library {
+    /// The process that made it: a child after `fork` is refused.
+    pid: u32,
+    config: Result<Config, String>,
+    devices: Mutex<HashMap<i32, Arc<Device>>>,
+    /// Memory fractions PyTorch set, applied at each device's first use.
+    fractions: Mutex<HashMap<i32, f64>>,
+    shut: AtomicBool,
+    refusals: Mutex<HashMap<Refusal, u64>>,
+    allocations: AtomicU64,
+    frees: AtomicU64,
+    /// Bytes handed out and not freed, their peak, and the trace: one
+    /// lock, so the trace's order is the order these were counted in and
+    /// its replay finds the same peak.
+    ledger: Mutex<Ledger>,
+    started: Instant,
+}
+
+/// What the library has handed out, in the order it counted it.
+#[derive(Default)]
+struct Ledger {
+    live: u64,
+    peak: u64,
+    /// Every allocation and free since recording began, when it is on.
+    trace: Option<Vec<TraceEvent>>,
+}
+
+impl Library {
+    /// The library, configured from `config` (or the reason it is not).
+    pub fn new(config: Result<Config, String>, record: bool) -> Self {
+        Self {
+            pid: std::process::id(),
+            config,
+            devices: Mutex::new(HashMap::new()),
+            fractions: Mutex::new(HashMap::new()),
+            shut: AtomicBool::new(false),
+            refusals: Mutex::new(HashMap::new()),
+            allocations: AtomicU64::new(0),
+            frees: AtomicU64::new(0),
+            ledger: Mutex::new(Ledger {
+                trace: record.then(Vec::new),
+                ..Ledger::default()
+            }),
+            started: Instant::now(),
+        }
+    }
+
+    /// Count a refusal, and log the first few of its kind.
+    pub fn refuse(&self, kind: Refusal, message: impl FnOnce() -> String) {
+        let count = {
+            let mut refusals = self.refusals.lock();
+            let count = refusals.entry(kind).or_insert(0);
+            *count += 1;
+            *count
+        };
+        if count <= LOGGED_PER_KIND {
+            let more = if count == LOGGED_PER_KIND {
+                " (further refusals of this kind are counted, not logged)"
+            } else {
+                ""
+            };
+            eprintln!(
+                "streamalloc-torch: refused ({}): {}{more}",
+                kind.name(),
+                message()
+            );
+        }
+    }
+
+    /// Whether this call may act at all: not after shutdown, not in a
+    /// forked child.
+    fn usable(&self) -> bool {
+        if std::process::id() != self.pid {
+            self.refuse(Refusal::ForkedChild, || {
+                "a call in a child process after fork: the parent's device memory is not the child's".into()
+            });
+            return false;
+        }
+        if self.shut.load(Ordering::Acquire) {
+            self.refuse(Refusal::AfterShutdown, || "a call after shutdown".into());
+            return false;
+        }
+        true
+    }
+
+    fn config(&self) -> Option<&Config> {
+        match &self.config {
+            Ok(config) => Some(config),
+            Err(message) => {
+                self.refuse(Refusal::BadConfig, || message.clone());
+                None
+            }
+        }
+    }
+
+    /// The device `device`, made on first use.
+    fn device(&self, device: i32) -> Option<Arc<Device>> {
+        if !(0..MAX_DEVICES).contains(&device) {
+            self.refuse(Refusal::BadDevice, || {
+                format!(
+                    "device {device} (this library serves devices 0 to {})",
+                    MAX_DEVICES - 1
+                )
+            });
+            return None;
+        }
+        let config = self.config()?;
+        let mut devices = self.devices.lock();
+        if let Some(found) = devices.get(&device) {
+            return Some(found.clone());
+        }
+        let budget = match self.fractions.lock().get(&device) {
+            Some(fraction) => Some((config.device_bytes as f64 * fraction) as u64),
+            None => config.budget,
+        };
+        let service = config.service(budget);
+        let supervisor = match config.storage {
+            StorageChoice::Host => Supervisor::host(service),
+            StorageChoice::Virtual => Supervisor::virtual_device(service),
+            StorageChoice::Cuda => match cuda_supervisor(device, service) {
+                Ok(supervisor) => supervisor,
+                Err(message) => {
+                    self.refuse(Refusal::BadDevice, || message);
+                    return None;
+                }
+            },
+        };
+        let made = Arc::new(Device {
+            supervisor,
+            streams: Mutex::new(HashMap::new()),
+            live: Mutex::new(HashMap::new()),
+        });
+        devices.insert(device, made.clone());
+        Some(made)
+    }
+
+    /// The streamalloc stream of CUDA stream `stream` on `device`.
+    fn stream(&self, device: &Device, stream: usize) -> Option<StreamHandle> {
+        let mut streams = device.streams.lock();
+        if let Some(found) = streams.get(&stream) {
+            return Some(found.clone());
+        }
+        let id = StreamId(u32::try_from(streams.len()).unwrap_or(u32::MAX));
+        match device.supervisor.stream(id) {
+            Ok(handle) => {
+                streams.insert(stream, handle.clone());
+                Some(handle)
+            }
+            Err(err) => {
+                self.refuse(Refusal::TooManyStreams, || {
+                    format!("CUDA stream {stream:#x}: {err}")
+                });
+                None
+            }
+        }
+    }
+
+    /// Count an allocation or a free (and trace it, when recording).
+    fn count(&self, device: i32, stream: usize, action: TraceAction, ptr: usize, size: u64) {
+        let mut ledger = self.ledger.lock();
+        if action == TraceAction::Alloc {
+            ledger.live += size;
+            ledger.peak = ledger.peak.max(ledger.live);
+        } else {
+            ledger.live -= size;
+        }
+        if let Some(events) = ledger.trace.as_mut() {
+            let time = u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            let mut event = TraceEvent::new(time, stream as u64, action, ptr as u64, size);
+            event.device = u32::try_from(device).unwrap_or(0);
+            events.push(event);
+        }
+    }
+
+    /// PyTorch's allocate: a pointer to `size` bytes on `device`, ordered
+    /// on `stream`; null when it cannot be served (every recovery step
+    /// having run inside the service first) or a size of 0.
+    pub fn allocate(&self, size: usize, device: i32, stream: usize) -> usize {
+        if size == 0 || !self.usable() {
+            return 0;
+        }
+        let Some(dev) = self.device(device) else {
+            return 0;
+        };
+        let Some(handle) = self.stream(&dev, stream) else {
+            return 0;
+        };
+        let size = size as u64;
+        let allocation = match handle.reserve(size) {
+            Ok(allocation) => allocation,
+            Err(err) => {
+                self.refuse(Refusal::OutOfMemory, || {
+                    format!("{} on device {device}: {}", Bytes(size), short(&err))
+                });
+                return 0;
+            }
+        };
+        let pinned = match handle.resolve(&allocation) {
+            Ok(pinned) => pinned,
+            Err(err) => {
+                self.refuse(Refusal::OutOfMemory, || format!("no address: {err}"));
+                return 0;
+            }
+        };
+        let ptr = pinned.resource().addr as usize;
+        // Counted before the pointer can be freed (by a wrong guess on
+        // another thread): the ledger never counts a free before its
+        // allocation.
+        self.count(device, stream, TraceAction::Alloc, ptr, size);
+        self.allocations.fetch_add(1, Ordering::Relaxed);
+        dev.live.lock().insert(
+            ptr,
+            Held {
+                _pinned: pinned,
+                _allocation: allocation,
+                size,
+                stream,
+            },
+        );
+        ptr
+    }
+
+    /// PyTorch's free.
+    pub fn free(&self, ptr: usize, size: usize, device: i32, stream: usize) {
+        if ptr == 0 || !self.usable() {
+            return;
+        }
+        let held = match self.devices.lock().get(&device) {
+            Some(dev) => dev.live.lock().remove(&ptr),
+            None => None,
+        };
+        let Some(held) = held else {
+            self.refuse(Refusal::UnknownFree, || {
+                format!("free of {ptr:#x} on device {device}: not handed out by this library, or freed already")
+            });
+            return;
+        };
+        if held.size != size as u64 {
+            self.refuse(Refusal::SizeMismatch, || {
+                format!(
+                    "free of {ptr:#x} with size {size}: it was allocated with {}",
+                    held.size
+                )
+            });
+        }
+        let _ = stream;
+        self.count(device, held.stream, TraceAction::Free, ptr, held.size);
+        self.frees.fetch_add(1, Ordering::Relaxed);
+        // The pin goes, then the handle: the memory goes back to its stream.
+        drop(held);
+    }
+
+    /// PyTorch's `record_stream`: `stream` uses `ptr` from now on. On host
+    /// memory there is nothing to order; the pointer is checked.
+    pub fn record_stream(&self, ptr: usize, stream: usize) {
+        if !self.usable() {
+            return;
+        }
+        let known = self
+            .devices
+            .lock()
+            .values()
+            .any(|dev| dev.live.lock().contains_key(&ptr));
+        if !known {
+            self.refuse(Refusal::UnknownRecord, || {
+                format!("record_stream of {ptr:#x} on stream {stream:#x}: not handed out by this library")
+            });
+        }
+    }
+
+    /// PyTorch's `empty_cache`: every stream gives back what no allocation
+    /// holds.
+    pub fn empty_cache(&self) {
+        if !self.usable() {
+            return;
+        }
+        let devices: Vec<Arc<Device>> = self.devices.lock().values().cloned().collect();
+        for dev in devices {
+            let streams: Vec<StreamHandle> = dev.streams.lock().values().cloned().collect();
+            for stream in streams {
+                let _ = stream.cleanup(Cleanup::Explicit);
+            }
+        }
+    }
+
+    /// PyTorch's `set_per_process_memory_fraction`: applies to a device not
+    /// yet used (its budget is fixed when it is made).
+    pub fn set_memory_fraction(&self, fraction: f64, device: i32) {
+        if !self.usable() {
+            return;
+        }
+        if !(fraction > 0.0 && fraction <= 1.0) || self.devices.lock().contains_key(&device) {
+            self.refuse(Refusal::BadFraction, || {
+                format!(
+                    "memory fraction {fraction} on device {device}: a fraction in (0, 1], set before the device's first allocation"
+                )
+            });
+            return;
+        }
+        self.fractions.lock().insert(device, fraction);
+    }
+
+    /// Start or stop recording the process's trace.
+    pub fn set_recording(&self, on: bool) {
+        let mut ledger = self.ledger.lock();
+        match (on, ledger.trace.is_some()) {
+            (true, false) => ledger.trace = Some(Vec::new()),
+            (false, true) => ledger.trace = None,
+            _ => {}
+        }
+    }
+
+    /// Write the trace recorded so far as JSON Lines (`streamalloc replay`
+    /// and `--plot` read it).
+    pub fn dump_trace(&self, path: &std::path::Path) -> Result<u64, String> {
+        let events = self
+            .ledger
+            .lock()
+            .trace
+            .clone()
+            .ok_or("no trace is being recorded (STREAMALLOC_TORCH_RECORD=1, or streamalloc_set_recording(1))")?;
+        let meta = TraceMeta {
+            source: "streamalloc-torch".into(),
+            ..TraceMeta::default()
+        };
+        let file = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut out = std::io::BufWriter::new(file);
+        write_trace_jsonl(&meta, &events, &mut out)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        use std::io::Write;
+        out.flush()
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(events.len() as u64)
+    }
+
+    /// Every device's figures, as JSON (in a forked child, the counts
+    /// alone: the devices' threads stayed in the parent).
+    pub fn stats(&self) -> Value {
+        let forked = std::process::id() != self.pid;
+        let devices: Vec<(i32, Arc<Device>)> = if forked {
+            Vec::new()
+        } else {
+            let mut all: Vec<_> = self
+                .devices
+                .lock()
+                .iter()
+                .map(|(id, dev)| (*id, dev.clone()))
+                .collect();
+            all.sort_by_key(|(id, _)| *id);
+            all
+        };
+        let per_device: Vec<Value> = devices
+            .iter()
+            .map(|(id, dev)| {
+                let stats = dev.supervisor.device_stats();
+                let live = dev.live.lock();
+                let streams: Vec<Value> = dev
+                    .supervisor
+                    .stats()
+                    .iter()
+                    .map(|s| {
+                        json!({
+                            "stream": s.stream.0,
+                            "bytes_in_use": s.bytes_in_use,
+                            "bytes_reserved": s.bytes_reserved,
+                            "peak_bytes_reserved": s.peak_bytes_reserved,
+                            "reservations": s.reservations,
+                        })
+                    })
+                    .collect();
+                let driver = dev
+                    .streams
+                    .lock()
+                    .values()
+                    .filter_map(|handle| handle.report().ok())
+                    .fold(streamalloc::storage::DriverOps::default(), |ops, r| {
+                        ops.combine(r.driver)
+                    });
+                json!({
+                    "device": id,
+                    "live_allocations": live.len(),
+                    "bytes_in_use": stats.bytes_in_use,
+                    "peak_bytes_in_use": stats.peak_bytes_in_use,
+                    "bytes_reserved": stats.bytes_reserved,
+                    "peak_bytes_reserved": stats.peak_bytes_reserved,
+                    "budget": dev.supervisor.budget().map(|b| b.limit()),
+                    "streams": streams,
+                    "driver": driver,
+                })
+            })
+            .collect();
+        let refusals: serde_json::Map<String, Value> = {
+            let counted = self.refusals.lock();
+            Refusal::ALL
+                .iter()
+                .map(|kind| {
+                    (
+                        kind.name().to_string(),
+                        json!(counted.get(kind).copied().unwrap_or(0)),
+                    )
+                })
+                .collect()
+        };
+        let ledger = self.ledger.lock();
+        json!({
+            "allocations": self.allocations.load(Ordering::Relaxed),
+            "frees": self.frees.load(Ordering::Relaxed),
+            "live_bytes": ledger.live,
+            "peak_live_bytes": ledger.peak,
+            "refusals": refusals,
+            "recording": ledger.trace.is_some(),
+            "devices": per_device,
+        })
+    }
+
+    /// Give every device's memory back; later calls are refused.
+    pub fn shutdown(&self) {
+        if self.shut.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let devices: Vec<Arc<Device>> = self.devices.lock().drain().map(|(_, d)| d).collect();
+        for dev in devices {
+            dev.live.lock().clear();
+            dev.streams.lock().clear();
+            dev.supervisor.shutdown();
+        }
+    }
+}
+
+/// A supervisor whose streams take memory from GPU `device`, in its
+/// primary context (the one PyTorch uses).
+#[cfg(feature = "cuda")]
+fn cuda_supervisor(
+    device: i32,
+    service: streamalloc::service::ServiceConfig,
+) -> Result<Supervisor, String> {
+    use streamalloc::storage::{CudaStorage, DeviceStorage};
+    let ordinal = usize::try_from(device).map_err(|_| format!("device {device}"))?;
+    let context = CudaStorage::context(ordinal).map_err(|e| e.to_string())?;
+    Ok(Supervisor::new(
+        service,
+        Box::new(move |_| {
+            CudaStorage::for_foreign_streams(context.clone())
+                .map(|storage| Box::new(storage) as Box<dyn DeviceStorage>)
+        }),
+    ))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_supervisor(
+    device: i32,
+    _service: streamalloc::service::ServiceConfig,
+) -> Result<Supervisor, String> {
+    Err(format!(
+        "device {device}: this build has no CUDA support (build with --features cuda)"
+    ))
+}
+
+/// The first line of an error, short enough for a log.
+fn short(err: &ServiceError) -> String {
+    let text = err.to_string();
+    match text.char_indices().nth(300) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text,
+    }
+}
