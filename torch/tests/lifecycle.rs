@@ -1,11 +1,12 @@
 //! A forked child (a data-loader worker) and calls after shutdown are
-//! refused and counted, never a crash. One test: the process has one
-//! library, and shutdown ends it.
+//! refused and counted, never a crash; memory holds its bytes and a
+//! fraction caps a device. One test: the process has one library, and
+//! shutdown ends it.
 
 use std::ffi::{CStr, c_void};
 use streamalloc_torch::{
-    streamalloc_free, streamalloc_free_string, streamalloc_malloc, streamalloc_shutdown,
-    streamalloc_stats_json,
+    streamalloc_free, streamalloc_free_string, streamalloc_malloc, streamalloc_set_memory_fraction,
+    streamalloc_shutdown, streamalloc_stats_json,
 };
 
 fn refusals(kind: &str) -> u64 {
@@ -21,8 +22,61 @@ fn refusals(kind: &str) -> u64 {
     stats["refusals"][kind].as_u64().unwrap()
 }
 
+fn stats() -> serde_json::Value {
+    let text = streamalloc_stats_json();
+    // SAFETY: a string the library made, freed once.
+    let json = unsafe { CStr::from_ptr(text) }
+        .to_str()
+        .unwrap()
+        .to_string();
+    // SAFETY: as above.
+    unsafe { streamalloc_free_string(text) };
+    serde_json::from_str(&json).unwrap()
+}
+
+fn device(stats: &serde_json::Value, id: i64) -> serde_json::Value {
+    stats["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["device"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("no device {id} in {stats}"))
+}
+
+fn stream(n: usize) -> *mut c_void {
+    (0x1000 + n * 0x10) as *mut c_void
+}
+
+/// Memory handed out holds its bytes, and a fraction set before a device's
+/// first use caps it.
+fn memory_handed_out_holds_its_bytes_and_a_fraction_caps_a_device() {
+    const DEVICE: i32 = 3;
+    // A fraction before the device's first use: a budget of an eighth of
+    // the 1 TiB the library serves a device by default.
+    streamalloc_set_memory_fraction(1.0 / 8.0, DEVICE);
+    let a = streamalloc_malloc(1 << 20, DEVICE, stream(0)) as *mut u8;
+    let b = streamalloc_malloc(3000, DEVICE, stream(1)) as *mut u8;
+    assert!(!a.is_null() && !b.is_null() && a != b);
+    // SAFETY: host memory this library handed out, 1 MiB and 3000 bytes.
+    unsafe {
+        std::ptr::write_bytes(a, 0xAB, 1 << 20);
+        std::ptr::write_bytes(b, 0xCD, 3000);
+        assert_eq!(*a.add((1 << 20) - 1), 0xAB);
+        assert_eq!(*b.add(2999), 0xCD);
+    }
+    assert!(streamalloc_malloc(1 << 40, DEVICE, stream(0)).is_null());
+    let dev = device(&stats(), i64::from(DEVICE));
+    assert_eq!(dev["budget"], 1u64 << 37);
+    assert_eq!(dev["live_allocations"], 2);
+    streamalloc_free(a as *mut c_void, 1 << 20, DEVICE, stream(0));
+    streamalloc_free(b as *mut c_void, 3000, DEVICE, stream(1));
+    assert_eq!(device(&stats(), i64::from(DEVICE))["bytes_in_use"], 0);
+}
+
 #[test]
-fn a_forked_child_and_calls_after_shutdown_are_refused() {
+fn a_library_from_first_use_to_fork_and_shutdown() {
+    memory_handed_out_holds_its_bytes_and_a_fraction_caps_a_device();
     let stream = 0x10 as *mut c_void;
     let ptr = streamalloc_malloc(4096, 0, stream);
     assert!(!ptr.is_null());
