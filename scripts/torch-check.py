@@ -19,7 +19,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WORKLOADS = ("mlp_train", "conv_train", "decode_two_streams")
+WORKLOADS = ("mlp_train", "conv_train", "decode_two_streams", "record_stream")
 TOLERANCE = 1e-4
 
 
@@ -77,6 +77,31 @@ def workload(name):
 
             out = timed(step)
         result = out.item()
+    elif name == "record_stream":
+        # Memory made on one stream, read by long work on another
+        # (x.record_stream), freed, and the next allocation filled at once:
+        # an allocator that reused it before the other stream was done
+        # would change what that stream computes.
+        main, side = torch.cuda.current_stream(), torch.cuda.Stream()
+        sums = []
+        for i in range(12):
+            def step():
+                x = torch.randn(2048, 2048, device=dev)
+                side.wait_stream(main)
+                with torch.cuda.stream(side):
+                    y = x
+                    for _ in range(6):
+                        y = torch.tanh(y @ x)
+                    sums.append(y.sum())
+                x.record_stream(side)
+                del x
+                z = torch.full((2048, 2048), float(i), device=dev)
+                del z
+                return None
+
+            timed(step)
+        torch.cuda.synchronize()
+        result = sum(s.item() for s in sums)
     else:  # decode_two_streams: a KV cache growing on two streams at once
         layers, hidden = 8, 1024
         weights = [torch.randn(hidden, hidden, device=dev) / hidden**0.5 for _ in range(layers)]

@@ -19,6 +19,8 @@
 
 pub mod config;
 mod state;
+#[cfg(feature = "cuda")]
+mod uses;
 
 pub use state::{Library, Refusal};
 

@@ -91,6 +91,8 @@ struct Held {
     _allocation: Allocation,
     size: u64,
     stream: usize,
+    /// Other streams PyTorch said use it (`record_stream`).
+    used_on: Vec<usize>,
 }
 
 /// One device: its supervisor, its streams by CUDA stream, what is live.
@@ -98,6 +100,40 @@ struct Device {
     supervisor: Supervisor,
     streams: Mutex<HashMap<usize, StreamHandle>>,
     live: Mutex<HashMap<usize, Held>>,
+    /// The GPU's context, where memory is the GPU's.
+    #[cfg(feature = "cuda")]
+    context: Option<std::sync::Arc<cudarc::driver::CudaContext>>,
+    /// Frees waiting for other streams that used the memory.
+    #[cfg(feature = "cuda")]
+    waiting: Mutex<Vec<(crate::uses::Uses, Held)>>,
+}
+
+impl Device {
+    /// Give back what waited for other streams and no longer needs to.
+    fn release_finished(&self) {
+        #[cfg(feature = "cuda")]
+        if let Some(context) = &self.context {
+            self.waiting.lock().retain(|(uses, _)| !uses.done(context));
+        }
+    }
+
+    /// Free `held`, once every other stream that used it is done with it.
+    fn release(&self, held: Held) {
+        #[cfg(feature = "cuda")]
+        if let Some(context) = &self.context
+            && !held.used_on.is_empty()
+        {
+            match crate::uses::Uses::record(context, &held.used_on) {
+                Ok(uses) => self.waiting.lock().push((uses, held)),
+                // No event to wait on: wait for the device instead.
+                Err(_) => {
+                    let _ = context.synchronize();
+                }
+            }
+            return;
+        }
+        drop(held);
+    }
 }
 
 /// The library's state in this process.
@@ -228,10 +264,21 @@ impl Library {
                 }
             },
         };
+        #[cfg(feature = "cuda")]
+        let context = match config.storage {
+            StorageChoice::Cuda => usize::try_from(device)
+                .ok()
+                .and_then(|ordinal| streamalloc::storage::CudaStorage::context(ordinal).ok()),
+            _ => None,
+        };
         let made = Arc::new(Device {
             supervisor,
             streams: Mutex::new(HashMap::new()),
             live: Mutex::new(HashMap::new()),
+            #[cfg(feature = "cuda")]
+            context,
+            #[cfg(feature = "cuda")]
+            waiting: Mutex::new(Vec::new()),
         });
         devices.insert(device, made.clone());
         Some(made)
@@ -285,6 +332,7 @@ impl Library {
         let Some(dev) = self.device(device) else {
             return 0;
         };
+        dev.release_finished();
         let Some(handle) = self.stream(&dev, stream) else {
             return 0;
         };
@@ -318,6 +366,7 @@ impl Library {
                 _allocation: allocation,
                 size,
                 stream,
+                used_on: Vec::new(),
             },
         );
         ptr
@@ -328,11 +377,9 @@ impl Library {
         if ptr == 0 || !self.usable() {
             return;
         }
-        let held = match self.devices.lock().get(&device) {
-            Some(dev) => dev.live.lock().remove(&ptr),
-            None => None,
-        };
-        let Some(held) = held else {
+        let dev = self.devices.lock().get(&device).cloned();
+        let held = dev.as_ref().and_then(|dev| dev.live.lock().remove(&ptr));
+        let (Some(dev), Some(held)) = (dev, held) else {
             self.refuse(Refusal::UnknownFree, || {
                 format!("free of {ptr:#x} on device {device}: not handed out by this library, or freed already")
             });
@@ -349,21 +396,31 @@ impl Library {
         let _ = stream;
         self.count(device, held.stream, TraceAction::Free, ptr, held.size);
         self.frees.fetch_add(1, Ordering::Relaxed);
-        // The pin goes, then the handle: the memory goes back to its stream.
-        drop(held);
+        // The pin goes, then the handle: the memory goes back to its
+        // stream (once other streams that used it are done).
+        dev.release(held);
+        dev.release_finished();
     }
 
-    /// PyTorch's `record_stream`: `stream` uses `ptr` from now on. On host
-    /// memory there is nothing to order; the pointer is checked.
+    /// PyTorch's `record_stream`: `stream` uses `ptr` from now on, so its
+    /// free waits for that stream's work (on a GPU; host memory has
+    /// nothing to order).
     pub fn record_stream(&self, ptr: usize, stream: usize) {
         if !self.usable() {
             return;
         }
-        let known = self
-            .devices
-            .lock()
-            .values()
-            .any(|dev| dev.live.lock().contains_key(&ptr));
+        let known = self.devices.lock().values().any(|dev| {
+            let mut live = dev.live.lock();
+            match live.get_mut(&ptr) {
+                Some(held) => {
+                    if held.stream != stream && !held.used_on.contains(&stream) {
+                        held.used_on.push(stream);
+                    }
+                    true
+                }
+                None => false,
+            }
+        });
         if !known {
             self.refuse(Refusal::UnknownRecord, || {
                 format!("record_stream of {ptr:#x} on stream {stream:#x}: not handed out by this library")
@@ -523,6 +580,12 @@ impl Library {
         }
         let devices: Vec<Arc<Device>> = self.devices.lock().drain().map(|(_, d)| d).collect();
         for dev in devices {
+            #[cfg(feature = "cuda")]
+            if let Some(context) = &dev.context {
+                // What waits for other streams: they finish first.
+                let _ = context.synchronize();
+                dev.waiting.lock().clear();
+            }
             dev.live.lock().clear();
             dev.streams.lock().clear();
             dev.supervisor.shutdown();
