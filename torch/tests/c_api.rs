@@ -3,40 +3,14 @@
 //! replays. (One process, one library: this binary holds one test, so
 //! the trace it dumps holds its calls alone.)
 
-use std::ffi::{CStr, CString, c_void};
+use std::ffi::{CString, c_void};
 use streamalloc_torch::{
-    streamalloc_dump_trace, streamalloc_empty_cache, streamalloc_free, streamalloc_free_string,
-    streamalloc_malloc, streamalloc_record_stream, streamalloc_set_memory_fraction,
-    streamalloc_set_recording, streamalloc_stats_json,
+    streamalloc_dump_trace, streamalloc_empty_cache, streamalloc_free, streamalloc_malloc,
+    streamalloc_record_stream, streamalloc_set_memory_fraction, streamalloc_set_recording,
 };
 
-fn stats() -> serde_json::Value {
-    let text = streamalloc_stats_json();
-    assert!(!text.is_null());
-    // SAFETY: a string the library made, freed once below.
-    let json = unsafe { CStr::from_ptr(text) }
-        .to_str()
-        .unwrap()
-        .to_string();
-    // SAFETY: as above.
-    unsafe { streamalloc_free_string(text) };
-    serde_json::from_str(&json).unwrap()
-}
-
-fn device(stats: &serde_json::Value, id: i64) -> serde_json::Value {
-    stats["devices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["device"] == id)
-        .cloned()
-        .unwrap_or_else(|| panic!("no device {id} in {stats}"))
-}
-
-/// A stream pointer, as PyTorch passes `cudaStream_t`.
-fn stream(n: usize) -> *mut c_void {
-    (0x1000 + n * 0x10) as *mut c_void
-}
+mod common;
+use common::{device, stats, stream};
 
 #[test]
 fn eight_threads_of_calls_with_every_bad_call_mixed_in_leave_nothing_behind() {

@@ -3,50 +3,13 @@
 //! fraction caps a device. One test: the process has one library, and
 //! shutdown ends it.
 
-use std::ffi::{CStr, c_void};
+use std::ffi::c_void;
 use streamalloc_torch::{
-    streamalloc_free, streamalloc_free_string, streamalloc_malloc, streamalloc_set_memory_fraction,
-    streamalloc_shutdown, streamalloc_stats_json,
+    streamalloc_free, streamalloc_malloc, streamalloc_set_memory_fraction, streamalloc_shutdown,
 };
 
-fn refusals(kind: &str) -> u64 {
-    let text = streamalloc_stats_json();
-    // SAFETY: a string the library made, freed once.
-    let json = unsafe { CStr::from_ptr(text) }
-        .to_str()
-        .unwrap()
-        .to_string();
-    // SAFETY: as above.
-    unsafe { streamalloc_free_string(text) };
-    let stats: serde_json::Value = serde_json::from_str(&json).unwrap();
-    stats["refusals"][kind].as_u64().unwrap()
-}
-
-fn stats() -> serde_json::Value {
-    let text = streamalloc_stats_json();
-    // SAFETY: a string the library made, freed once.
-    let json = unsafe { CStr::from_ptr(text) }
-        .to_str()
-        .unwrap()
-        .to_string();
-    // SAFETY: as above.
-    unsafe { streamalloc_free_string(text) };
-    serde_json::from_str(&json).unwrap()
-}
-
-fn device(stats: &serde_json::Value, id: i64) -> serde_json::Value {
-    stats["devices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["device"] == id)
-        .cloned()
-        .unwrap_or_else(|| panic!("no device {id} in {stats}"))
-}
-
-fn stream(n: usize) -> *mut c_void {
-    (0x1000 + n * 0x10) as *mut c_void
-}
+mod common;
+use common::{device, refusals, stats, stream};
 
 /// Memory handed out holds its bytes, and a fraction set before a device's
 /// first use caps it.
