@@ -106,6 +106,27 @@ impl CudaStorage {
     /// A storage on a new stream of `context` (one per stream actor).
     pub fn on_context(context: Arc<CudaContext>) -> Result<Self, StorageError> {
         let stream = context.new_stream().map_err(driver)?;
+        Self::on_stream(context, stream)
+    }
+
+    /// A storage that orders its work on `stream`, a CUDA stream of
+    /// `context` that other code made and keeps (PyTorch's): it is used,
+    /// never destroyed. Memory goes back after that stream is done with
+    /// it, as for a stream of its own.
+    ///
+    /// # Safety
+    /// `stream` is a live stream of `context`, and stays alive as long as
+    /// the storage.
+    pub unsafe fn on_borrowed_stream(
+        context: Arc<CudaContext>,
+        stream: sys::CUstream,
+    ) -> Result<Self, StorageError> {
+        // SAFETY: the caller promises the stream lives as long as this.
+        let stream = unsafe { context.wrap_borrowed_stream(stream) };
+        Self::on_stream(context, stream)
+    }
+
+    fn on_stream(context: Arc<CudaContext>, stream: Arc<CudaStream>) -> Result<Self, StorageError> {
         context.bind_to_thread().map_err(driver)?;
         let ordinal = i32::try_from(context.ordinal())
             .map_err(|_| StorageError::Driver("device ordinal past i32".into()))?;

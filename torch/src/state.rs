@@ -98,6 +98,9 @@ struct Held {
 /// One device: its supervisor, its streams by CUDA stream, what is live.
 struct Device {
     supervisor: Supervisor,
+    /// The CUDA stream each stream being made orders its work on (its
+    /// storage borrows it): filled before `Supervisor::stream`.
+    cuda_streams: Arc<Mutex<HashMap<u32, usize>>>,
     streams: Mutex<HashMap<usize, StreamHandle>>,
     live: Mutex<HashMap<usize, Held>>,
     /// The GPU's context, where memory is the GPU's.
@@ -253,10 +256,11 @@ impl Library {
             None => config.budget,
         };
         let service = config.service(budget);
+        let cuda_streams = Arc::new(Mutex::new(HashMap::new()));
         let supervisor = match config.storage {
             StorageChoice::Host => Supervisor::host(service),
             StorageChoice::Virtual => Supervisor::virtual_device(service),
-            StorageChoice::Cuda => match cuda_supervisor(device, service) {
+            StorageChoice::Cuda => match cuda_supervisor(device, service, cuda_streams.clone()) {
                 Ok(supervisor) => supervisor,
                 Err(message) => {
                     self.refuse(Refusal::BadDevice, || message);
@@ -273,6 +277,7 @@ impl Library {
         };
         let made = Arc::new(Device {
             supervisor,
+            cuda_streams,
             streams: Mutex::new(HashMap::new()),
             live: Mutex::new(HashMap::new()),
             #[cfg(feature = "cuda")]
@@ -291,6 +296,7 @@ impl Library {
             return Some(found.clone());
         }
         let id = StreamId(u32::try_from(streams.len()).unwrap_or(u32::MAX));
+        device.cuda_streams.lock().insert(id.0, stream);
         match device.supervisor.stream(id) {
             Ok(handle) => {
                 streams.insert(stream, handle.clone());
@@ -595,19 +601,35 @@ impl Library {
 
 /// A supervisor whose streams take memory from GPU `device`, in its
 /// primary context (the one PyTorch uses).
+///
+/// Each streamalloc stream orders its work on the CUDA stream PyTorch
+/// passed for it (`cuda_streams`, by stream id), borrowed: memory goes
+/// back once that stream is done with it, and frees that other streams
+/// used wait for them first (`uses.rs`). PyTorch's default stream (null)
+/// orders with every blocking stream, so its storage waits for the whole
+/// device instead.
 #[cfg(feature = "cuda")]
 fn cuda_supervisor(
     device: i32,
     service: streamalloc::service::ServiceConfig,
+    cuda_streams: Arc<Mutex<HashMap<u32, usize>>>,
 ) -> Result<Supervisor, String> {
     use streamalloc::storage::{CudaStorage, DeviceStorage};
     let ordinal = usize::try_from(device).map_err(|_| format!("device {device}"))?;
     let context = CudaStorage::context(ordinal).map_err(|e| e.to_string())?;
     Ok(Supervisor::new(
         service,
-        Box::new(move |_| {
-            CudaStorage::for_foreign_streams(context.clone())
-                .map(|storage| Box::new(storage) as Box<dyn DeviceStorage>)
+        Box::new(move |id| {
+            let stream = cuda_streams.lock().get(&id.0).copied().unwrap_or(0);
+            let storage = if stream == 0 {
+                CudaStorage::for_foreign_streams(context.clone())
+            } else {
+                // SAFETY: PyTorch passed this stream for allocations it
+                // orders on it, and keeps its streams for the life of the
+                // process (its stream pools never destroy them).
+                unsafe { CudaStorage::on_borrowed_stream(context.clone(), stream as _) }
+            };
+            storage.map(|storage| Box::new(storage) as Box<dyn DeviceStorage>)
         }),
     ))
 }
@@ -616,6 +638,7 @@ fn cuda_supervisor(
 fn cuda_supervisor(
     device: i32,
     _service: streamalloc::service::ServiceConfig,
+    _cuda_streams: Arc<Mutex<HashMap<u32, usize>>>,
 ) -> Result<Supervisor, String> {
     Err(format!(
         "device {device}: this build has no CUDA support (build with --features cuda)"
