@@ -220,3 +220,34 @@ fn the_service_runs_on_the_device() {
         assert_eq!(report.unwrap().bytes_left, 0);
     }
 }
+
+#[test]
+fn pages_go_back_in_stream_order_without_a_wait() {
+    let Some(storage) = device() else { return };
+    let mut storage = storage.with_ordered_reclaim();
+    // Work queued on the stream before the free: a long device copy.
+    let big = 512 << 20;
+    let (a, b) = (
+        storage.allocate(big).unwrap(),
+        storage.allocate(big).unwrap(),
+    );
+    let page = storage.allocate(1 << 20).unwrap();
+    for _ in 0..8 {
+        storage.copy(&a, &b).unwrap();
+    }
+    let waits = storage.driver_ops().stream_waits;
+    storage.deallocate(page.id);
+    storage.flush();
+    // Let go without a wait: an event on the stream, the bytes counted
+    // until it has passed.
+    assert_eq!(storage.driver_ops().stream_waits, waits, "the flush waited");
+    assert_eq!(storage.driver_ops().events_recorded, 1);
+    storage.synchronize().unwrap();
+    storage.flush();
+    assert_eq!(
+        storage.bytes_allocated(),
+        2 * big,
+        "freed once the event passed"
+    );
+    assert_eq!(storage.driver_ops().pages_freed, 1);
+}

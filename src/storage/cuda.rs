@@ -67,6 +67,26 @@ pub struct CudaStorage {
     /// know (a PyTorch program's): before memory goes back, wait for the
     /// whole device, not this storage's stream.
     foreign_streams: bool,
+    /// Pages let go without waiting: each batch frees once an event
+    /// recorded on the stream at its flush has passed (`ordered_reclaim`).
+    in_flight: std::collections::VecDeque<InFlight>,
+    /// Whether pages go back in stream order (no wait) rather than after
+    /// a stream synchronize.
+    ordered_reclaim: bool,
+    /// Bytes of pages freed outside a flush (an allocation short of
+    /// memory waited for them): they leave `bytes` at the next flush,
+    /// where whatever meters this storage (a budget) sees them go.
+    freed_uncounted: u64,
+}
+
+/// Pages let go at one flush, freed once the stream's work queued before
+/// that flush is done.
+#[derive(Debug)]
+struct InFlight {
+    /// Recorded on the stream at the flush.
+    event: CUevent,
+    /// The pages.
+    pages: Vec<StorageId>,
 }
 
 fn driver(err: DriverError) -> StorageError {
@@ -144,7 +164,94 @@ impl CudaStorage {
             pending_unmaps: Vec::new(),
             ops: DriverOps::default(),
             foreign_streams: false,
+            in_flight: std::collections::VecDeque::new(),
+            ordered_reclaim: false,
+            freed_uncounted: 0,
         })
+    }
+
+    /// The same storage, letting pages go in stream order: a flush
+    /// records an event on the stream rather than waiting for it, and the
+    /// pages are freed at a later flush once the event has passed (asked
+    /// with `cuEventQuery`, never waited on), or when an allocation would
+    /// otherwise run out of memory. Their bytes count until then.
+    /// Unmapped granules still wait for the stream (the manager may map
+    /// them again at once).
+    pub fn with_ordered_reclaim(mut self) -> Self {
+        self.ordered_reclaim = true;
+        self
+    }
+
+    /// Free the pages of every batch whose event has passed (all of them,
+    /// after waiting for the stream, when `wait`).
+    fn reap(&mut self, wait: bool) {
+        if self.in_flight.is_empty() {
+            return;
+        }
+        if wait {
+            let _ = self.stream.synchronize();
+            self.ops.waited();
+        }
+        while let Some(front) = self.in_flight.front() {
+            if !wait {
+                self.ops.events_queried = self.ops.events_queried.saturating_add(1);
+                // SAFETY: recorded by `flush`, destroyed only below.
+                if unsafe { result::event::query(front.event) }.is_err() {
+                    // A stream runs in order: later batches wait too.
+                    break;
+                }
+            }
+            let Some(batch) = self.in_flight.pop_front() else {
+                break;
+            };
+            // SAFETY: made by `flush`, destroyed once, here.
+            let _ = unsafe { result::event::destroy(batch.event) };
+            for id in batch.pages {
+                if let Some(page) = self.pages.remove(&id) {
+                    self.free_page(page);
+                }
+            }
+        }
+    }
+
+    /// An allocation is short of memory while pages wait in stream order:
+    /// wait for the stream and free them now, their bytes still counted
+    /// until the next flush.
+    fn reap_held_back(&mut self) {
+        let before = self.bytes;
+        self.reap(true);
+        self.freed_uncounted = self
+            .freed_uncounted
+            .saturating_add(before.saturating_sub(self.bytes));
+        self.bytes = before;
+    }
+
+    /// Let this flush's pages go in stream order: an event on the stream
+    /// now, the pages freed once it has passed. `false` where no event
+    /// could be recorded (the caller waits instead).
+    fn defer_pages(&mut self) -> bool {
+        let pages: Vec<StorageId> = self
+            .pending
+            .iter()
+            .copied()
+            .filter(|id| self.pages.contains_key(id))
+            .collect();
+        if pages.is_empty() {
+            return true;
+        }
+        let Ok(event) = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING) else {
+            return false;
+        };
+        // SAFETY: a fresh event, recorded on this storage's live stream.
+        if unsafe { result::event::record(event, self.stream.cu_stream()) }.is_err() {
+            // SAFETY: made above, recorded nowhere.
+            let _ = unsafe { result::event::destroy(event) };
+            return false;
+        }
+        self.ops.event_recorded();
+        self.pending.retain(|id| !pages.contains(id));
+        self.in_flight.push_back(InFlight { event, pages });
+        true
     }
 
     /// A storage on `context` whose memory other code uses on streams this
@@ -257,7 +364,20 @@ impl DeviceStorage for CudaStorage {
         self.bind()?;
         // SAFETY: a plain device allocation of a non-zero size; the memory
         // is only reached through ranges checked against `size`.
-        let ptr = match unsafe { result::malloc_sync(bytes) } {
+        let mut attempt = unsafe { result::malloc_sync(bytes) };
+        if matches!(
+            attempt,
+            Err(DriverError(sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY))
+        ) && !self.in_flight.is_empty()
+        {
+            // Pages let go in stream order are still held: wait for them,
+            // and ask once more. (Their bytes leave the count at the next
+            // flush, where a budget sees them go.)
+            self.reap_held_back();
+            // SAFETY: as above.
+            attempt = unsafe { result::malloc_sync(bytes) };
+        }
+        let ptr = match attempt {
             Ok(ptr) => ptr,
             Err(DriverError(sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY)) => {
                 let capacity = self.device_memory().map(|(_, total)| total).unwrap_or(0);
@@ -291,7 +411,21 @@ impl DeviceStorage for CudaStorage {
     }
 
     fn flush(&mut self) {
-        if (self.pending.is_empty() && self.pending_unmaps.is_empty()) || self.bind().is_err() {
+        if self.bind().is_err() {
+            return;
+        }
+        self.bytes = self
+            .bytes
+            .saturating_sub(std::mem::take(&mut self.freed_uncounted));
+        self.reap(false);
+        if self.ordered_reclaim && self.pending_unmaps.is_empty() && !self.foreign_streams {
+            // Pages alone (ranges go back after a wait, below): no wait.
+            let only_pages = self.pending.iter().all(|id| !self.ranges.contains_key(id));
+            if only_pages && self.defer_pages() {
+                return;
+            }
+        }
+        if self.pending.is_empty() && self.pending_unmaps.is_empty() {
             return;
         }
         // Work queued on the stream (or, for memory others use, on any
@@ -428,6 +562,7 @@ impl Drop for CudaStorage {
         if self.bind().is_err() {
             return;
         }
+        self.reap(true);
         let _ = self.stream.synchronize();
         for (_, page) in std::mem::take(&mut self.pages) {
             self.free_page(page);
