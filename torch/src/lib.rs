@@ -158,3 +158,21 @@ pub unsafe extern "C" fn streamalloc_dump_trace(path: *const c_char) -> i64 {
 pub extern "C" fn streamalloc_shutdown() {
     guarded((), Library::shutdown);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_inside_is_caught_counted_and_answered() {
+        let before = library().stats()["refusals"]["panic"].as_u64().unwrap();
+        let answer = guarded(7usize, |_| panic!("a bug inside"));
+        assert_eq!(answer, 7, "the boundary answers its fallback");
+        let after = library().stats()["refusals"]["panic"].as_u64().unwrap();
+        assert_eq!(after, before + 1);
+        // The library still serves.
+        let ptr = streamalloc_malloc(64, 0, std::ptr::null_mut());
+        assert!(!ptr.is_null());
+        streamalloc_free(ptr, 64, 0, std::ptr::null_mut());
+    }
+}
