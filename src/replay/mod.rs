@@ -393,6 +393,9 @@ impl<'s> Replayer<'s> {
             run.keep_time(time)?;
         }
         let key = (event.device, event.id);
+        // Only this event's device changes what the trace holds live.
+        let run_key = if self.make.is_some() { event.device } else { 0 };
+        let live_before = self.devices.get(&run_key).map_or(0, |run| run.trace_live);
         let mut failed_now = false;
         match event.action {
             TraceAction::Alloc => {
@@ -509,7 +512,8 @@ impl<'s> Replayer<'s> {
             }
         }
         // The trace's live bytes over all devices, and when they peaked.
-        self.trace_live = self.devices.values().map(|run| run.trace_live).sum();
+        let live_after = self.devices.get(&run_key).map_or(0, |run| run.trace_live);
+        self.trace_live = self.trace_live + live_after - live_before;
         if self.trace_live > self.peak_trace_live {
             self.peak_trace_live = self.trace_live;
             self.peak_live_event = self.events;

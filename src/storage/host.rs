@@ -292,6 +292,25 @@ impl HostStorage {
         self.pages.get(&id).ok_or(StorageError::UnknownPage(id))
     }
 
+    /// Move the bytes of `from` to `to` (same length; they may overlap),
+    /// both checked first. Counted by the caller, as a copy or a slide.
+    fn memmove(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
+        if from.size != to.size {
+            return Err(StorageError::LengthMismatch {
+                from: from.size,
+                to: to.size,
+            });
+        }
+        let Place(source) = self.place(from, 0)?;
+        let Place(target) = self.place(to, 0)?;
+        // SAFETY: both ranges were checked to lie inside live (mapped)
+        // memory. `ptr::copy` allows the ranges to overlap (a move within
+        // one page or range), and raw pointers assert nothing about the
+        // rest of either, which pinned clients may be using meanwhile.
+        unsafe { std::ptr::copy(source, target, from.size as usize) };
+        Ok(())
+    }
+
     /// The first byte of an access of `len` bytes at `handle` (or of the
     /// whole handle), checked against its page or the mapped granules of
     /// its range.
@@ -405,19 +424,7 @@ impl DeviceStorage for HostStorage {
     }
 
     fn copy(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
-        if from.size != to.size {
-            return Err(StorageError::LengthMismatch {
-                from: from.size,
-                to: to.size,
-            });
-        }
-        let Place(source) = self.place(from, 0)?;
-        let Place(target) = self.place(to, 0)?;
-        // SAFETY: both ranges were checked to lie inside live (mapped)
-        // memory. `ptr::copy` allows the ranges to overlap (a move within
-        // one page or range), and raw pointers assert nothing about the
-        // rest of either, which pinned clients may be using meanwhile.
-        unsafe { std::ptr::copy(source, target, from.size as usize) };
+        self.memmove(from, to)?;
         self.ops.copied(from.size);
         Ok(())
     }
@@ -426,9 +433,7 @@ impl DeviceStorage for HostStorage {
     /// copies a device would queue for it).
     fn slide(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
         let distance = super::check_slide(from, to)?;
-        let before = self.ops;
-        self.copy(from, to)?;
-        self.ops = before;
+        self.memmove(from, to)?;
         self.ops.slid(from.size, distance);
         Ok(())
     }

@@ -106,6 +106,22 @@ impl VirtualStorage {
             .ok_or(StorageError::UnknownPage(id))
     }
 
+    /// Check a move of `from`'s bytes to `to` (same length, both inside
+    /// memory) and count its bytes; counted by the caller as a copy or a
+    /// slide.
+    fn moved(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
+        if from.size != to.size {
+            return Err(StorageError::LengthMismatch {
+                from: from.size,
+                to: to.size,
+            });
+        }
+        self.check(from)?;
+        self.check(to)?;
+        self.bytes_copied = self.bytes_copied.saturating_add(from.size);
+        Ok(())
+    }
+
     /// Check an access of `handle` (a page's bytes, or mapped bytes of a range).
     fn check(&self, handle: &StorageHandle) -> Result<(), StorageError> {
         match self.ranges.get(&handle.id) {
@@ -189,15 +205,7 @@ impl DeviceStorage for VirtualStorage {
     }
 
     fn copy(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
-        if from.size != to.size {
-            return Err(StorageError::LengthMismatch {
-                from: from.size,
-                to: to.size,
-            });
-        }
-        self.check(from)?;
-        self.check(to)?;
-        self.bytes_copied = self.bytes_copied.saturating_add(from.size);
+        self.moved(from, to)?;
         self.ops.copied(from.size);
         Ok(())
     }
@@ -206,9 +214,7 @@ impl DeviceStorage for VirtualStorage {
     /// a device would queue.
     fn slide(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
         let distance = super::check_slide(from, to)?;
-        self.check(from)?;
-        self.check(to)?;
-        self.bytes_copied = self.bytes_copied.saturating_add(from.size);
+        self.moved(from, to)?;
         self.ops.slid(from.size, distance);
         Ok(())
     }

@@ -2,7 +2,7 @@
 //! the storage, the pool layout, a budget or a fraction of it, and the
 //! device-wide policies.
 
-use streamalloc::memory::{DeviceProperties, MemoryConfig, MemoryConfiguration};
+use streamalloc::memory::{Bytes, DeviceProperties, MemoryConfig, MemoryConfiguration};
 use streamalloc::service::{Headroom, ServiceConfig, Settle};
 
 /// Where device memory comes from.
@@ -29,8 +29,8 @@ pub struct Config {
     /// expandable arenas, which give granules back at many reservations
     /// and wait for the device each time (`docs/torch.md`; issue 43).
     pub pools: MemoryConfiguration,
-    /// `STREAMALLOC_TORCH_BUDGET`: bytes a device may hold (`K`, `M`, `G`,
-    /// `T` suffixes: powers of 1024).
+    /// `STREAMALLOC_TORCH_BUDGET`: bytes a device may hold, as
+    /// [`Bytes`] parses a size (`512M`, `80GB`).
     pub budget: Option<u64>,
     /// `STREAMALLOC_TORCH_HEADROOM`: a fraction, or `off`.
     pub headroom: Option<Headroom>,
@@ -87,8 +87,11 @@ impl Config {
         let bytes = |name: &str| -> Result<Option<u64>, ConfigError> {
             get(name)
                 .map(|value| {
-                    parse_bytes(&value)
-                        .ok_or_else(|| bad(name, &value, "a size (bytes, or K, M, G, T)"))
+                    value
+                        .parse::<Bytes>()
+                        .map(|bytes| bytes.0)
+                        .ok()
+                        .ok_or_else(|| bad(name, &value, "a size (512M, 80GB, ...)"))
                 })
                 .transpose()
         };
@@ -148,24 +151,6 @@ impl Config {
             ..ServiceConfig::default()
         }
     }
-}
-
-/// Bytes, with an optional binary unit.
-fn parse_bytes(text: &str) -> Option<u64> {
-    let text = text.trim();
-    let at = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (digits, unit) = text.split_at(at);
-    let scale: u64 = match unit.trim() {
-        "" | "B" => 1,
-        "K" | "KiB" => 1 << 10,
-        "M" | "MiB" => 1 << 20,
-        "G" | "GiB" => 1 << 30,
-        "T" | "TiB" => 1 << 40,
-        _ => return None,
-    };
-    digits.parse::<u64>().ok()?.checked_mul(scale)
 }
 
 #[cfg(test)]

@@ -184,58 +184,9 @@ fn format_parser() -> impl clap::builder::TypedValueParser<Value = TraceFormat> 
         .map(|name| name.parse().expect("every listed name parses"))
 }
 
-/// A size: a whole or decimal number of bytes with an optional unit.
-/// Binary units: `K`, `M`, `G`, `T` and `KiB`, `MiB`, `GiB`, `TiB` (powers
-/// of 1024); decimal units: `KB`, `MB`, `GB`, `TB` (powers of 1000), as
-/// their names say; `B` or nothing: bytes. Past 2^64 - 1 bytes, negative,
-/// or in another unit: refused, with the reason.
-pub(crate) fn parse_bytes(s: &str) -> Result<u64, String> {
-    let text = s.trim();
-    if text.starts_with('-') {
-        return Err(format!("a size cannot be negative: {text:?}"));
-    }
-    let at = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(at);
-    let scale: u64 = match unit.trim() {
-        "" | "B" | "b" => 1,
-        "K" | "k" | "KiB" | "kiB" => 1 << 10,
-        "M" | "m" | "MiB" => 1 << 20,
-        "G" | "g" | "GiB" => 1 << 30,
-        "T" | "t" | "TiB" => 1 << 40,
-        "KB" | "kB" | "kb" => 1_000,
-        "MB" | "mb" => 1_000_000,
-        "GB" | "gb" => 1_000_000_000,
-        "TB" | "tb" => 1_000_000_000_000,
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} in {text:?} (K, M, G, T or KiB, MiB, GiB, TiB: powers of 1024; KB, MB, GB, TB: powers of 1000)"
-            ));
-        }
-    };
-    let too_large = || format!("{text:?} is more than 2^64 - 1 bytes");
-    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
-    if whole.is_empty() && fraction.is_empty() || fraction.contains('.') {
-        return Err(format!("not a size: {text:?}"));
-    }
-    // Exact in integers: the whole part, then the fraction's digits, each
-    // scaled (a float would turn 99999999999999999999 into 2^64 - 1).
-    let whole: u128 = if whole.is_empty() {
-        0
-    } else {
-        whole.parse().map_err(|_| too_large())?
-    };
-    let mut bytes = whole.checked_mul(u128::from(scale)).ok_or_else(too_large)?;
-    if !fraction.is_empty() {
-        // Bytes are whole: the fraction's part rounds down.
-        let digits = fraction.len().min(18);
-        let numerator: u128 = fraction[..digits]
-            .parse()
-            .map_err(|_| format!("not a size: {text:?}"))?;
-        bytes += numerator * u128::from(scale) / 10u128.pow(digits as u32);
-    }
-    u64::try_from(bytes).map_err(|_| too_large())
+/// `--budget`: a size, as [`Bytes`] parses one.
+fn parse_bytes(text: &str) -> Result<u64, String> {
+    text.parse::<Bytes>().map(|bytes| bytes.0)
 }
 
 pub(crate) fn factory(kind: StorageKind) -> Result<StorageFactory, String> {
@@ -405,6 +356,26 @@ pub(crate) fn plot(
     Ok(())
 }
 
+/// Write `page` to `path`, never over `input`: to a temporary file beside
+/// it, then renamed.
+pub(crate) fn write_page(
+    path: &std::path::Path,
+    page: &streamalloc::html::Page<'_>,
+    input: Option<&std::path::Path>,
+    quiet: bool,
+) -> Result<(), String> {
+    if let Some(input) = input {
+        crate::output::check_not_input(path, input)?;
+    }
+    let temporary = crate::output::AtomicFile::create(path)?;
+    streamalloc::html::write_html(page, temporary.temporary_path())?;
+    temporary.commit()?;
+    if !quiet {
+        eprintln!("page written to {}", path.display());
+    }
+    Ok(())
+}
+
 fn simulate(args: SimulateArgs) -> Result<(), String> {
     if let Some(path) = &args.common.plot {
         check_output(path)?;
@@ -488,18 +459,12 @@ fn simulate(args: SimulateArgs) -> Result<(), String> {
                 report.requests, args.clients, report.seconds
             )],
         };
-        if let Some(record) = &args.record {
-            crate::output::check_not_input(path, record)?;
-        }
-        let mut file = crate::output::AtomicFile::create(path)?;
-        use std::io::Write;
-        file.writer()
-            .write_all(streamalloc::html::render(&page).as_bytes())
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        file.commit()?;
-        if !(args.common.quiet || args.common.json) {
-            eprintln!("page written to {}", path.display());
-        }
+        write_page(
+            path,
+            &page,
+            args.record.as_deref(),
+            args.common.quiet || args.common.json,
+        )?;
     }
     if args.common.json {
         println!(

@@ -192,17 +192,7 @@ fn write_page(
         tables: streamalloc::html::replay_tables(report),
         notes,
     };
-    crate::output::check_not_input(path, &args.file)?;
-    let mut file = crate::output::AtomicFile::create(path)?;
-    use std::io::Write;
-    file.writer()
-        .write_all(streamalloc::html::render(&page).as_bytes())
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    file.commit()?;
-    if !quiet {
-        eprintln!("page written to {}", path.display());
-    }
-    Ok(())
+    crate::cli::write_page(path, &page, Some(&args.file), quiet)
 }
 
 pub(crate) fn replay(args: ReplayArgs) -> Result<Outcome, String> {
