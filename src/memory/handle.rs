@@ -9,6 +9,7 @@
 //! allocator's "free", and it never blocks.
 
 use super::release::ReleaseQueue;
+use super::slot::{PinWord, SlotKey};
 use crate::sync::Arc;
 use crate::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::fmt;
@@ -47,17 +48,6 @@ impl fmt::Display for AllocationId {
     }
 }
 
-/// `(slot, generation)` packed into a word; 0 is "unbound".
-pub(crate) type SlotKey = u64;
-
-pub(crate) fn pack(slot: u32, generation: u32) -> SlotKey {
-    (u64::from(slot) << 32) | u64::from(generation)
-}
-
-pub(crate) fn unpack(key: SlotKey) -> (u32, u32) {
-    ((key >> 32) as u32, key as u32)
-}
-
 /// Identifies one manager, so a handle of another is refused as foreign.
 pub(crate) type OwnerId = u64;
 
@@ -76,11 +66,8 @@ pub(crate) struct AllocationCell {
     /// Separate from the `Arc`'s count because the owner also keeps the
     /// cell alive and must not count as a client.
     pub(crate) handles: AtomicUsize,
-    /// Pins (low bits, see [`PIN_MASK`]) and the [`MOVING`] flag: a client
-    /// may use the published address only while it holds a pin, and the
-    /// owner moves the bytes only after setting `MOVING` with no pin held.
-    /// One word, so pinning and claiming a move are each one CAS.
-    pub(crate) pins: AtomicU64,
+    /// The clients' pins and the owner's move and retirement (`slot/pin.rs`).
+    pub(crate) pins: PinWord,
     /// The address of the allocation's first byte as last published by the
     /// owner, or 0 when the owner must be asked (never backed, or its
     /// stream stopped). Read only under a pin.
@@ -96,26 +83,24 @@ pub(crate) struct AllocationCell {
     pub(crate) next_release: AtomicPtr<AllocationCell>,
 }
 
-/// The bits of [`AllocationCell::pins`] that count pins.
-pub(crate) const PIN_MASK: u64 = (1 << 62) - 1;
-/// Set in [`AllocationCell::pins`] while the owner moves the bytes.
-pub(crate) const MOVING: u64 = 1 << 62;
-/// Set in [`AllocationCell::pins`] once the owner retired with the cell
-/// pinned: no new pin is taken, and the last unpin tells the owner's
-/// [`PinKeeper`](super::retire::PinKeeper) (see `retire.rs`).
-pub(crate) const ORPHANED: u64 = 1 << 63;
-
 impl AllocationCell {
     pub(crate) fn id(&self) -> Option<AllocationId> {
-        let key = self.key.load(Ordering::Acquire);
-        (key != 0).then(|| {
-            let (slot, generation) = unpack(key);
-            AllocationId {
-                stream: self.stream,
-                slot,
-                generation,
-            }
+        let key = self.key();
+        key.is_bound().then(|| AllocationId {
+            stream: self.stream,
+            slot: key.slot(),
+            generation: key.generation(),
         })
+    }
+
+    /// The slot key this cell names now.
+    pub(crate) fn key(&self) -> SlotKey {
+        SlotKey::from_word(self.key.load(Ordering::Acquire))
+    }
+
+    /// Name `key` (the owner only, at reserve or bind).
+    pub(crate) fn set_key(&self, key: SlotKey) {
+        self.key.store(key.word(), Ordering::Release);
     }
 }
 
@@ -220,7 +205,7 @@ impl Drop for Allocation {
         // SAFETY: `self.cell` is taken exactly once, here, and never used
         // again: this is the handle's drop.
         let cell = unsafe { ManuallyDrop::take(&mut self.cell) };
-        if last && cell.key.load(Ordering::Acquire) != 0 {
+        if last && cell.key().is_bound() {
             if let Some(meter) = &cell.releases.meter {
                 // Off the count before the release is queued: a decision
                 // after this drop sees the bytes free (`live.rs`).

@@ -2,14 +2,10 @@
 //! relocation, guards, pins, taint and reports. Nothing here starts a
 //! thread; the `service` layer wraps one manager per stream actor.
 
-mod access;
-mod arena;
-mod bins;
-mod compaction;
 mod config;
 mod error;
-mod guard;
 mod handle;
+mod keeper;
 mod live;
 mod manager;
 mod observer;
@@ -18,15 +14,9 @@ mod pool;
 mod release;
 mod relocation;
 mod report;
-mod retire;
-mod slide;
-mod slots;
+mod slot;
 mod taint;
 
-pub use access::ManagedResource;
-pub use compaction::{
-    EVACUATE_WHEN_FREE_ONE_IN, HIGH_WATER_SLACK_ONE_IN, MOVE_PER_BYTE_SAVED, SLIDE_PER_BYTE_SAVED,
-};
 pub use config::{
     ADAPTIVE_MIN_PAGE_SIZE, AllocationMode, ConfigError, DEFAULT_COMPACTION_THRESHOLD,
     DEFAULT_DEALLOC_PERIOD, DEFAULT_FREE_SLACK_ONE_IN, DeviceProperties, ENV_MEMORY_LOG,
@@ -35,11 +25,12 @@ pub use config::{
     PoolConfig, PoolKind,
 };
 pub use error::{HandedBack, MemoryError};
-pub use guard::{PageGuard, Pinned, PinnedRef};
 pub(crate) use handle::AllocationCell;
 pub use handle::{Allocation, AllocationId, Binding, StreamId};
 pub(crate) use live::{LiveBytes, LiveMeter};
 pub use manager::MemoryManager;
+pub use manager::access::ManagedResource;
+pub use manager::guard::{PageGuard, Pinned, PinnedRef};
 pub use observer::MemoryObserver;
 pub use policy::{Cleanup, PageUpdate};
 pub use relocation::{RelocationError, RelocationNeed, RelocationReason, RelocationReport};

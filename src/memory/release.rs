@@ -17,8 +17,9 @@
 //! drop their reference at once instead of leaving a cycle (a queued cell
 //! holds the queue through `AllocationCell::releases`).
 
-use super::handle::{AllocationCell, SlotKey};
+use super::handle::AllocationCell;
 use super::live::LiveMeter;
+use super::slot::SlotKey;
 use crate::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use crate::sync::{Arc, Mutex};
 use std::fmt;
@@ -54,7 +55,7 @@ pub(crate) struct ReleaseQueue {
     /// lock when nothing waits there.
     others_waiting: AtomicUsize,
     /// Where a manager that retired with pins held waits for them.
-    pub(crate) keeper: super::retire::PinKeeper,
+    pub(crate) keeper: super::keeper::PinKeeper,
     /// Counts live bytes for other threads (`live.rs`), if the owner is
     /// metered: the last handle's drop takes its bytes off here.
     pub(crate) meter: Option<Arc<LiveMeter>>,
@@ -72,7 +73,7 @@ impl ReleaseQueue {
             cells: AtomicPtr::new(ptr::null_mut()),
             others: Mutex::new(Vec::new()),
             others_waiting: AtomicUsize::new(0),
-            keeper: super::retire::PinKeeper::default(),
+            keeper: super::keeper::PinKeeper::default(),
             meter,
         }
     }

@@ -90,15 +90,7 @@ impl StreamActor {
         device: Arc<DeviceShared>,
         control: Receiver<Control>,
     ) -> Self {
-        let clients = shared.clone();
-        memory.set_growth_hook(
-            super::hot::HOT_SHARE,
-            Box::new(move || {
-                let taken = clients.hot.take_back();
-                super::shared::bump(&clients.hot_taken_back, taken);
-                taken > 0
-            }),
-        );
+        memory.set_cache_share(super::hot::HOT_SHARE);
         Self {
             memory,
             shared,

@@ -165,11 +165,23 @@ impl StreamActor {
         let asked = pending.sizes.len().saturating_sub(pending.for_cache);
         let mut batch = Allocations::with_capacity(pending.sizes.len());
         for &size in &pending.sizes[..asked] {
-            batch.push(if tight {
-                self.memory.reserve_tight(size, pending.mode)?
-            } else {
-                self.memory.reserve_in(size, pending.update, pending.mode)?
-            });
+            let reserved =
+                self.memory
+                    .reserve_within_caches(size, pending.update, pending.mode, tight)?;
+            let allocation = match reserved {
+                Some(allocation) => allocation,
+                // It would grow past what the stream needed while clients'
+                // caches hold room: that room first.
+                None => {
+                    self.take_back_hot();
+                    if tight {
+                        self.memory.reserve_tight(size, pending.mode)?
+                    } else {
+                        self.memory.reserve_in(size, pending.update, pending.mode)?
+                    }
+                }
+            };
+            batch.push(allocation);
         }
         // Spares for the caller's cache: as many as the room held has.
         for &size in &pending.sizes[asked..] {

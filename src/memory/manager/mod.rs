@@ -6,23 +6,27 @@
 
 use super::config::{AllocationMode, MemoryConfig, MemoryLogLevel, PersistentMemory, PoolKind};
 use super::error::{HandedBack, MemoryError};
-use super::handle::{
-    Allocation, AllocationCell, AllocationId, OwnerId, SlotKey, StreamId, pack, unpack,
-};
+use super::handle::{Allocation, AllocationCell, AllocationId, OwnerId, StreamId};
 use super::live::LiveMeter;
 use super::observer::MemoryObserver;
 use super::policy::{Cleanup, PageUpdate};
+use super::pool::mover::Mover;
 use super::pool::{Growth, Placement, Pool, WholePagePool, align_up};
 use super::release::{Release, ReleaseInbox};
 use super::report::MemoryReport;
-use super::slots::{Live, SlotTable};
+use super::slot::{Live, PinWord, SlotKey, SlotTable};
 use super::taint::{ErrorGraph, TaintRanges};
 use crate::storage::DeviceStorage;
 use crate::sync::Arc;
 use crate::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::fmt;
 
+pub(crate) mod access;
+pub(crate) mod guard;
+mod relocate;
 mod reserve;
+pub(crate) mod retire;
+mod taint;
 
 /// Index of the persistent pool in `pools`.
 pub(crate) const PERSISTENT: usize = 0;
@@ -45,21 +49,22 @@ pub struct MemoryManager<S> {
     /// The stream its ids carry.
     stream: StreamId,
     /// Where pages come from.
-    pub(crate) storage: S,
+    storage: S,
     /// The device's limits.
     max_page_size: u64,
     /// Slice alignment.
     alignment: u64,
     /// Persistent, dedicated, then the dynamic pools in routing order.
-    pub(crate) pools: Vec<Pool>,
+    pools: Vec<Pool>,
     /// The slot table.
-    pub(crate) slots: SlotTable,
+    slots: SlotTable,
     /// Where handles' drops land.
     releases: ReleaseInbox,
     /// Reused buffer for draining `releases`.
     release_buf: Vec<Release>,
-    /// Reservations so far: the clock of deallocation periods.
-    pub(crate) tick: u64,
+    /// Reservations so far: the clock of deallocation periods (the
+    /// service's clock is time; this one counts reservations).
+    serial: u64,
     /// The persistent-memory policy.
     persistent: PersistentMemory,
     /// The mode no window overrides.
@@ -72,11 +77,7 @@ pub struct MemoryManager<S> {
     dry_run: bool,
     /// Reserving for a client's hot cache: not handed out yet, so not on
     /// the live meter (the hit that hands it out meters it).
-    pub(super) unmetered: bool,
-    /// Asked before a reservation grows the pools past their peak: whether
-    /// it gave anything back (then the releases are taken and the room
-    /// tried again). The service's actor takes its clients' hot caches back.
-    pub(super) growth_hook: Option<Box<dyn FnMut() -> bool + Send>>,
+    unmetered: bool,
     /// Bytes in use, all pools.
     in_use: u64,
     /// Most bytes in use at once.
@@ -87,14 +88,14 @@ pub struct MemoryManager<S> {
     /// (what the stream needed; `cache_ceiling`).
     peak_need: u64,
     /// Clients' caches may hold one byte in this many of `peak_need` past
-    /// it (0: none past the peak; `set_growth_hook`).
+    /// it (0: none past the peak; `set_cache_share`).
     cache_share: u64,
     /// The failures taint ranges point at.
-    pub(crate) failures: ErrorGraph,
+    failures: ErrorGraph,
     /// Reserved / carved ratio past which a sliced pool wants compaction.
-    pub(crate) compaction_threshold: Option<f64>,
-    /// The tick of the last relocation that could do nothing.
-    pub(crate) futile_at: Option<u64>,
+    compaction_threshold: Option<f64>,
+    /// The serial of the last relocation that could do nothing.
+    futile_at: Option<u64>,
     /// Told of every reservation, free, rebind and failure.
     observer: Option<Box<dyn MemoryObserver>>,
     /// Allocations whose free waits on pins through retired cells (see
@@ -106,8 +107,6 @@ pub struct MemoryManager<S> {
     /// brought it back (then the next handle and slot take the two as they
     /// are, with no reference count to move).
     spare_cells: Vec<(Arc<AllocationCell>, Option<Arc<AllocationCell>>)>,
-    /// Allocations moved, and their bytes, by compactions before growth.
-    pub(crate) moved_before_growth: (u64, u64),
 }
 
 /// At most this many spare cells are kept.
@@ -172,14 +171,13 @@ impl<S: DeviceStorage> MemoryManager<S> {
             slots: SlotTable::default(),
             releases: ReleaseInbox::new(meter),
             release_buf: Vec::new(),
-            tick: 0,
+            serial: 0,
             persistent: config.persistent,
             base_mode,
             windows: Vec::new(),
             log: config.log,
             dry_run: false,
             unmetered: false,
-            growth_hook: None,
             in_use: 0,
             peak_in_use: 0,
             peak_reserved: 0,
@@ -193,7 +191,6 @@ impl<S: DeviceStorage> MemoryManager<S> {
             observer: None,
             deferred_frees: Vec::new(),
             spare_cells: Vec::new(),
-            moved_before_growth: (0, 0),
         }
     }
 
@@ -202,15 +199,25 @@ impl<S: DeviceStorage> MemoryManager<S> {
         self.owner
     }
 
-    /// Ask `hook` before a reservation grows the pools past the cache
-    /// ceiling (the most the stream needed, plus one byte in `share` of it,
-    /// for clients' caches); when it says it gave something back, the
-    /// releases are taken and the room tried again first. Spares for the
-    /// caches ([`reserve_for_cache`](Self::reserve_for_cache)) never grow
-    /// the pools past that ceiling.
-    pub(crate) fn set_growth_hook(&mut self, share: u64, hook: Box<dyn FnMut() -> bool + Send>) {
+    /// Let clients' caches hold one byte in `share` of what the stream
+    /// needed past it (the cache ceiling). A reservation that would grow
+    /// the pools past the ceiling while caches hold room answers so
+    /// ([`reserve_within_caches`](Self::reserve_within_caches)), for its
+    /// caller to take them back first; spares for the caches
+    /// ([`reserve_for_cache`](Self::reserve_for_cache)) never grow the
+    /// pools past it.
+    pub(crate) fn set_cache_share(&mut self, share: u64) {
         self.cache_share = share;
-        self.growth_hook = Some(hook);
+    }
+
+    /// The pools, and what moving needs lent to them as one value.
+    fn lend(&mut self) -> (&mut [Pool], Mover<'_>) {
+        let mover = Mover {
+            slots: &mut self.slots,
+            storage: &mut self.storage,
+            serial: self.serial,
+        };
+        (&mut self.pools, mover)
     }
 
     /// Bytes held by clients' caches: reserved here, not handed out (in
@@ -224,7 +231,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// the stream ever needed (reserved less cached, at each growth), plus
     /// one byte in `cache_share` of it. Measured without the caches'
     /// bytes, so spares do not ratchet it up.
-    pub(super) fn cache_ceiling(&self) -> u64 {
+    fn cache_ceiling(&self) -> u64 {
         let allowance = self.peak_need.checked_div(self.cache_share).unwrap_or(0);
         self.peak_need.saturating_add(allowance)
     }
@@ -235,11 +242,10 @@ impl<S: DeviceStorage> MemoryManager<S> {
     }
 
     fn id_of(&self, key: SlotKey) -> AllocationId {
-        let (slot, generation) = unpack(key);
         AllocationId {
             stream: self.stream,
-            slot,
-            generation,
+            slot: key.slot(),
+            generation: key.generation(),
         }
     }
 
@@ -318,7 +324,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// A handle bound to nothing yet, for [`bind`](Self::bind) to give an
     /// allocation to (the seed's `ManagedMemoryHandle::new()`).
     pub fn unbound(&self) -> Allocation {
-        Allocation::new(self.new_cell(0))
+        Allocation::new(self.new_cell(SlotKey::UNBOUND))
     }
 
     /// The queue this manager's handles release to.
@@ -346,11 +352,13 @@ impl<S: DeviceStorage> MemoryManager<S> {
         for release in buf.drain(..) {
             match release {
                 Release::Cell(cell) => {
-                    let key = cell.key.load(Ordering::Acquire);
+                    let key = cell.key();
                     self.free_slot(key, Some(cell));
                 }
                 Release::Allocation(key) => self.free_slot(key, None),
-                Release::Guard { pool, page } => self.pools[pool as usize].unguard(page, self.tick),
+                Release::Guard { pool, page } => {
+                    self.pools[pool as usize].unguard(page, self.serial);
+                }
             }
         }
         self.release_buf = buf;
@@ -372,7 +380,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
             }
             return;
         }
-        let live = self.slots.free(unpack(key).0).expect("located above");
+        let live = self.slots.free(key.slot()).expect("located above");
         self.in_use -= live.size;
 
         if self.observer.is_some() {
@@ -381,14 +389,14 @@ impl<S: DeviceStorage> MemoryManager<S> {
                 observer.freed(id, live.size);
             }
         }
-        self.pools[live.pool as usize].free(live.placement, live.size, live.aligned, self.tick);
+        self.pools[live.pool as usize].free(live.placement, live.size, live.aligned, self.serial);
         // Nothing but this slot (and the reference the release brought)
         // holds the cell — no handle, no pin: it can serve the next
         // reservation.
         let returned = returned.filter(|cell| Arc::ptr_eq(cell, &live.cell));
         let unshared = 1 + usize::from(returned.is_some());
         if Arc::strong_count(&live.cell) == unshared && self.spare_cells.len() < SPARE_CELLS {
-            live.cell.pins.store(0, Ordering::Relaxed);
+            live.cell.pins.reset();
             live.cell.addr.store(0, Ordering::Relaxed);
             self.spare_cells.push((live.cell, returned));
         }
@@ -397,7 +405,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// The live allocation behind a handle.
     pub(crate) fn live(&self, allocation: &Allocation) -> Result<(u32, &Live), MemoryError> {
         let (slot, generation) = self.locate(allocation)?;
-        match self.slots.locate(pack(slot, generation)) {
+        match self.slots.locate(SlotKey::new(slot, generation)) {
             Some(live) => Ok((slot, live)),
             None => Err(MemoryError::Stale(allocation.id().expect("bound"))),
         }
@@ -482,7 +490,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
         assigned.cell.len.store(live.size, Ordering::Release);
         assigned.cell.addr.store(addr, Ordering::Release);
         live.rebind(Arc::clone(&assigned.cell));
-        assigned.cell.key.store(to, Ordering::Release);
+        assigned.cell.set_key(to);
         let to = self.id_of(to);
         if let Some(observer) = self.observer.as_mut() {
             observer.rebound(from, to);
@@ -505,7 +513,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// sit unused go back although no reservation drives the clock.
     pub fn cleanup_idle(&mut self) {
         self.process_releases();
-        self.tick = self.tick.saturating_add(self.longest_period());
+        self.serial = self.serial.saturating_add(self.longest_period());
         self.cleanup_pools(Cleanup::Periodic);
     }
 
@@ -520,7 +528,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
     fn cleanup_pools(&mut self, cleanup: Cleanup) {
         let mut released = false;
         for pool in &mut self.pools {
-            released |= pool.cleanup(&mut self.storage, self.tick, cleanup);
+            released |= pool.cleanup(&mut self.storage, self.serial, cleanup);
         }
         // Pools only queue deallocations; the memory goes back at a flush,
         // which the storage orders after the stream's work on the pages.
@@ -559,6 +567,14 @@ impl<S: DeviceStorage> MemoryManager<S> {
         }
     }
 
+    /// Allocations moved, and their bytes, by compactions before growth.
+    pub fn moved_before_growth(&self) -> (u64, u64) {
+        self.pools
+            .iter()
+            .map(Pool::moved_before_growth)
+            .fold((0, 0), |(moved, bytes), (m, b)| (moved + m, bytes + b))
+    }
+
     /// Log the report at `info`.
     pub fn print_memory_usage(&self) {
         tracing::info!(manager = %self.name, "\n{}", self.memory_report());
@@ -571,7 +587,7 @@ impl<S> fmt::Debug for MemoryManager<S> {
             .field("name", &self.name)
             .field("stream", &self.stream)
             .field("storage", &std::any::type_name::<S>())
-            .field("tick", &self.tick)
+            .field("serial", &self.serial)
             .finish_non_exhaustive()
     }
 }

@@ -3,7 +3,16 @@
 //! where one is free). Every reserve form goes through `observe_reserve`.
 
 use super::*;
-use crate::memory::compaction::Evacuate;
+
+/// Whether a reservation asks its caller to take clients' caches back
+/// before it grows past the cache ceiling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Caches {
+    /// Grow as needed.
+    Ignore,
+    /// Answer first (`reserve_within_caches`).
+    First,
+}
 
 impl<S: DeviceStorage> MemoryManager<S> {
     /// Reserve `size` bytes in the effective mode, changing the pages held
@@ -26,7 +35,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
         update: PageUpdate,
         mode: AllocationMode,
     ) -> Result<Allocation, MemoryError> {
-        let result = self.reserve_unobserved(size, update, mode, Growth::Pool);
+        let result = self.reserve_growing(size, update, mode, Growth::Pool);
         self.observe_reserve(size, result)
     }
 
@@ -66,7 +75,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
         size: u64,
         mode: AllocationMode,
     ) -> Result<Option<Allocation>, MemoryError> {
-        match self.reserve_unobserved(size, PageUpdate::Forbidden, mode, Growth::Pool) {
+        match self.reserve_growing(size, PageUpdate::Forbidden, mode, Growth::Pool) {
             Err(MemoryError::PageUpdateForbidden { .. }) => Ok(None),
             result => self.observe_reserve(size, result).map(Some),
         }
@@ -85,7 +94,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
         size: u64,
         mode: AllocationMode,
     ) -> Result<Allocation, MemoryError> {
-        let result = self.reserve_unobserved(size, PageUpdate::Allow, mode, Growth::Tight);
+        let result = self.reserve_growing(size, PageUpdate::Allow, mode, Growth::Tight);
         self.observe_reserve(size, result)
     }
 
@@ -106,19 +115,44 @@ impl<S: DeviceStorage> MemoryManager<S> {
         result
     }
 
+    /// [`reserve_in`](Self::reserve_in) (or [`reserve_tight`](Self::reserve_tight)
+    /// when `tight`), unless it would grow the pools past the cache ceiling
+    /// while clients' caches hold room: then `Ok(None)`, having changed
+    /// nothing but the releases it took, for the caller to take the caches
+    /// back and reserve again (the service's actor).
+    ///
+    /// # Errors
+    /// As [`reserve`](Self::reserve).
+    pub(crate) fn reserve_within_caches(
+        &mut self,
+        size: u64,
+        update: PageUpdate,
+        mode: AllocationMode,
+        tight: bool,
+    ) -> Result<Option<Allocation>, MemoryError> {
+        let growth = if tight { Growth::Tight } else { Growth::Pool };
+        match self.reserve_unobserved(size, update, mode, growth, Caches::First) {
+            Ok(None) => Ok(None),
+            result => self
+                .observe_reserve(size, result.map(Option::unwrap))
+                .map(Some),
+        }
+    }
+
     fn reserve_unobserved(
         &mut self,
         size: u64,
         update: PageUpdate,
         mode: AllocationMode,
         growth: Growth,
-    ) -> Result<Allocation, MemoryError> {
+        caches: Caches,
+    ) -> Result<Option<Allocation>, MemoryError> {
         self.process_releases();
         if update == PageUpdate::Allow {
             self.cleanup_pools(Cleanup::Periodic);
         }
         let aligned = self.validate(size)?;
-        self.tick += 1;
+        self.serial += 1;
         let pool = self.route(size, aligned, mode)?;
         let slot = self.slots.claim();
         let placement = match self.pools[pool].try_reserve(size, aligned, slot) {
@@ -127,62 +161,18 @@ impl<S: DeviceStorage> MemoryManager<S> {
                 self.slots.unclaim(slot);
                 return Err(MemoryError::PageUpdateForbidden { size });
             }
-            None => 'grow: {
-                // Room handed to clients' caches first, when this growth
-                // would pass the cache ceiling: caches never take the
-                // stream past what it needed by more than their allowance.
-                let grown = self
-                    .bytes_reserved()
-                    .saturating_add(self.pools[pool].new_page_size(aligned));
-                if grown > self.cache_ceiling()
-                    && let Some(hook) = self.growth_hook.as_mut()
-                    && hook()
-                {
-                    self.process_releases();
-                    if let Some(placement) = self.pools[pool].try_reserve(size, aligned, slot) {
-                        break 'grow placement;
-                    }
-                }
-                self.unmap_before_growth(pool, aligned);
-                // Moving changes addresses: only where the caller allows
-                // pages to change. Past the pool's high-water mark the
-                // whole pool is compacted first (`compaction.rs`).
-                if update == PageUpdate::Allow
-                    && let Some(placement) = self.evacuate_before_growth(
-                        Evacuate::PastHighWater,
-                        pool,
-                        size,
-                        aligned,
-                        slot,
-                    )
-                {
-                    break 'grow placement;
-                }
-                if update == PageUpdate::Allow
-                    && let Some(placement) = self.compact_before_growth(pool, size, aligned, slot)
-                {
-                    break 'grow placement;
-                }
-                if update == PageUpdate::Allow
-                    && let Some(placement) = self.slide_before_growth(pool, size, aligned, slot)
-                {
-                    break 'grow placement;
-                }
-                if update == PageUpdate::Allow
-                    && let Some(placement) =
-                        self.evacuate_before_growth(Evacuate::MostlyFree, pool, size, aligned, slot)
-                {
-                    break 'grow placement;
-                }
+            None if caches == Caches::First && self.passes_cache_ceiling(pool, aligned) => {
+                // Room handed to clients' caches first: caches never take
+                // the stream past what it needed by more than their
+                // allowance. The caller takes them back and asks again.
+                self.slots.unclaim(slot);
+                self.serial -= 1;
+                return Ok(None);
+            }
+            None => {
                 let lazy = self.dry_run;
-                match self.pools[pool].reserve_new_page(
-                    &mut self.storage,
-                    size,
-                    aligned,
-                    slot,
-                    lazy,
-                    growth,
-                ) {
+                let (pools, mut mover) = self.lend();
+                match pools[pool].grow(&mut mover, size, aligned, slot, update, growth, lazy) {
                     Ok(placement) => {
                         self.note_reserved();
                         if self.log >= MemoryLogLevel::Basic {
@@ -201,43 +191,31 @@ impl<S: DeviceStorage> MemoryManager<S> {
             tracing::trace!(manager = %self.name, pool, size, "reserved");
         }
         if update == PageUpdate::Allow {
-            self.trim(pool);
+            self.pools[pool].trim_after_reserve(&mut self.storage);
         }
-        Ok(self.fill_slot(slot, pool, placement, size, aligned))
+        Ok(Some(self.fill_slot(slot, pool, placement, size, aligned)))
     }
 
-    /// After a reservation placed in `pool`, give back what it holds free
-    /// past its slack (`MemoryConfig::free_slack_one_in`): after, so that
-    /// the room a release just left serves this reservation first.
-    fn trim(&mut self, pool: usize) {
-        if let Pool::Expandable(expandable) = &mut self.pools[pool]
-            && expandable.trim(&mut self.storage)
-        {
-            self.storage.flush();
-        }
+    /// [`reserve_unobserved`](Self::reserve_unobserved) of a reservation
+    /// that grows as it needs, whatever clients' caches hold.
+    fn reserve_growing(
+        &mut self,
+        size: u64,
+        update: PageUpdate,
+        mode: AllocationMode,
+        growth: Growth,
+    ) -> Result<Allocation, MemoryError> {
+        self.reserve_unobserved(size, update, mode, growth, Caches::Ignore)
+            .map(|placed| placed.expect("only a reservation that asks for caches first waits"))
     }
 
-    /// Before an expandable pool maps more for `aligned` bytes, unmap as
-    /// many free granules as it is about to map (the growth then costs no
-    /// memory where free granules were left).
-    pub(crate) fn unmap_before_growth(&mut self, pool: usize, aligned: u64) {
-        if let Pool::Expandable(expandable) = &self.pools[pool] {
-            let level = expandable
-                .mapped()
-                .saturating_sub(expandable.new_page_size(aligned));
-            self.unmap_past(pool, level);
-        }
-    }
-
-    /// Unmap free granules of expandable pool `pool`, the longest idle
-    /// first, until it maps no more than `bytes` (or none is left).
-    pub(crate) fn unmap_past(&mut self, pool: usize, bytes: u64) {
-        if let Pool::Expandable(expandable) = &mut self.pools[pool] {
-            let surplus = expandable.mapped().saturating_sub(bytes);
-            if surplus > 0 && expandable.unmap_longest_idle(&mut self.storage, surplus) {
-                self.storage.flush();
-            }
-        }
+    /// Whether growing `pool` for `aligned` bytes would take the pools past
+    /// the cache ceiling while clients' caches hold room to take back.
+    fn passes_cache_ceiling(&self, pool: usize, aligned: u64) -> bool {
+        let grown = self
+            .bytes_reserved()
+            .saturating_add(self.pools[pool].new_page_size(aligned));
+        grown > self.cache_ceiling() && self.cached_bytes() > 0
     }
 
     /// Check a size and return it aligned.
@@ -318,7 +296,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
         let key = self.slots.key(slot);
         let (allocation, kept) = match self.spare_cells.pop() {
             Some((kept, handle)) => {
-                kept.key.store(key, Ordering::Release);
+                kept.set_key(key);
                 let handle = handle.unwrap_or_else(|| Arc::clone(&kept));
                 (Allocation::from_cell(handle), kept)
             }
@@ -361,9 +339,9 @@ impl<S: DeviceStorage> MemoryManager<S> {
         AllocationCell {
             owner: self.owner,
             stream: self.stream,
-            key: AtomicU64::new(key),
+            key: AtomicU64::new(key.word()),
             handles: AtomicUsize::new(1),
-            pins: AtomicU64::new(0),
+            pins: PinWord::default(),
             addr: AtomicU64::new(0),
             len: AtomicU64::new(0),
             metered: AtomicU64::new(0),

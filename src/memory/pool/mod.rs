@@ -4,54 +4,26 @@
 //! allocation a page of its own (exclusive pages, persistent, dedicated)
 //! and differs per kind only in how freed pages are reused and returned.
 
+mod arena;
+mod bins;
 mod expandable;
+pub(crate) mod mover;
+mod page;
 mod sliced;
 mod whole;
 
-pub(crate) use expandable::{ExpandablePool, PlannedMove, Slide};
+pub(crate) use expandable::ExpandablePool;
+pub(crate) use page::{Growth, Placement, align_up};
 pub(crate) use sliced::SlicedPool;
 pub(crate) use whole::WholePagePool;
 
 use super::config::{PoolConfig, PoolKind};
-use super::policy::Cleanup;
+use super::error::MemoryError;
+use super::policy::{Cleanup, PageUpdate};
+use super::relocation::{RelocationReason, RelocationReport};
 use super::report::PoolReport;
 use crate::storage::{DeviceStorage, StorageError, StorageHandle};
-
-/// Where a pool put an allocation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Placement {
-    /// The pool's page index.
-    pub(crate) page: u32,
-    /// The arena node of a sliced pool's block (`arena::NONE` for whole pages).
-    pub(crate) node: u32,
-    /// Offset in the page.
-    pub(crate) offset: u64,
-}
-
-/// A page as the manager sees it when deciding what to relocate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct PageInfo {
-    /// The pool's page index.
-    pub(crate) page: u32,
-    /// Bytes of the page.
-    pub(crate) size: u64,
-    /// Bytes carved from it (aligned).
-    pub(crate) used: u64,
-    /// Left behind by a growth of the page size.
-    pub(crate) outdated: bool,
-    /// Guarded: never moved from, carved from or released.
-    pub(crate) guarded: bool,
-}
-
-/// How large a page a reservation that needs one may add.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Growth {
-    /// The pool's page size (an adaptive pool grows it for a larger
-    /// reservation).
-    Pool,
-    /// Just this reservation, in growth steps; the page size stays.
-    Tight,
-}
+use mover::Mover;
 
 /// One pool.
 #[derive(Debug)]
@@ -144,28 +116,91 @@ impl Pool {
         each!(self, pool => pool.try_reserve(size, aligned, slot))
     }
 
-    /// Add a page that holds `aligned` bytes (with no backing when `lazy`)
-    /// and serve them from it.
-    pub(crate) fn reserve_new_page(
+    /// Serve `aligned` bytes for `slot` that the room held did not: a new
+    /// page (with no backing when `lazy`) as large as `growth` says, or an
+    /// expandable pool's growth, which tries moving allocations first
+    /// where `update` allows (`expandable/grow.rs`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn grow(
         &mut self,
-        storage: &mut dyn DeviceStorage,
+        mover: &mut Mover<'_>,
         size: u64,
         aligned: u64,
         slot: u32,
-        lazy: bool,
+        update: PageUpdate,
         growth: Growth,
+        lazy: bool,
     ) -> Result<Placement, StorageError> {
         match self {
-            Pool::Sliced(pool) => pool.reserve_new_page(storage, size, aligned, slot, lazy, growth),
+            Pool::Sliced(pool) => {
+                pool.reserve_new_page(mover.storage, size, aligned, slot, lazy, growth)
+            }
             // One allocation per page: its page is its size already.
-            Pool::Whole(pool) => pool.reserve_new_page(storage, size, aligned, slot, lazy),
+            Pool::Whole(pool) => pool.reserve_new_page(mover.storage, size, aligned, slot, lazy),
             // Maps just the granules it needs, whatever the growth (and
             // backs them now: address space costs nothing to hold lazily).
-            Pool::Expandable(pool) => pool.reserve_new_page(storage, size, aligned, slot),
+            Pool::Expandable(pool) => pool.grow(mover, size, aligned, slot, update),
         }
     }
 
-    /// The bytes of the page [`reserve_new_page`](Self::reserve_new_page)
+    /// After a reservation that may change pages: an expandable pool gives
+    /// back what it holds free past its slack.
+    pub(crate) fn trim_after_reserve(&mut self, storage: &mut dyn DeviceStorage) {
+        if let Pool::Expandable(pool) = self {
+            pool.trim_after_reserve(storage);
+        }
+    }
+
+    /// Move allocations as `reason` allows (whole pages never move).
+    pub(crate) fn relocate(
+        &mut self,
+        mover: &mut Mover<'_>,
+        reason: RelocationReason,
+        report: &mut RelocationReport,
+    ) -> Result<(), MemoryError> {
+        match self {
+            Pool::Sliced(pool) => pool.relocate(mover, reason, report),
+            Pool::Expandable(pool) => pool.relocate(mover, reason, report),
+            Pool::Whole(_) => Ok(()),
+        }
+    }
+
+    /// Whether outdated pages still hold allocations a relocation could move.
+    pub(crate) fn holds_outdated_allocations(&self) -> bool {
+        match self {
+            Pool::Sliced(pool) => pool
+                .page_infos()
+                .any(|page| page.outdated && page.used > 0 && !page.guarded),
+            Pool::Whole(_) | Pool::Expandable(_) => false,
+        }
+    }
+
+    /// Whether a growth left outdated pages behind.
+    pub(crate) fn has_outdated(&self) -> bool {
+        match self {
+            Pool::Sliced(pool) => pool.has_outdated(),
+            Pool::Whole(_) | Pool::Expandable(_) => false,
+        }
+    }
+
+    /// Whether the pages hold more than `threshold` times what is in use.
+    pub(crate) fn wants_compaction(&self, threshold: f64) -> bool {
+        match self {
+            Pool::Sliced(pool) => pool.wants_compaction(threshold),
+            Pool::Expandable(pool) => pool.wants_compaction(threshold),
+            Pool::Whole(_) => false,
+        }
+    }
+
+    /// Allocations moved, and their bytes, by compactions before growth.
+    pub(crate) fn moved_before_growth(&self) -> (u64, u64) {
+        match self {
+            Pool::Expandable(pool) => pool.moved_before_growth(),
+            Pool::Sliced(_) | Pool::Whole(_) => (0, 0),
+        }
+    }
+
+    /// The bytes of the page [`grow`](Self::grow)
     /// would take for `aligned` bytes now.
     pub(crate) fn new_page_size(&self, aligned: u64) -> u64 {
         each!(self, pool => pool.new_page_size(aligned))
@@ -242,57 +277,6 @@ impl Pool {
     }
 }
 
-/// A page's backing: its storage range and the address of its first byte.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Backing {
-    /// The whole page.
-    pub(crate) handle: StorageHandle,
-    /// Address of its first byte (what allocations publish for resolve).
-    pub(crate) base: u64,
-}
-
-impl Backing {
-    /// Queue a page's backing, if it has one, for deallocation.
-    pub(crate) fn give_back(slot: &mut Option<Backing>, storage: &mut dyn DeviceStorage) {
-        if let Some(backing) = slot.take() {
-            storage.deallocate(backing.handle.id);
-        }
-    }
-
-    /// A page's backing, allocated now if the page was carved lazily.
-    pub(crate) fn get_or_allocate(
-        slot: &mut Option<Backing>,
-        storage: &mut dyn DeviceStorage,
-        size: u64,
-    ) -> Result<StorageHandle, StorageError> {
-        if let Some(backing) = slot {
-            return Ok(backing.handle);
-        }
-        let backing = Self::allocate(storage, size)?;
-        *slot = Some(backing);
-        Ok(backing.handle)
-    }
-
-    /// Allocate a page of `size` bytes and learn its address.
-    pub(crate) fn allocate(
-        storage: &mut dyn DeviceStorage,
-        size: u64,
-    ) -> Result<Self, StorageError> {
-        let handle = storage.allocate(size)?;
-        match storage.resource(&handle) {
-            Ok(resource) => Ok(Self {
-                handle,
-                base: resource.addr,
-            }),
-            Err(err) => {
-                storage.deallocate(handle.id);
-                Err(err)
-            }
-        }
-    }
-}
-
-/// `size` rounded up to a multiple of `alignment` (any alignment >= 1).
 /// The most storage granules one granule of an expandable pool spans.
 const MAX_GRANULES_PER_POOL_GRANULE: u64 = 16;
 
@@ -309,22 +293,4 @@ pub(crate) fn pool_granule(granule: u64, alignment: u64) -> Option<u64> {
     let (granule, alignment) = (granule.max(1), alignment.max(1));
     let lcm = (granule / gcd(granule, alignment)).checked_mul(alignment)?;
     (lcm / granule <= MAX_GRANULES_PER_POOL_GRANULE).then_some(lcm)
-}
-
-pub(crate) fn align_up(size: u64, alignment: u64) -> u64 {
-    // The common case (every real device) without a division.
-    if alignment.is_power_of_two() {
-        let mask = alignment - 1;
-        return size.checked_add(mask).map_or(u64::MAX, |end| end & !mask);
-    }
-    size.div_ceil(alignment).saturating_mul(alignment)
-}
-
-/// `size` rounded down to a multiple of `alignment`.
-pub(crate) fn align_down(size: u64, alignment: u64) -> u64 {
-    // As in `align_up`: a planner's walk calls this for every block.
-    if alignment.is_power_of_two() {
-        return size & !(alignment - 1);
-    }
-    size / alignment * alignment
 }

@@ -9,9 +9,9 @@
 //! - dedicated: exact-size pages returned on the first cleanup after the
 //!   free (a period of 0), so a buffer kept out of every pool does not linger.
 
-use super::{Backing, Placement};
-use crate::memory::arena::NONE;
-use crate::memory::bins;
+use super::arena::NONE;
+use super::bins;
+use super::page::{Backing, Placement};
 use crate::memory::config::PoolKind;
 use crate::memory::policy::Cleanup;
 use crate::memory::report::{PoolReport, PoolStats};

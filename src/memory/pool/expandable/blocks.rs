@@ -15,7 +15,8 @@
 //! a growth that no window serves asks the slide planner next, over the
 //! same blocks.
 
-use super::{ExpandablePool, VOID, align_down, align_up};
+use super::{ExpandablePool, VOID};
+use crate::memory::pool::page::{align_down, align_up};
 use std::cell::Cell;
 
 /// A block of a range as a plan sees it.

@@ -17,7 +17,7 @@
 
 use super::holes::{Hole, Holes};
 use super::{ExpandablePool, PlannedMove, VOID};
-use crate::memory::arena::NONE;
+use crate::memory::pool::arena::NONE;
 
 /// An evacuation under way: the allocations still to look at, top down,
 /// and the free blocks below them (tagged with their arena node).

@@ -27,8 +27,8 @@
 
 use super::blocks::{Block, RangeView, whole_granules};
 use super::{ExpandablePool, VOID};
-use crate::memory::arena::NONE;
-use crate::memory::pool::Placement;
+use crate::memory::pool::arena::NONE;
+use crate::memory::pool::page::Placement;
 use crate::storage::{DeviceStorage, StorageError};
 
 /// A run of allocations to slide down, lowest first (each slides over the

@@ -15,8 +15,8 @@
 use super::blocks::RangeView;
 use super::holes::{Hole, Holes};
 use super::{ExpandablePool, PlannedMove};
-use crate::memory::arena::NONE;
-use crate::memory::pool::Placement;
+use crate::memory::pool::arena::NONE;
+use crate::memory::pool::page::Placement;
 
 /// Windows planned on paper before a compaction gives up (each costs a few
 /// set operations per allocation on it).

@@ -4,9 +4,9 @@
 //! its backing first; ranges are checked against the allocation before the
 //! storage sees them.
 
-use super::error::MemoryError;
-use super::handle::Allocation;
-use super::manager::MemoryManager;
+use super::MemoryManager;
+use crate::memory::error::MemoryError;
+use crate::memory::handle::Allocation;
 use crate::storage::{DeviceStorage, Resource, StorageHandle};
 
 /// The resource behind an allocation, with a binding that keeps the
@@ -14,7 +14,7 @@ use crate::storage::{DeviceStorage, Resource, StorageHandle};
 #[derive(Debug)]
 pub struct ManagedResource {
     /// The binding that holds the allocation.
-    pub binding: super::Binding,
+    pub binding: crate::memory::Binding,
     /// The address and length.
     pub resource: Resource,
 }

@@ -23,21 +23,19 @@
 //! line a growth costs memory the pool never needed, so the holes of the
 //! whole pool are closed first, not only room for this reservation.
 
-use super::error::MemoryError;
-use super::manager::MemoryManager;
-use super::pool::Slide;
-use super::pool::{Placement, PlannedMove, Pool};
-use super::relocation::Destination;
-use super::relocation::RelocationReport;
-use super::slide::Slid;
-use crate::storage::DeviceStorage;
+use super::moves::Slid;
+use super::{ExpandablePool, PlannedMove, Slide};
+use crate::memory::error::MemoryError;
+use crate::memory::pool::mover::Mover;
+use crate::memory::pool::page::Placement;
+use crate::memory::relocation::{RelocationReason, RelocationReport};
 
 /// Bytes a compaction before growth may copy for each byte of memory it
 /// saves mapping. Four: a device-to-device copy runs at memory bandwidth
 /// (microseconds a MiB), while a byte not mapped is a byte another stream
 /// can use. Measured on the fragmentation family (`docs/performance.md`):
 /// 1.113 peak ratio at one, 1.066 at four, no better at sixteen.
-pub const MOVE_PER_BYTE_SAVED: u64 = 4;
+pub(crate) const MOVE_PER_BYTE_SAVED: u64 = 4;
 
 /// Bytes a slide (`pool/expandable/slide.rs`) may copy for each byte of
 /// memory it saves mapping or releases. More than [`MOVE_PER_BYTE_SAVED`]:
@@ -47,7 +45,7 @@ pub const MOVE_PER_BYTE_SAVED: u64 = 4;
 /// (seeds 1, 2, 4, through the service) 4 left 1.081-1.089 peak reserved
 /// over live, 16 gave 1.050-1.066, 24 gave 1.050-1.058, 32 no better
 /// (`docs/performance.md`).
-pub const SLIDE_PER_BYTE_SAVED: u64 = 24;
+pub(crate) const SLIDE_PER_BYTE_SAVED: u64 = 24;
 
 /// A growth that no window or slide could spare evacuates first when at
 /// least one mapped byte in this many lies free. Thirty-two: with slides,
@@ -55,7 +53,7 @@ pub const SLIDE_PER_BYTE_SAVED: u64 = 24;
 /// service) and one in thirty-two at 1.050-1.058; sixty-four no better at
 /// a third more time. (Before slides, sixteen beat eight and thirty-two
 /// only cost time.)
-pub const EVACUATE_WHEN_FREE_ONE_IN: u64 = 32;
+pub(crate) const EVACUATE_WHEN_FREE_ONE_IN: u64 = 32;
 
 /// A growth that would take an expandable pool's mapped bytes past its
 /// high-water mark of bytes in use by more than one byte in this many
@@ -66,7 +64,7 @@ pub const EVACUATE_WHEN_FREE_ONE_IN: u64 = 32;
 /// manager alone went from 1.042-1.050 peak reserved / peak live to
 /// 1.027-1.031, and through the service from 1.035 to 1.027-1.031
 /// (`docs/performance.md`).
-pub const HIGH_WATER_SLACK_ONE_IN: u64 = 32;
+pub(crate) const HIGH_WATER_SLACK_ONE_IN: u64 = 32;
 
 /// When a growth evacuates its expandable pool before it maps
 /// (`ExpandablePool::evacuates_before`).
@@ -87,6 +85,7 @@ pub(crate) enum Evacuate {
 const SLIDES_PLANNED: usize = 16;
 
 /// What a run of planned moves did.
+#[derive(Default)]
 struct Run {
     /// Allocations moved.
     moved: u64,
@@ -97,8 +96,10 @@ struct Run {
 }
 
 /// How a run of planned moves ended.
+#[derive(Default)]
 enum Ended {
     /// Every move was made.
+    #[default]
     Done,
     /// An allocation was pinned since the plan (it stays; so do the rest).
     Pinned,
@@ -124,146 +125,152 @@ pub(crate) enum Voids {
     Below(u64),
 }
 
-impl<S: DeviceStorage> MemoryManager<S> {
-    /// Serve `aligned` bytes of expandable pool `pool` by clearing a window
-    /// of its mapped room, when that pays; `None` when it does not (or a
-    /// move could not be made: what moved stays moved, nothing is lost).
-    pub(crate) fn compact_before_growth(
+impl Run {
+    fn count(&mut self, bytes: u64) {
+        self.moved += 1;
+        self.bytes += bytes;
+    }
+}
+
+impl ExpandablePool {
+    /// Serve `aligned` bytes by clearing a window of the mapped room, when
+    /// that pays; `None` when it does not (or a move could not be made:
+    /// what moved stays moved, nothing is lost).
+    pub(super) fn compact_before_growth(
         &mut self,
-        pool: usize,
+        mover: &mut Mover<'_>,
         size: u64,
         aligned: u64,
         slot: u32,
     ) -> Option<Placement> {
-        let Pool::Expandable(expandable) = &self.pools[pool] else {
-            return None;
-        };
-        if expandable.free_mapped() < aligned {
+        if self.free_mapped() < aligned {
             return None;
         }
-        let saved = expandable.new_page_size(aligned);
+        let saved = self.new_page_size(aligned);
         let budget = saved.saturating_mul(MOVE_PER_BYTE_SAVED);
-        let window = expandable.plan_window(aligned, budget, self.movable())?;
-        if let Pool::Expandable(expandable) = &mut self.pools[pool] {
-            expandable.fence(&window);
-        }
+        let window = self.plan_window(aligned, budget, mover.movable())?;
+        self.fence(&window);
         // A move that cannot be made (pinned since the plan: a client's pin
         // needs no round trip; a failed copy, the allocation staying where
         // it was) leaves the window short, and the growth goes ahead.
-        let (run, _) = self.move_as_planned(pool, &window.moves);
+        let (run, _) = self.move_as_planned(mover, &window.moves);
         self.count_moved_before_growth(run.moved, run.bytes);
-        let Pool::Expandable(expandable) = &mut self.pools[pool] else {
-            unreachable!("checked above");
-        };
-        expandable.unfence_and_reserve(size, aligned, slot)
+        self.unfence_and_reserve(size, aligned, slot)
     }
 
-    /// Serve `aligned` bytes of expandable pool `pool` by sliding the
-    /// allocations of the cheapest run of it down until its holes gather
-    /// into one block that holds them (`pool/expandable/slide.rs`), when
-    /// the bytes moved pay for the bytes not mapped; `None` when none does
-    /// or a slide could not be made (what slid stays slid).
-    pub(crate) fn slide_before_growth(
+    /// Serve `aligned` bytes by sliding the allocations of the cheapest run
+    /// down until its holes gather into one block that holds them
+    /// (`slide.rs`), when the bytes moved pay for the bytes not mapped;
+    /// `None` when none does or a slide could not be made (what slid stays
+    /// slid).
+    pub(super) fn slide_before_growth(
         &mut self,
-        pool: usize,
+        mover: &mut Mover<'_>,
         size: u64,
         aligned: u64,
         slot: u32,
     ) -> Option<Placement> {
-        let Pool::Expandable(expandable) = &self.pools[pool] else {
-            return None;
-        };
-        let growth = expandable.new_page_size(aligned);
+        let growth = self.new_page_size(aligned);
         // The room must come from free blocks for all but less than the
         // growth (the voids a run may map).
-        if expandable.free_mapped() + growth <= aligned {
+        if self.free_mapped() + growth <= aligned {
             return None;
         }
-        let slide = expandable.plan_room(aligned, growth, SLIDE_PER_BYTE_SAVED, self.movable())?;
+        let slide = self.plan_room(aligned, growth, SLIDE_PER_BYTE_SAVED, mover.movable())?;
         // Refused a mapping (a budget: the growth meets the same refusal),
         // pinned since the plan, or a failed copy (its bytes stay where they
         // were): the growth goes ahead.
-        let run = self.make_slide(pool, slide)?;
+        let run = self.make_slide(mover, slide)?;
         self.count_moved_before_growth(run.moved, run.bytes);
         if !matches!(run.ended, Ended::Done) {
             return None;
         }
-        self.pools[pool].try_reserve(size, aligned, slot)
+        self.try_reserve(size, aligned, slot)
     }
 
-    /// Serve `aligned` bytes of expandable pool `pool` after an evacuation
-    /// (below) gave back the granules it could, when `when` says a growth
-    /// for them should evacuate first (`ExpandablePool::evacuates_before`);
+    /// Serve `aligned` bytes after an evacuation (below) gave back the
+    /// granules it could, when `when` says a growth for them should
+    /// evacuate first ([`evacuates_before`](Self::evacuates_before));
     /// `None` when it should not, or the room freed does not hold them
     /// (what the evacuation emptied goes back before the growth maps).
-    pub(crate) fn evacuate_before_growth(
+    pub(super) fn evacuate_before_growth(
         &mut self,
+        mover: &mut Mover<'_>,
         when: Evacuate,
-        pool: usize,
         size: u64,
         aligned: u64,
         slot: u32,
     ) -> Option<Placement> {
-        let Pool::Expandable(expandable) = &self.pools[pool] else {
-            return None;
-        };
-        if !expandable.evacuates_before(when, aligned) {
+        if !self.evacuates_before(when, aligned) {
             return None;
         }
-        let growth = expandable.new_page_size(aligned);
-        let before = expandable.mapped();
+        let growth = self.new_page_size(aligned);
+        let before = self.mapped();
         let mut report = RelocationReport::default();
         // A failed copy leaves its allocation in place: the growth goes on.
-        let _ = self.evacuate_granules(pool, &mut report, Voids::Below(growth));
+        let _ = self.evacuate_granules(mover, &mut report, Voids::Below(growth));
         if report.moved == 0 {
             return None;
         }
         self.count_moved_before_growth(report.moved, report.bytes_moved);
-        let placed = self.pools[pool].try_reserve(size, aligned, slot);
+        let placed = self.try_reserve(size, aligned, slot);
         // What the evacuation emptied goes back: what its slides mapped
         // beyond what the pool held before and, before a growth, as much
         // again as the growth maps. The pool ends no higher than growing
         // alone would have taken it.
-        let Pool::Expandable(expandable) = &self.pools[pool] else {
-            unreachable!("checked above");
-        };
         let still_to_map = match placed {
             Some(_) => 0,
-            None => expandable.new_page_size(aligned),
+            None => self.new_page_size(aligned),
         };
-        self.unmap_past(pool, before.saturating_sub(still_to_map));
+        self.unmap_past(mover.storage, before.saturating_sub(still_to_map));
         placed
     }
 
-    /// Move allocations of expandable pool `pool` down into free blocks
-    /// below them where that releases granules worth the bytes moved
-    /// (`pool/expandable/evacuate.rs`); what moved goes in `report`. The
-    /// granules go back at the unmapping that follows; what the slides
-    /// may map meanwhile, `voids` says.
-    pub(crate) fn evacuate_granules(
+    /// A relocation: compacting reasons move allocations down out of
+    /// granules they alone keep mapped; every reason then gives back the
+    /// free granules (the holes cost nothing once unmapped). A stream asked
+    /// to give memory back (the device is short, or past its headroom)
+    /// maps none to do it.
+    pub(crate) fn relocate(
         &mut self,
-        pool: usize,
+        mover: &mut Mover<'_>,
+        reason: RelocationReason,
+        report: &mut RelocationReport,
+    ) -> Result<(), MemoryError> {
+        let voids = if reason == RelocationReason::Short {
+            Voids::Below(0)
+        } else {
+            Voids::BelowHighWater
+        };
+        let evacuated = if reason == RelocationReason::Outdated {
+            Ok(())
+        } else {
+            self.evacuate_granules(mover, report, voids)
+        };
+        let before = self.mapped();
+        self.unmap_all_free(mover.storage);
+        report.bytes_released += before - self.mapped();
+        evacuated
+    }
+
+    /// Move allocations down into free blocks below them where that
+    /// releases granules worth the bytes moved (`evacuate.rs`); what moved
+    /// goes in `report`. The granules go back at the unmapping that
+    /// follows; what the slides may map meanwhile, `voids` says.
+    fn evacuate_granules(
+        &mut self,
+        mover: &mut Mover<'_>,
         report: &mut RelocationReport,
         voids: Voids,
     ) -> Result<(), MemoryError> {
-        let Pool::Expandable(expandable) = &self.pools[pool] else {
-            return Ok(());
-        };
-        let mut evacuation = expandable.evacuation();
-        loop {
-            let Pool::Expandable(expandable) = &self.pools[pool] else {
-                unreachable!("checked above");
-            };
-            let next = expandable.next_group(&mut evacuation, MOVE_PER_BYTE_SAVED, self.movable());
-            let Some(group) = next else {
-                break;
-            };
-            let (run, landed) = self.move_as_planned(pool, &group.moves);
+        let mut evacuation = self.evacuation();
+        while let Some(group) =
+            self.next_group(&mut evacuation, MOVE_PER_BYTE_SAVED, mover.movable())
+        {
+            let (run, landed) = self.move_as_planned(mover, &group.moves);
             report.moved += run.moved;
             report.bytes_moved += run.bytes;
-            if let Pool::Expandable(expandable) = &self.pools[pool] {
-                expandable.group_moved(&mut evacuation, &landed);
-            }
+            self.group_moved(&mut evacuation, &landed);
             match run.ended {
                 Ended::Done => {}
                 // Pinned by a client since it was planned: the rest of the
@@ -272,42 +279,36 @@ impl<S: DeviceStorage> MemoryManager<S> {
                 Ended::Failed(error) => return Err(error),
             }
         }
-        self.slide_down(pool, report, voids)
+        self.slide_down(mover, report, voids)
     }
 
-    /// Slide runs of allocations of expandable pool `pool` down where that
-    /// releases granules worth the bytes moved, the best first, planned
-    /// again after each (`pool/expandable/slide.rs`): what the groups could
-    /// not move for want of a hole that holds them.
+    /// Slide runs of allocations down where that releases granules worth
+    /// the bytes moved, the best first, planned again after each
+    /// (`slide.rs`): what the groups could not move for want of a hole
+    /// that holds them.
     fn slide_down(
         &mut self,
-        pool: usize,
+        mover: &mut Mover<'_>,
         report: &mut RelocationReport,
         voids: Voids,
     ) -> Result<(), MemoryError> {
-        let shares = self.storage.shares_a_budget();
+        let shares = mover.storage.shares_a_budget();
         let may_map = match voids {
             Voids::BelowHighWater => u64::MAX,
             Voids::Below(bytes) => bytes.saturating_sub(1),
         };
-        let Pool::Expandable(expandable) = &self.pools[pool] else {
-            return Ok(());
-        };
-        let before = expandable.mapped();
+        let before = self.mapped();
         for _ in 0..SLIDES_PLANNED {
-            let Pool::Expandable(expandable) = &self.pools[pool] else {
-                return Ok(());
-            };
             // What the slides may map is a budget for all of them, net of
             // what went back since.
-            let left = may_map.saturating_sub(expandable.mapped().saturating_sub(before));
-            let planned = expandable.plan_slide(SLIDE_PER_BYTE_SAVED, shares, left, self.movable());
+            let left = may_map.saturating_sub(self.mapped().saturating_sub(before));
+            let planned = self.plan_slide(SLIDE_PER_BYTE_SAVED, shares, left, mover.movable());
             let Some(slide) = planned else {
                 break;
             };
             // A mapping refused (the device is full): what was mapped goes
             // back at the unmapping that follows.
-            let Some(run) = self.make_slide(pool, slide) else {
+            let Some(run) = self.make_slide(mover, slide) else {
                 return Ok(());
             };
             report.moved += run.moved;
@@ -318,7 +319,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
             // and made the device's peak 1.050 times its peak live for a
             // moment that no growth was needed).
             if matches!(voids, Voids::Below(_)) {
-                self.unmap_past(pool, before);
+                self.unmap_past(mover.storage, before);
             }
             match run.ended {
                 Ended::Done => {}
@@ -333,31 +334,18 @@ impl<S: DeviceStorage> MemoryManager<S> {
         Ok(())
     }
 
-    /// Make `slide` in expandable pool `pool`: map the void runs it crosses,
-    /// then slide its allocations in address order until one cannot be
-    /// made. `None` when a mapping was refused (nothing slid; what was
-    /// mapped lies free, queued for the next cleanup point).
-    fn make_slide(&mut self, pool: usize, slide: Slide) -> Option<Run> {
-        let tick = self.tick;
+    /// Make `slide`: map the void runs it crosses, then slide its
+    /// allocations in address order until one cannot be made. `None` when
+    /// a mapping was refused (nothing slid; what was mapped lies free,
+    /// queued for the next cleanup point).
+    fn make_slide(&mut self, mover: &mut Mover<'_>, slide: Slide) -> Option<Run> {
         for &void in &slide.voids {
-            let Pool::Expandable(expandable) = &mut self.pools[pool] else {
-                unreachable!("a slide is planned in an expandable pool");
-            };
-            expandable
-                .map_for_slide(&mut self.storage, void, tick)
-                .ok()?;
+            self.map_for_slide(mover.storage, void, mover.serial).ok()?;
         }
-        let mut run = Run {
-            moved: 0,
-            bytes: 0,
-            ended: Ended::Done,
-        };
+        let mut run = Run::default();
         for slot in slide.slots {
-            match self.slide_slot(pool, slot) {
-                Ok(Slid::Moved(bytes)) => {
-                    run.moved += 1;
-                    run.bytes += bytes;
-                }
+            match self.slide_slot(mover, slot) {
+                Ok(Slid::Moved(bytes)) => run.count(bytes),
                 Ok(Slid::InPlace) => {}
                 Ok(Slid::Pinned) => {
                     run.ended = Ended::Pinned;
@@ -378,22 +366,21 @@ impl<S: DeviceStorage> MemoryManager<S> {
         self.moved_before_growth.1 += bytes;
     }
 
-    /// Whether the allocation in a slot may move now: not pinned, not even
-    /// through a cell it was bound away from (`Live::is_pinned` asks both).
-    fn movable(&self) -> impl Fn(u32) -> bool + '_ {
-        |slot| self.slots.get(slot).is_some_and(|live| !live.is_pinned())
+    /// Allocations moved, and their bytes, by compactions before growth.
+    pub(crate) fn moved_before_growth(&self) -> (u64, u64) {
+        self.moved_before_growth
     }
 
-    /// Make `moves` in expandable pool `pool` in order, each to the start
-    /// of what the moves before left of its block, until one cannot be
-    /// made: what moved and how it ended, and for each block used (by its
-    /// node when planned) what is left of it now.
-    fn move_as_planned(&mut self, pool: usize, moves: &[PlannedMove]) -> (Run, Vec<(u32, u32)>) {
-        let mut run = Run {
-            moved: 0,
-            bytes: 0,
-            ended: Ended::Done,
-        };
+    /// Make `moves` in order, each to the start of what the moves before
+    /// left of its block, until one cannot be made: what moved and how it
+    /// ended, and for each block used (by its node when planned) what is
+    /// left of it now.
+    fn move_as_planned(
+        &mut self,
+        mover: &mut Mover<'_>,
+        moves: &[PlannedMove],
+    ) -> (Run, Vec<(u32, u32)>) {
+        let mut run = Run::default();
         let mut landed: Vec<(u32, u32)> = Vec::new();
         for &(slot, planned) in moves {
             let at = match landed.iter().position(|&(block, _)| block == planned) {
@@ -404,11 +391,8 @@ impl<S: DeviceStorage> MemoryManager<S> {
                 }
             };
             let into = landed[at].1;
-            match self.move_slot(pool, slot, Destination::Into(into)) {
-                Ok(Some(bytes)) => {
-                    run.moved += 1;
-                    run.bytes += bytes;
-                }
+            match self.move_into(mover, slot, into) {
+                Ok(Some(bytes)) => run.count(bytes),
                 Ok(None) => {
                     run.ended = Ended::Pinned;
                     break;
@@ -418,17 +402,10 @@ impl<S: DeviceStorage> MemoryManager<S> {
                     break;
                 }
             }
-            if let Pool::Expandable(expandable) = &self.pools[pool] {
-                // The move carved the start of the block; the rest is where
-                // the next move planned there lands.
-                landed[at].1 = expandable.rest_of_hole(into);
-            }
+            // The move carved the start of the block; the rest is where
+            // the next move planned there lands.
+            landed[at].1 = self.rest_of_hole(into);
         }
         (run, landed)
-    }
-
-    /// Allocations moved, and their bytes, by compactions before growth.
-    pub fn moved_before_growth(&self) -> (u64, u64) {
-        self.moved_before_growth
     }
 }

@@ -3,7 +3,7 @@
 //! holds, then hands itself to the pins; the last of them to drop returns
 //! the rest.
 //!
-//! The hand-over, per pinned cell, is one CAS that sets [`ORPHANED`] only
+//! The hand-over, per pinned cell, is one CAS that marks the pin word orphaned only
 //! while a pin is held, so each cell is counted exactly once by whichever
 //! comes last of the hand-over and its final unpin (the two touch the same
 //! word, so they are totally ordered):
@@ -11,81 +11,20 @@
 //! - the owner adds one to [`PinKeeper::holds`] *before* it tries to mark a
 //!   cell (so the count never goes below zero), and takes it back when the
 //!   mark fails because the pins went meanwhile;
-//! - an unpin that takes the count of an `ORPHANED` cell from one to zero
+//! - an unpin that takes the count of an orphaned cell from one to zero
 //!   takes that cell's hold back;
-//! - `ORPHANED` refuses new pins (like `MOVING`), so a cell's pin count
+//! - an orphaned word refuses new pins (as a move does), so a cell's pin count
 //!   goes to zero once after its mark;
 //! - the owner keeps one hold of its own while it hands over, and stores
 //!   what frees the pages before it lets go of it: whoever takes the count
 //!   to zero finds it there and runs it (`loom-tests/retire.rs`).
 
-use super::handle::{AllocationCell, ORPHANED, PIN_MASK};
-use super::manager::MemoryManager;
-use super::slots::Live;
+use super::MemoryManager;
+use crate::memory::handle::AllocationCell;
+use crate::memory::slot::Live;
 use crate::storage::DeviceStorage;
-use crate::sync::atomic::{AtomicUsize, Ordering};
-use crate::sync::{Arc, Mutex};
-use std::fmt;
-
-/// What returns the pages a retired manager kept for its pins.
-type Keep = Box<dyn FnOnce() + Send>;
-
-/// Where a retired manager waits for its last pin (one per release queue,
-/// which every cell of the manager reaches).
-#[derive(Default)]
-pub(crate) struct PinKeeper {
-    /// Orphaned cells still pinned, plus one while the owner hands over.
-    holds: AtomicUsize,
-    /// Frees the kept pages; run by whoever takes `holds` to zero.
-    keep: Mutex<Option<Keep>>,
-}
-
-impl fmt::Debug for PinKeeper {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PinKeeper")
-            .field("holds", &self.holds.load(Ordering::Relaxed))
-            .finish_non_exhaustive()
-    }
-}
-
-impl PinKeeper {
-    /// The last pin of an orphaned cell dropped.
-    pub(crate) fn unpinned(&self) {
-        self.let_go();
-    }
-
-    fn hold(&self) {
-        self.holds.fetch_add(1, Ordering::SeqCst);
-    }
-
-    fn let_go(&self) {
-        if self.holds.fetch_sub(1, Ordering::SeqCst) == 1 {
-            let keep = self.keep.lock().take();
-            if let Some(keep) = keep {
-                keep();
-            }
-        }
-    }
-}
-
-/// Mark `cell` orphaned if a pin holds it now; `false` when none does.
-fn orphan(cell: &AllocationCell) -> bool {
-    let mut state = cell.pins.load(Ordering::SeqCst);
-    loop {
-        if state & PIN_MASK == 0 {
-            return false;
-        }
-        match cell.pins.compare_exchange_weak(
-            state,
-            state | ORPHANED,
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        ) {
-            Ok(_) => return true,
-            Err(now) => state = now,
-        }
-    }
-}
+use crate::sync::Arc;
+use crate::sync::atomic::Ordering;
 
 impl<S: DeviceStorage> MemoryManager<S> {
     /// Live allocations that are pinned now.
@@ -105,13 +44,13 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// [`release_everything`]: Self::release_everything
     pub(crate) fn free_unpinned(&mut self) {
         let meter = self.meter().cloned();
-        let (pools, tick) = (&mut self.pools, self.tick);
+        let (pools, serial) = (&mut self.pools, self.serial);
         let mut freed = 0;
         self.slots.free_all_but(Live::is_pinned, |live| {
             live.cell.addr.store(0, Ordering::Release);
             Self::unmeter(meter.as_ref(), &live.cell);
             freed += live.size;
-            pools[live.pool as usize].free(live.placement, live.size, live.aligned, tick);
+            pools[live.pool as usize].free(live.placement, live.size, live.aligned, serial);
         });
         self.freed_in_use(freed);
     }
@@ -162,7 +101,7 @@ impl<S: DeviceStorage + 'static> MemoryManager<S> {
         keeper.hold();
         for cell in self.pinned_cells() {
             keeper.hold();
-            if !orphan(&cell) {
+            if !cell.pins.orphan() {
                 keeper.let_go();
             }
         }

@@ -2,13 +2,15 @@
 //! (one fixed page size) and the adaptive arena (a page size that grows
 //! with the largest allocation served, leaving older pages *outdated*).
 
-use super::{Backing, Growth, PageInfo, Placement, align_down, align_up};
-use crate::memory::arena::Arena;
+use super::arena::Arena;
+use super::page::{Backing, Growth, PageInfo, Placement, align_down, align_up};
 use crate::memory::config::{PoolConfig, PoolKind};
 use crate::memory::policy::Cleanup;
 use crate::memory::report::{PoolReport, PoolStats};
 use crate::storage::{DeviceStorage, StorageError, StorageHandle};
 use std::collections::VecDeque;
+
+mod relocate;
 
 /// Adaptive pages grow in steps of this many bytes (or the smallest page
 /// size, if smaller).

@@ -1,10 +1,11 @@
 //! Page guards, pins and taint: what keeps bytes where they are, and what
 //! says which of them a failure left invalid.
 
-use super::error::MemoryError;
-use super::handle::{Allocation, AllocationCell, MOVING, ORPHANED, PIN_MASK};
-use super::manager::MemoryManager;
-use super::release::{Release, ReleaseQueue};
+use super::MemoryManager;
+use crate::memory::error::MemoryError;
+use crate::memory::handle::{Allocation, AllocationCell};
+use crate::memory::release::{Release, ReleaseQueue};
+use crate::memory::slot::Unpinned;
 use crate::storage::{DeviceStorage, Resource};
 use crate::sync::Arc;
 use crate::sync::atomic::Ordering;
@@ -79,21 +80,7 @@ impl Pinned {
     /// Pin `cell` if no move is under way and its owner has not retired;
     /// the caller reads the address after this succeeds.
     pub(crate) fn try_pin(cell: &AllocationCell) -> bool {
-        let mut state = cell.pins.load(Ordering::SeqCst);
-        loop {
-            if state & (MOVING | ORPHANED) != 0 {
-                return false;
-            }
-            match cell.pins.compare_exchange_weak(
-                state,
-                state + 1,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            ) {
-                Ok(_) => return true,
-                Err(now) => state = now,
-            }
-        }
+        cell.pins.try_pin()
     }
 
     pub(crate) fn new(cell: Arc<AllocationCell>, resource: Resource) -> Self {
@@ -106,17 +93,16 @@ impl Pinned {
 /// Drop one pin of `cell`; `true` when it was the last of a cell whose
 /// owner is still there (the caller may owe it a release).
 fn unpin(cell: &AllocationCell) -> bool {
-    let before = cell.pins.fetch_sub(1, Ordering::SeqCst);
-    if before & PIN_MASK != 1 {
-        return false;
+    match cell.pins.unpin() {
+        Unpinned::Held => false,
+        Unpinned::Last => true,
+        Unpinned::LastOrphaned => {
+            // The owner retired with this pin held: this was what kept its
+            // pages (see `retire.rs`).
+            cell.releases.keeper.unpinned();
+            false
+        }
     }
-    if before & ORPHANED != 0 {
-        // The owner retired with this pin held: this was what kept its
-        // pages (see `retire.rs`).
-        cell.releases.keeper.unpinned();
-        return false;
-    }
-    true
 }
 
 impl Drop for Pinned {
@@ -125,8 +111,8 @@ impl Drop for Pinned {
         // owner skipped the release while pinned, so queue it again. If the
         // owner already freed it, the key is stale and the repeat is ignored.
         if unpin(&self.cell) && self.cell.handles.load(Ordering::SeqCst) == 0 {
-            let key = self.cell.key.load(Ordering::Acquire);
-            if key != 0 {
+            let key = self.cell.key();
+            if key.is_bound() {
                 self.cell.releases.push(Release::Allocation(key));
             }
         }
@@ -209,7 +195,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
     pub fn is_pinned(&self, allocation: &Allocation) -> bool {
         match self.live(allocation) {
             Ok((_, live)) => live.is_pinned(),
-            Err(_) => super::slots::is_pinned(&allocation.cell),
+            Err(_) => allocation.cell.pins.is_pinned(),
         }
     }
 }

@@ -20,21 +20,25 @@
 //! `idle.rs`), an explicit one, a relocation, and before every growth, so
 //! that a growth first gives back what lies free ("unmapping first").
 
-use super::{Backing, Placement, align_down, align_up};
-use crate::memory::arena::{Arena, NONE};
-use crate::memory::compaction::{EVACUATE_WHEN_FREE_ONE_IN, Evacuate, HIGH_WATER_SLACK_ONE_IN};
+use super::page::{Backing, Placement, align_down, align_up};
 use crate::memory::config::{PoolConfig, PoolKind};
 use crate::memory::policy::Cleanup;
+use crate::memory::pool::arena::{Arena, NONE};
 use crate::memory::report::{PoolReport, PoolStats};
 use crate::storage::{DeviceStorage, StorageError, StorageHandle};
+use compact::{EVACUATE_WHEN_FREE_ONE_IN, Evacuate, HIGH_WATER_SLACK_ONE_IN};
 use std::collections::BTreeMap;
 
 mod blocks;
+mod compact;
 mod evacuate;
+mod grow;
 mod holes;
 mod idle;
+mod moves;
 #[cfg(test)]
 mod plan_tests;
+mod ranges;
 mod slide;
 #[cfg(test)]
 mod view_tests;
@@ -42,10 +46,10 @@ mod window;
 
 /// An allocation's slot and the free block it moves to, by the block's
 /// node when planned: several moves may go to one block, each to the start
-/// of what the ones before left of it (`MemoryManager::move_as_planned`).
-pub(crate) type PlannedMove = (u32, u32);
-pub(crate) use slide::Slide;
-pub(crate) use window::Window;
+/// of what the ones before left of it (`compact.rs`, `move_as_planned`).
+type PlannedMove = (u32, u32);
+use slide::Slide;
+use window::Window;
 
 /// The owner of carved blocks that stand for unmapped address space (no
 /// slot index reaches it).
@@ -120,6 +124,8 @@ pub(crate) struct ExpandablePool {
     /// What the planners keep between plans (boxed: a plan needs it, a
     /// pool's every other use does not).
     planning: Box<Planning>,
+    /// Allocations moved, and their bytes, by compactions before growth.
+    moved_before_growth: (u64, u64),
 }
 
 /// The planners' buffers, kept so that they are reused (a plan runs
@@ -160,6 +166,7 @@ impl ExpandablePool {
             used: 0,
             fence: None,
             planning: Box::default(),
+            moved_before_growth: (0, 0),
         }
     }
 
@@ -298,89 +305,6 @@ impl ExpandablePool {
             .map_or_else(|| align_up(aligned, self.granule), |(_, needed)| needed)
     }
 
-    /// Reserve a range that holds at least `aligned` bytes, all void.
-    fn add_range(
-        &mut self,
-        storage: &mut dyn DeviceStorage,
-        aligned: u64,
-    ) -> Result<u32, StorageError> {
-        let size = self.range_size.max(align_up(aligned, self.granule));
-        let handle = storage.reserve_range(size)?;
-        let base = match storage.resource(&handle) {
-            Ok(resource) => resource.addr,
-            Err(err) => {
-                storage.deallocate(handle.id);
-                storage.flush();
-                return Err(err);
-            }
-        };
-        let index = self.spare.pop().unwrap_or_else(|| {
-            self.ranges.push(Range {
-                backing: None,
-                size: 0,
-                first: NONE,
-                live: 0,
-                used: 0,
-                mapped: 0,
-                guards: 0,
-                held: false,
-                let_go: Vec::new(),
-            });
-            (self.ranges.len() - 1) as u32
-        });
-        let first = self.arena.add_page(index, size, false);
-        self.arena.occupy(first, VOID);
-        self.voids.insert((index, 0), first);
-        self.ranges[index as usize] = Range {
-            backing: Some(Backing { handle, base }),
-            size,
-            first,
-            live: 0,
-            used: 0,
-            mapped: 0,
-            guards: 0,
-            held: true,
-            let_go: Vec::new(),
-        };
-        self.stats.range_added();
-        Ok(index)
-    }
-
-    /// Map the first `bytes` of the void run `node` and return the free
-    /// block they join (merged with a free block before them).
-    fn map_void(
-        &mut self,
-        storage: &mut dyn DeviceStorage,
-        node: u32,
-        bytes: u64,
-    ) -> Result<u32, StorageError> {
-        let index = self.arena.page(node);
-        let offset = self.arena.offset(node);
-        let handle = self.range_handle(index, offset, bytes);
-        storage.map(&handle)?;
-        self.voids.remove(&(index, offset));
-        if bytes < self.arena.size(node) {
-            let rest = self.arena.split(node, bytes);
-            self.voids.insert((index, offset + bytes), rest);
-        }
-        self.ranges[index as usize].mapped += bytes;
-        self.stats.mapped(bytes);
-        let listed = self.ranges[index as usize].guards == 0;
-        Ok(self.arena.free(node, listed))
-    }
-
-    /// The storage handle of `bytes` at `offset` of range `index`.
-    fn range_handle(&self, index: u32, offset: u64, bytes: u64) -> StorageHandle {
-        let backing = self.ranges[index as usize]
-            .backing
-            .expect("a held range has its reservation");
-        StorageHandle {
-            id: backing.handle.id,
-            offset,
-            size: bytes,
-        }
-    }
-
     pub(crate) fn free(&mut self, placement: Placement, size: u64, aligned: u64, tick: u64) {
         let range = &mut self.ranges[placement.page as usize];
         range.live -= 1;
@@ -425,49 +349,6 @@ impl ExpandablePool {
         self.unmap_span(storage, node, first, last)
     }
 
-    /// Unmap the granules `first..last` (range offsets, on granules) of the
-    /// free block `node`, which holds them: the bytes unmapped, and the void
-    /// run they joined. What lies below them stays the block `node`, so a
-    /// caller may go on to unmap lower spans of it.
-    fn unmap_span(
-        &mut self,
-        storage: &mut dyn DeviceStorage,
-        node: u32,
-        first: u64,
-        last: u64,
-    ) -> (u64, u32) {
-        let index = self.arena.page(node);
-        let start = self.arena.offset(node);
-        let mut middle = node;
-        if first > start {
-            middle = self.arena.split(node, first - start);
-        }
-        if last < first + self.arena.size(middle) {
-            self.arena.split(middle, last - first);
-        }
-        self.arena.occupy(middle, VOID);
-        storage.unmap(&self.range_handle(index, first, last - first));
-        // One void run for neighbouring ones, so a growth finds them whole.
-        let mut run = middle;
-        let mut key = (index, first);
-        let prev = self.arena.prev(middle);
-        if prev != NONE && self.arena.is_carved_by(prev, VOID) {
-            self.voids.remove(&(index, self.arena.offset(prev)));
-            self.arena.merge_carved_next(prev);
-            run = prev;
-            key = (index, self.arena.offset(prev));
-        }
-        let next = self.arena.next(run);
-        if next != NONE && self.arena.is_carved_by(next, VOID) {
-            self.voids.remove(&(index, self.arena.offset(next)));
-            self.arena.merge_carved_next(run);
-        }
-        self.voids.insert(key, run);
-        self.ranges[index as usize].mapped -= last - first;
-        self.stats.unmapped(last - first);
-        (last - first, run)
-    }
-
     pub(crate) fn cleanup(
         &mut self,
         storage: &mut dyn DeviceStorage,
@@ -509,52 +390,6 @@ impl ExpandablePool {
             }
         }
         unmapped > 0
-    }
-
-    /// Give back every range that is all void: address space is cheap to
-    /// reserve again, and a range held for nothing would outlive the load.
-    fn give_back_void_ranges(&mut self, storage: &mut dyn DeviceStorage) -> bool {
-        let mut released = false;
-        for index in 0..self.ranges.len() as u32 {
-            let range = &self.ranges[index as usize];
-            let whole_void = range.held
-                && range.live == 0
-                && range.guards == 0
-                && range.mapped == 0
-                && self.arena.next(range.first) == NONE;
-            if whole_void {
-                self.release(storage, index);
-                released = true;
-            }
-        }
-        released
-    }
-
-    /// Give range `index` back, whatever is still mapped in it.
-    fn release(&mut self, storage: &mut dyn DeviceStorage, index: u32) {
-        let range = &mut self.ranges[index as usize];
-        range.held = false;
-        let mapped = std::mem::take(&mut range.mapped);
-        Backing::give_back(&mut range.backing, storage);
-        self.voids.retain(|&(at, _), _| at != index);
-        self.stats.unmapped(mapped);
-        self.stats.range_removed();
-        self.spare.push(index);
-    }
-
-    pub(crate) fn release_all(&mut self, storage: &mut dyn DeviceStorage) {
-        for range in &mut self.ranges {
-            Backing::give_back(&mut range.backing, storage);
-        }
-        self.ranges.clear();
-        self.spare.clear();
-        self.voids.clear();
-        self.idle_due = None;
-        self.untrimmable = 0;
-        self.arena = Arena::default();
-        self.used = 0;
-        self.fence = None;
-        self.stats.clear_usage();
     }
 
     pub(crate) fn page_backing(&self, index: u32) -> Option<Backing> {

@@ -7,11 +7,11 @@
 //! The table also answers the one question every path that frees or moves
 //! bytes must ask: is this allocation pinned ([`Live::is_pinned`])?
 
-use super::handle::{AllocationCell, PIN_MASK, SlotKey, pack, unpack};
-use super::pool::Placement;
-use super::taint::TaintRanges;
+use super::SlotKey;
+use crate::memory::handle::AllocationCell;
+use crate::memory::pool::Placement;
+use crate::memory::taint::TaintRanges;
 use crate::sync::Arc;
-use crate::sync::atomic::Ordering;
 
 /// A live allocation as its slot records it.
 #[derive(Debug)]
@@ -68,7 +68,7 @@ impl Live {
 
 /// Whether a pin is held through `cell`.
 pub(crate) fn is_pinned(cell: &AllocationCell) -> bool {
-    cell.pins.load(Ordering::SeqCst) & PIN_MASK != 0
+    cell.pins.is_pinned()
 }
 
 /// One entry of the slot table.
@@ -112,7 +112,7 @@ impl SlotTable {
 
     /// The key a handle of `slot`'s allocation carries now.
     pub(crate) fn key(&self, slot: u32) -> SlotKey {
-        pack(slot, self.slots[slot as usize].generation)
+        SlotKey::new(slot, self.slots[slot as usize].generation)
     }
 
     /// Record `live` in the claimed `slot`.
@@ -132,7 +132,7 @@ impl SlotTable {
 
     /// The live allocation `key` names, if the key is current.
     pub(crate) fn locate(&self, key: SlotKey) -> Option<&Live> {
-        let (slot, generation) = unpack(key);
+        let (slot, generation) = (key.slot(), key.generation());
         let entry = self.slots.get(slot as usize)?;
         (entry.generation == generation).then_some(())?;
         entry.live.as_ref()
@@ -153,7 +153,7 @@ impl SlotTable {
     pub(crate) fn renew(&mut self, slot: u32) -> SlotKey {
         let entry = &mut self.slots[slot as usize];
         entry.generation = next_generation(entry.generation);
-        pack(slot, entry.generation)
+        SlotKey::new(slot, entry.generation)
     }
 
     /// Every live allocation, with its slot.

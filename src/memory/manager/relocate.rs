@@ -1,0 +1,77 @@
+//! Relocation, routed: the manager asks each pool to move its own
+//! allocations as the reason allows (`pool/sliced/relocate.rs` empties
+//! pages; `pool/expandable/compact.rs` evacuates granules), then returns
+//! what emptied to the device at one flush.
+//!
+//! Two uses. The seed's: an adaptive pool that grew its page size leaves
+//! *outdated* pages behind, and emptying them into current pages returns
+//! their memory. Ours on top: *compaction* of any page, when the pages hold
+//! far more than is in use, or when the device is short. Every byte moves
+//! with its allocation (`pool/mover.rs`); handles keep their ids. Whole
+//! pages, guarded pages and pinned allocations never move.
+
+use super::MemoryManager;
+use crate::memory::pool::Pool;
+use crate::memory::relocation::{
+    RelocationError, RelocationNeed, RelocationReason, RelocationReport,
+};
+use crate::storage::DeviceStorage;
+
+impl<S: DeviceStorage> MemoryManager<S> {
+    /// Whether a relocation is wanted: outdated pages that still hold
+    /// allocations, or pages past the compaction threshold. `None` again
+    /// after a relocation that could move nothing, until the next reservation.
+    pub fn relocation_need(&self) -> RelocationNeed {
+        if self.futile_at == Some(self.serial) {
+            return RelocationNeed::None;
+        }
+        if self.pools.iter().any(Pool::holds_outdated_allocations) {
+            return RelocationNeed::Outdated;
+        }
+        if let Some(threshold) = self.compaction_threshold
+            && self
+                .pools
+                .iter()
+                .any(|pool| pool.wants_compaction(threshold))
+        {
+            return RelocationNeed::Compaction;
+        }
+        RelocationNeed::None
+    }
+
+    /// Whether a growth left outdated pages behind.
+    pub fn has_outdated(&self) -> bool {
+        self.pools.iter().any(Pool::has_outdated)
+    }
+
+    /// Compact: [`relocate`](Self::relocate) with [`RelocationReason::Compaction`].
+    pub fn compact(&mut self) -> Result<RelocationReport, RelocationError> {
+        self.relocate(RelocationReason::Compaction)
+    }
+
+    /// Move allocations as `reason` allows and return the emptied pages to
+    /// the device.
+    ///
+    /// # Errors
+    /// A [`RelocationError`] when a copy or a new page failed; what was
+    /// moved before stays moved, and the failed allocation stays in place.
+    pub fn relocate(
+        &mut self,
+        reason: RelocationReason,
+    ) -> Result<RelocationReport, RelocationError> {
+        self.process_releases();
+        let mut report = RelocationReport::default();
+        let (pools, mut mover) = self.lend();
+        for pool in pools.iter_mut() {
+            if let Err(error) = pool.relocate(&mut mover, reason, &mut report) {
+                mover.storage.flush();
+                return Err(RelocationError { report, error });
+            }
+        }
+        if report.pages_released > 0 || report.bytes_released > 0 {
+            mover.storage.flush();
+        }
+        self.futile_at = (report.moved == 0 && report.bytes_released == 0).then_some(self.serial);
+        Ok(report)
+    }
+}

@@ -1,0 +1,88 @@
+//! A growth, from its first step to its last: when no mapped free block
+//! holds a reservation, the pool tries what costs no new memory before it
+//! maps any.
+//!
+//! 1. Unmap first: as many free granules as the growth would map go back
+//!    (the longest idle first), so a growth costs no memory where free
+//!    granules were left (`idle.rs`).
+//! 2. Where the caller lets addresses change (`PageUpdate::Allow`):
+//!    evacuate the whole pool when the growth would pass its high-water
+//!    mark; clear a window; slide a run down; evacuate when much of the
+//!    mapped room lies free (`compact.rs`, which weighs each against the
+//!    bytes it would move).
+//! 3. Map the fewest granules next to the free block that can use them
+//!    ([`ExpandablePool::reserve_new_page`]).
+//!
+//! After a reservation that may change pages, the pool trims its free room
+//! to its slack (`idle.rs`). Nothing here calls back into the service: the
+//! manager decided before it came here that the growth may happen.
+
+use super::ExpandablePool;
+use super::compact::Evacuate;
+use crate::memory::policy::PageUpdate;
+use crate::memory::pool::mover::Mover;
+use crate::memory::pool::page::Placement;
+use crate::storage::{DeviceStorage, StorageError};
+
+impl ExpandablePool {
+    /// Serve `aligned` bytes for `slot` that the mapped room did not hold:
+    /// moving allocations only where `update` allows, mapping last.
+    pub(crate) fn grow(
+        &mut self,
+        mover: &mut Mover<'_>,
+        size: u64,
+        aligned: u64,
+        slot: u32,
+        update: PageUpdate,
+    ) -> Result<Placement, StorageError> {
+        self.unmap_before_growth(mover.storage, aligned);
+        if update == PageUpdate::Allow
+            && let Some(placement) = self.make_room(mover, size, aligned, slot)
+        {
+            return Ok(placement);
+        }
+        self.reserve_new_page(mover.storage, size, aligned, slot)
+    }
+
+    /// Room for `aligned` bytes by moving allocations, in the order that
+    /// costs least memory first; `None` when no step paid.
+    fn make_room(
+        &mut self,
+        mover: &mut Mover<'_>,
+        size: u64,
+        aligned: u64,
+        slot: u32,
+    ) -> Option<Placement> {
+        self.evacuate_before_growth(mover, Evacuate::PastHighWater, size, aligned, slot)
+            .or_else(|| self.compact_before_growth(mover, size, aligned, slot))
+            .or_else(|| self.slide_before_growth(mover, size, aligned, slot))
+            .or_else(|| {
+                self.evacuate_before_growth(mover, Evacuate::MostlyFree, size, aligned, slot)
+            })
+    }
+
+    /// Before the pool maps more for `aligned` bytes, unmap as many free
+    /// granules as it is about to map.
+    fn unmap_before_growth(&mut self, storage: &mut dyn DeviceStorage, aligned: u64) {
+        let level = self.mapped().saturating_sub(self.new_page_size(aligned));
+        self.unmap_past(storage, level);
+    }
+
+    /// Unmap free granules, the longest idle first, until the pool maps no
+    /// more than `bytes` (or none is left), and flush what went.
+    pub(super) fn unmap_past(&mut self, storage: &mut dyn DeviceStorage, bytes: u64) {
+        let surplus = self.mapped().saturating_sub(bytes);
+        if surplus > 0 && self.unmap_longest_idle(storage, surplus) {
+            storage.flush();
+        }
+    }
+
+    /// After a reservation that may change pages: give back what the pool
+    /// holds free past its slack, and flush what went. After, so that the
+    /// room a release just left serves the reservation first.
+    pub(crate) fn trim_after_reserve(&mut self, storage: &mut dyn DeviceStorage) {
+        if self.trim(storage) {
+            storage.flush();
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! What moving an allocation needs, lent by the manager to the pool that
+//! moves it as one value: the slot table (to find an allocation and claim
+//! it), the storage (to copy or slide its bytes) and the reservation serial
+//! (when its old place was let go).
+//!
+//! A move claims the allocation with one CAS on its pin word (no pin held
+//! -> moving); a client that pins concurrently (the service's lock-free
+//! resolve) either pinned first, and the move skips the allocation, or sees
+//! it moving and asks the owner instead. The new place is published before
+//! the claim is dropped, so the next pin reads it. A copy that fails leaves
+//! the allocation where it was: no byte is lost.
+
+use super::page::{Backing, Placement};
+use crate::memory::error::MemoryError;
+use crate::memory::slot::SlotTable;
+use crate::storage::{DeviceStorage, StorageError, StorageHandle};
+
+/// The manager's state a pool borrows to move allocations.
+pub(crate) struct Mover<'a> {
+    /// Every live allocation of the stream.
+    pub(crate) slots: &'a mut SlotTable,
+    /// Where the pages come from.
+    pub(crate) storage: &'a mut dyn DeviceStorage,
+    /// Reservations so far (the clock of deallocation periods).
+    pub(crate) serial: u64,
+}
+
+/// The pages of a pool that moves allocations between them.
+pub(crate) trait Pages {
+    /// The page's backing, `None` while it has none (lazy).
+    fn page_backing(&self, page: u32) -> Option<Backing>;
+
+    /// Give a lazily carved page its backing.
+    fn materialize(
+        &mut self,
+        storage: &mut dyn DeviceStorage,
+        page: u32,
+    ) -> Result<StorageHandle, StorageError>;
+
+    /// Give an allocation's bytes back to the pool.
+    fn free(&mut self, placement: Placement, size: u64, aligned: u64, serial: u64);
+}
+
+impl Mover<'_> {
+    /// Whether the allocation in a slot may move now: not pinned, not even
+    /// through a cell it was bound away from (`Live::is_pinned` asks both).
+    pub(crate) fn movable(&self) -> impl Fn(u32) -> bool + '_ {
+        |slot| self.slots.get(slot).is_some_and(|live| !live.is_pinned())
+    }
+
+    /// Run `moving` with the allocation of `slot` claimed for a move;
+    /// `None`, without running it, when a client holds a pin on it.
+    pub(crate) fn while_claimed<T>(
+        &mut self,
+        slot: u32,
+        moving: impl FnOnce(&mut Self) -> T,
+    ) -> Option<T> {
+        let live = self
+            .slots
+            .get(slot)
+            .expect("a carved block has a live slot");
+        // A pin through a cell it was bound away from holds it too (no
+        // client can pin those afresh: their address is unpublished).
+        if live.pinned_through_retired() {
+            return None;
+        }
+        let cell = live.cell.clone();
+        if !cell.pins.claim_move() {
+            return None;
+        }
+        let moved = moving(self);
+        // A client that pins after this sees the new place.
+        cell.pins.end_move();
+        Some(moved)
+    }
+
+    /// Move the claimed allocation of `slot` from `from` to `to`, both
+    /// carved in `pool`: copy its bytes, give the old place back, publish
+    /// the new one. A failed copy gives `to` back and leaves it at `from`.
+    pub(crate) fn carry(
+        &mut self,
+        pool: &mut impl Pages,
+        slot: u32,
+        from: Placement,
+        to: Placement,
+    ) -> Result<u64, MemoryError> {
+        let live = self.slots.get(slot).expect("claimed");
+        let (size, aligned) = (live.size, live.aligned);
+        if let Err(err) = self.copy(pool, from, to, size) {
+            pool.free(to, size, aligned, self.serial);
+            return Err(err);
+        }
+        pool.free(from, size, aligned, self.serial);
+        self.publish(pool, slot, to);
+        Ok(size)
+    }
+
+    /// Copy `size` bytes from one placement to another; a source page never
+    /// backed (lazy) holds nothing to copy.
+    fn copy(
+        &mut self,
+        pool: &mut impl Pages,
+        from: Placement,
+        to: Placement,
+        size: u64,
+    ) -> Result<(), MemoryError> {
+        let Some(source) = pool.page_backing(from.page) else {
+            return Ok(());
+        };
+        let target = match pool.page_backing(to.page) {
+            Some(target) => target.handle,
+            None => pool.materialize(self.storage, to.page)?,
+        };
+        let range = |page: StorageHandle, at: Placement| StorageHandle {
+            id: page.id,
+            offset: page.offset + at.offset,
+            size,
+        };
+        self.storage
+            .copy(&range(source.handle, from), &range(target, to))?;
+        Ok(())
+    }
+
+    /// Record that the allocation of `slot` now lies at `to`, and publish
+    /// its address. Called before a move's claim is dropped.
+    pub(crate) fn publish(&mut self, pool: &impl Pages, slot: u32, to: Placement) {
+        let addr = pool
+            .page_backing(to.page)
+            .map_or(0, |backing| backing.base + to.offset);
+        let live = self.slots.get_mut(slot).expect("live");
+        live.placement = to;
+        live.cell
+            .addr
+            .store(addr, crate::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// [`Pages`] for a pool kind, by its own methods of the same names.
+macro_rules! pages_by_own_methods {
+    ($($pool:ty),*) => {$(
+        impl Pages for $pool {
+            fn page_backing(&self, page: u32) -> Option<Backing> {
+                Self::page_backing(self, page)
+            }
+
+            fn materialize(
+                &mut self,
+                storage: &mut dyn DeviceStorage,
+                page: u32,
+            ) -> Result<StorageHandle, StorageError> {
+                Self::materialize(self, storage, page)
+            }
+
+            fn free(&mut self, placement: Placement, size: u64, aligned: u64, serial: u64) {
+                Self::free(self, placement, size, aligned, serial);
+            }
+        }
+    )*};
+}
+
+pages_by_own_methods!(super::SlicedPool, super::ExpandablePool);

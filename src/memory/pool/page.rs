@@ -1,0 +1,109 @@
+//! What every pool kind shares: where an allocation was put, a page's
+//! backing, how large a growth may be, and the rounding every carve does.
+
+use crate::storage::{DeviceStorage, StorageError, StorageHandle};
+
+/// Where a pool put an allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Placement {
+    /// The pool's page index.
+    pub(crate) page: u32,
+    /// The arena node of a sliced pool's block (`arena::NONE` for whole pages).
+    pub(crate) node: u32,
+    /// Offset in the page.
+    pub(crate) offset: u64,
+}
+
+/// A page as the manager sees it when deciding what to relocate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PageInfo {
+    /// The pool's page index.
+    pub(crate) page: u32,
+    /// Bytes of the page.
+    pub(crate) size: u64,
+    /// Bytes carved from it (aligned).
+    pub(crate) used: u64,
+    /// Left behind by a growth of the page size.
+    pub(crate) outdated: bool,
+    /// Guarded: never moved from, carved from or released.
+    pub(crate) guarded: bool,
+}
+
+/// How large a page a reservation that needs one may add.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Growth {
+    /// The pool's page size (an adaptive pool grows it for a larger
+    /// reservation).
+    Pool,
+    /// Just this reservation, in growth steps; the page size stays.
+    Tight,
+}
+
+/// A page's backing: its storage range and the address of its first byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Backing {
+    /// The whole page.
+    pub(crate) handle: StorageHandle,
+    /// Address of its first byte (what allocations publish for resolve).
+    pub(crate) base: u64,
+}
+
+impl Backing {
+    /// Queue a page's backing, if it has one, for deallocation.
+    pub(crate) fn give_back(slot: &mut Option<Backing>, storage: &mut dyn DeviceStorage) {
+        if let Some(backing) = slot.take() {
+            storage.deallocate(backing.handle.id);
+        }
+    }
+
+    /// A page's backing, allocated now if the page was carved lazily.
+    pub(crate) fn get_or_allocate(
+        slot: &mut Option<Backing>,
+        storage: &mut dyn DeviceStorage,
+        size: u64,
+    ) -> Result<StorageHandle, StorageError> {
+        if let Some(backing) = slot {
+            return Ok(backing.handle);
+        }
+        let backing = Self::allocate(storage, size)?;
+        *slot = Some(backing);
+        Ok(backing.handle)
+    }
+
+    /// Allocate a page of `size` bytes and learn its address.
+    pub(crate) fn allocate(
+        storage: &mut dyn DeviceStorage,
+        size: u64,
+    ) -> Result<Self, StorageError> {
+        let handle = storage.allocate(size)?;
+        match storage.resource(&handle) {
+            Ok(resource) => Ok(Self {
+                handle,
+                base: resource.addr,
+            }),
+            Err(err) => {
+                storage.deallocate(handle.id);
+                Err(err)
+            }
+        }
+    }
+}
+
+/// `size` rounded up to a multiple of `alignment` (any alignment >= 1).
+pub(crate) fn align_up(size: u64, alignment: u64) -> u64 {
+    // The common case (every real device) without a division.
+    if alignment.is_power_of_two() {
+        let mask = alignment - 1;
+        return size.checked_add(mask).map_or(u64::MAX, |end| end & !mask);
+    }
+    size.div_ceil(alignment).saturating_mul(alignment)
+}
+
+/// `size` rounded down to a multiple of `alignment`.
+pub(crate) fn align_down(size: u64, alignment: u64) -> u64 {
+    // As in `align_up`: a planner's walk calls this for every block.
+    if alignment.is_power_of_two() {
+        return size & !(alignment - 1);
+    }
+    size / alignment * alignment
+}
