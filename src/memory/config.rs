@@ -64,7 +64,7 @@ pub enum PoolKind {
     ExclusivePages,
     /// Exact-size pages for weights, reused only by the same size.
     Persistent,
-    /// One device allocation per reservation, returned on the tick after
+    /// One device allocation per reservation, returned on the serial after
     /// it is freed.
     Dedicated,
 }

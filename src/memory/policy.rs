@@ -17,7 +17,7 @@ pub enum PageUpdate {
 /// Why a cleanup runs, which decides how much it gives back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cleanup {
-    /// On the way to a reservation (or on the service's idle tick): each
+    /// On the way to a reservation (or on the service's idle serial): each
     /// pool returns what its own deallocation period says is idle, and
     /// outdated pages that emptied.
     Periodic,

@@ -249,6 +249,25 @@ pub(crate) struct PoolStats {
 }
 
 impl PoolStats {
+    /// A report of a pool of `kind` with these stats: no fixed page size,
+    /// no outdated pages, no address space beyond its pages (each pool
+    /// kind sets what it has).
+    pub(crate) fn report(&self, kind: PoolKind, max_alloc_size: u64) -> PoolReport {
+        PoolReport {
+            kind,
+            page_size: None,
+            max_alloc_size,
+            pages: self.pages,
+            outdated_pages: 0,
+            pages_peak: self.pages_peak,
+            usage: self.usage,
+            peak_bytes_in_use: self.peak_in_use,
+            peak_bytes_reserved: self.peak_reserved,
+            largest_alloc: self.largest_alloc,
+            address_space: 0,
+        }
+    }
+
     pub(crate) fn allocated(&mut self, size: u64, aligned: u64) {
         self.usage.number_allocs += 1;
         self.usage.bytes_in_use += size;

@@ -11,7 +11,7 @@ use super::live::LiveMeter;
 use super::observer::MemoryObserver;
 use super::policy::{Cleanup, PageUpdate};
 use super::pool::mover::Mover;
-use super::pool::{Growth, Placement, Pool, WholePagePool, align_up};
+use super::pool::{Growth, Placement, Pool, Sweep, Wanted, WholePagePool, align_up};
 use super::release::{Release, ReleaseInbox};
 use super::report::MemoryReport;
 use super::slot::{Live, PinWord, SlotKey, SlotTable};
@@ -526,9 +526,15 @@ impl<S: DeviceStorage> MemoryManager<S> {
     }
 
     fn cleanup_pools(&mut self, cleanup: Cleanup) {
+        let sweep = match cleanup {
+            Cleanup::Periodic => Sweep::Idle {
+                serial: self.serial,
+            },
+            Cleanup::Explicit => Sweep::All,
+        };
         let mut released = false;
         for pool in &mut self.pools {
-            released |= pool.cleanup(&mut self.storage, self.serial, cleanup);
+            released |= pool.cleanup(&mut self.storage, sweep);
         }
         // Pools only queue deallocations; the memory goes back at a flush,
         // which the storage orders after the stream's work on the pages.

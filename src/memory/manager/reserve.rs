@@ -172,7 +172,12 @@ impl<S: DeviceStorage> MemoryManager<S> {
             None => {
                 let lazy = self.dry_run;
                 let (pools, mut mover) = self.lend();
-                match pools[pool].grow(&mut mover, size, aligned, slot, update, growth, lazy) {
+                let wanted = Wanted {
+                    size,
+                    aligned,
+                    slot,
+                };
+                match pools[pool].grow(&mut mover, wanted, update, growth, lazy) {
                     Ok(placement) => {
                         self.note_reserved();
                         if self.log >= MemoryLogLevel::Basic {

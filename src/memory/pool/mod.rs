@@ -7,23 +7,24 @@
 mod arena;
 mod bins;
 mod expandable;
+mod idle_pages;
 pub(crate) mod mover;
 mod page;
 mod sliced;
 mod whole;
 
 pub(crate) use expandable::ExpandablePool;
-pub(crate) use page::{Growth, Placement, align_up};
+pub(crate) use page::{Growth, Placement, Sweep, Wanted, align_up};
 pub(crate) use sliced::SlicedPool;
 pub(crate) use whole::WholePagePool;
 
 use super::config::{PoolConfig, PoolKind};
 use super::error::MemoryError;
-use super::policy::{Cleanup, PageUpdate};
+use super::policy::PageUpdate;
 use super::relocation::{RelocationReason, RelocationReport};
 use super::report::PoolReport;
 use crate::storage::{DeviceStorage, StorageError, StorageHandle};
-use mover::Mover;
+use mover::{Mover, Pages};
 
 /// One pool.
 #[derive(Debug)]
@@ -120,26 +121,21 @@ impl Pool {
     /// page (with no backing when `lazy`) as large as `growth` says, or an
     /// expandable pool's growth, which tries moving allocations first
     /// where `update` allows (`expandable/grow.rs`).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn grow(
         &mut self,
         mover: &mut Mover<'_>,
-        size: u64,
-        aligned: u64,
-        slot: u32,
+        wanted: Wanted,
         update: PageUpdate,
         growth: Growth,
         lazy: bool,
     ) -> Result<Placement, StorageError> {
         match self {
-            Pool::Sliced(pool) => {
-                pool.reserve_new_page(mover.storage, size, aligned, slot, lazy, growth)
-            }
+            Pool::Sliced(pool) => pool.reserve_new_page(mover.storage, wanted, lazy, growth),
             // One allocation per page: its page is its size already.
-            Pool::Whole(pool) => pool.reserve_new_page(mover.storage, size, aligned, slot, lazy),
+            Pool::Whole(pool) => pool.reserve_new_page(mover.storage, wanted, lazy),
             // Maps just the granules it needs, whatever the growth (and
             // backs them now: address space costs nothing to hold lazily).
-            Pool::Expandable(pool) => pool.grow(mover, size, aligned, slot, update),
+            Pool::Expandable(pool) => pool.grow(mover, wanted, update),
         }
     }
 
@@ -160,7 +156,7 @@ impl Pool {
     ) -> Result<(), MemoryError> {
         match self {
             Pool::Sliced(pool) => pool.relocate(mover, reason, report),
-            Pool::Expandable(pool) => pool.relocate(mover, reason, report),
+            Pool::Expandable(pool) => pool.relocate_granules(mover, reason, report),
             Pool::Whole(_) => Ok(()),
         }
     }
@@ -216,18 +212,13 @@ impl Pool {
     }
 
     /// Give an allocation's bytes back to the pool (not to the device).
-    pub(crate) fn free(&mut self, placement: Placement, size: u64, aligned: u64, tick: u64) {
-        each!(self, pool => pool.free(placement, size, aligned, tick))
+    pub(crate) fn free(&mut self, placement: Placement, size: u64, aligned: u64, serial: u64) {
+        each!(self, pool => pool.free(placement, size, aligned, serial))
     }
 
     /// Return pages to the device as `cleanup` says; whether any went.
-    pub(crate) fn cleanup(
-        &mut self,
-        storage: &mut dyn DeviceStorage,
-        tick: u64,
-        cleanup: Cleanup,
-    ) -> bool {
-        each!(self, pool => pool.cleanup(storage, tick, cleanup))
+    pub(crate) fn cleanup(&mut self, storage: &mut dyn DeviceStorage, sweep: Sweep) -> bool {
+        each!(self, pool => pool.cleanup(storage, sweep))
     }
 
     /// The page's storage, `None` while it has no backing (lazy).
@@ -258,8 +249,8 @@ impl Pool {
         each!(self, pool => pool.guard(page))
     }
 
-    pub(crate) fn unguard(&mut self, page: u32, tick: u64) {
-        each!(self, pool => pool.unguard(page, tick))
+    pub(crate) fn unguard(&mut self, page: u32, serial: u64) {
+        each!(self, pool => pool.unguard(page, serial))
     }
 
     pub(crate) fn report(&self) -> PoolReport {

@@ -41,6 +41,17 @@ pub(crate) trait Pages {
     fn free(&mut self, placement: Placement, size: u64, aligned: u64, serial: u64);
 }
 
+/// An allocation as a move finds it: its size and where it lies.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Moving {
+    /// Bytes asked for.
+    pub(crate) size: u64,
+    /// Bytes taken (aligned).
+    pub(crate) aligned: u64,
+    /// Where it lies now.
+    pub(crate) from: Placement,
+}
+
 impl Mover<'_> {
     /// Whether the allocation in a slot may move now: not pinned, not even
     /// through a cell it was bound away from (`Live::is_pinned` asks both).
@@ -74,25 +85,48 @@ impl Mover<'_> {
         Some(moved)
     }
 
-    /// Move the claimed allocation of `slot` from `from` to `to`, both
-    /// carved in `pool`: copy its bytes, give the old place back, publish
-    /// the new one. A failed copy gives `to` back and leaves it at `from`.
+    /// Run `moving` on the allocation of `slot` while it is claimed;
+    /// `Ok(None)`, without running it, when a client holds a pin on it.
+    pub(crate) fn move_claimed(
+        &mut self,
+        slot: u32,
+        moving: impl FnOnce(&mut Self, Moving) -> Result<Option<u64>, MemoryError>,
+    ) -> Result<Option<u64>, MemoryError> {
+        let live = self
+            .slots
+            .get(slot)
+            .expect("a carved block has a live slot");
+        let found = Moving {
+            size: live.size,
+            aligned: live.aligned,
+            from: live.placement,
+        };
+        self.while_claimed(slot, |mover| moving(mover, found))
+            .unwrap_or(Ok(None))
+    }
+
+    /// Move the claimed allocation of `slot` to `to`, carved for it in
+    /// `pool`: copy its bytes, give the old place back, publish the new
+    /// one. A failed copy gives `to` back and leaves it where it was.
     pub(crate) fn carry(
         &mut self,
         pool: &mut impl Pages,
         slot: u32,
-        from: Placement,
+        moving: Moving,
         to: Placement,
-    ) -> Result<u64, MemoryError> {
-        let live = self.slots.get(slot).expect("claimed");
-        let (size, aligned) = (live.size, live.aligned);
+    ) -> Result<Option<u64>, MemoryError> {
+        let Moving {
+            size,
+            aligned,
+            from,
+        } = moving;
         if let Err(err) = self.copy(pool, from, to, size) {
             pool.free(to, size, aligned, self.serial);
             return Err(err);
         }
         pool.free(from, size, aligned, self.serial);
         self.publish(pool, slot, to);
-        Ok(size)
+        Ok(Some(size))
     }
 
     /// Copy `size` bytes from one placement to another; a source page never
@@ -135,12 +169,13 @@ impl Mover<'_> {
     }
 }
 
-/// [`Pages`] for a pool kind, by its own methods of the same names.
-macro_rules! pages_by_own_methods {
-    ($($pool:ty),*) => {$(
+/// [`Pages`] for a pool of `pages`, each with its `storage` (an optional
+/// [`Backing`]) and `size`, freeing with the pool's own `free`.
+macro_rules! pages_of_page_pool {
+    ($pool:ty) => {
         impl Pages for $pool {
             fn page_backing(&self, page: u32) -> Option<Backing> {
-                Self::page_backing(self, page)
+                self.pages[page as usize].storage
             }
 
             fn materialize(
@@ -148,14 +183,14 @@ macro_rules! pages_by_own_methods {
                 storage: &mut dyn DeviceStorage,
                 page: u32,
             ) -> Result<StorageHandle, StorageError> {
-                Self::materialize(self, storage, page)
+                let page = &mut self.pages[page as usize];
+                Backing::get_or_allocate(&mut page.storage, storage, page.size)
             }
 
             fn free(&mut self, placement: Placement, size: u64, aligned: u64, serial: u64) {
                 Self::free(self, placement, size, aligned, serial);
             }
         }
-    )*};
+    };
 }
-
-pages_by_own_methods!(super::SlicedPool, super::ExpandablePool);
+pub(crate) use pages_of_page_pool;

@@ -29,6 +29,29 @@ pub(crate) struct PageInfo {
     pub(crate) guarded: bool,
 }
 
+/// What a pool's cleanup gives back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sweep {
+    /// What stayed idle for the pool's period at this reservation serial.
+    Idle {
+        /// Reservations so far.
+        serial: u64,
+    },
+    /// Everything nothing holds.
+    All,
+}
+
+/// What a growth is for: the bytes asked for and taken, and the slot.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Wanted {
+    /// Bytes asked for.
+    pub(crate) size: u64,
+    /// Bytes taken (aligned).
+    pub(crate) aligned: u64,
+    /// The slot the allocation fills.
+    pub(crate) slot: u32,
+}
+
 /// How large a page a reservation that needs one may add.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Growth {

@@ -11,12 +11,13 @@
 
 use super::arena::NONE;
 use super::bins;
-use super::page::{Backing, Placement};
+use super::idle_pages::{IdlePages, IdleSweep};
+use super::mover::Pages;
+use super::page::{Backing, Placement, Sweep, Wanted};
 use crate::memory::config::PoolKind;
-use crate::memory::policy::Cleanup;
 use crate::memory::report::{PoolReport, PoolStats};
 use crate::storage::{DeviceStorage, StorageError, StorageHandle};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 
 /// One page.
 #[derive(Debug, Clone, Default)]
@@ -61,8 +62,8 @@ pub(crate) struct WholePagePool {
     spare: Vec<u32>,
     /// Free pages by reuse key: (page, epoch), newest last.
     free: HashMap<u64, Vec<(u32, u32)>>,
-    /// Free pages in the order they were freed: (page, epoch, tick).
-    idle: VecDeque<(u32, u32, u64)>,
+    /// Free pages in the order they were freed: (page, epoch, serial).
+    idle: IdlePages,
     /// Pages held per reuse key (for the size-match policy).
     held_sizes: HashMap<u64, u32>,
     /// Usage and peaks.
@@ -78,7 +79,7 @@ impl WholePagePool {
             pages: Vec::new(),
             spare: Vec::new(),
             free: HashMap::new(),
-            idle: VecDeque::new(),
+            idle: IdlePages::default(),
             held_sizes: HashMap::new(),
             stats: PoolStats::default(),
         }
@@ -141,11 +142,10 @@ impl WholePagePool {
     pub(crate) fn reserve_new_page(
         &mut self,
         storage: &mut dyn DeviceStorage,
-        size: u64,
-        aligned: u64,
-        slot: u32,
+        wanted: Wanted,
         lazy: bool,
     ) -> Result<Placement, StorageError> {
+        let (size, aligned, slot) = (wanted.size, wanted.aligned, wanted.slot);
         let key = self.key(aligned);
         let backing = if lazy {
             None
@@ -172,56 +172,30 @@ impl WholePagePool {
         Ok(self.take(index, size, aligned, slot))
     }
 
-    pub(crate) fn free(&mut self, placement: Placement, size: u64, aligned: u64, tick: u64) {
+    pub(crate) fn free(&mut self, placement: Placement, size: u64, aligned: u64, serial: u64) {
         let page = &mut self.pages[placement.page as usize];
         page.used = false;
         page.epoch = page.epoch.wrapping_add(1);
         self.stats.freed(size, aligned);
-        self.offer(placement.page, tick);
+        self.offer(placement.page, serial);
     }
 
     /// Make a page that just became reusable findable, and start its idle clock.
-    fn offer(&mut self, index: u32, tick: u64) {
+    fn offer(&mut self, index: u32, serial: u64) {
         let page = &self.pages[index as usize];
         if !page.reusable() {
             return;
         }
         let entry = (index, page.epoch);
         self.free.entry(page.key).or_default().push(entry);
-        self.idle.push_back((entry.0, entry.1, tick));
+        self.idle.push(entry.0, entry.1, serial);
     }
 
-    pub(crate) fn cleanup(
-        &mut self,
-        storage: &mut dyn DeviceStorage,
-        tick: u64,
-        cleanup: Cleanup,
-    ) -> bool {
-        let mut released = false;
-        match cleanup {
-            Cleanup::Explicit => {
-                self.idle.clear();
-                self.free.clear();
-                for index in 0..self.pages.len() as u32 {
-                    released |= self.release(storage, index);
-                }
-            }
-            Cleanup::Periodic => {
-                let Some(period) = self.dealloc_period else {
-                    return false;
-                };
-                while let Some(&(index, epoch, since)) = self.idle.front() {
-                    if tick.saturating_sub(since) < period {
-                        break;
-                    }
-                    self.idle.pop_front();
-                    if self.pages[index as usize].epoch == epoch {
-                        released |= self.release(storage, index);
-                    }
-                }
-            }
+    pub(crate) fn cleanup(&mut self, storage: &mut dyn DeviceStorage, sweep: Sweep) -> bool {
+        if sweep == Sweep::All {
+            self.free.clear();
         }
-        released
+        self.sweep_pages(storage, sweep)
     }
 
     fn release(&mut self, storage: &mut dyn DeviceStorage, index: u32) -> bool {
@@ -236,34 +210,20 @@ impl WholePagePool {
         if let Some(count) = self.held_sizes.get_mut(&key) {
             *count -= 1;
         }
-        self.spare.push(index);
         self.stats.page_removed(size);
+        self.spare.push(index);
         true
     }
 
     pub(crate) fn release_all(&mut self, storage: &mut dyn DeviceStorage) {
-        for page in &mut self.pages {
+        for mut page in self.pages.drain(..) {
             Backing::give_back(&mut page.storage, storage);
         }
-        self.pages.clear();
         self.spare.clear();
         self.idle.clear();
         self.free.clear();
         self.held_sizes.clear();
         self.stats.clear_usage();
-    }
-
-    pub(crate) fn page_backing(&self, page: u32) -> Option<Backing> {
-        self.pages[page as usize].storage
-    }
-
-    pub(crate) fn materialize(
-        &mut self,
-        storage: &mut dyn DeviceStorage,
-        index: u32,
-    ) -> Result<StorageHandle, StorageError> {
-        let page = &mut self.pages[index as usize];
-        Backing::get_or_allocate(&mut page.storage, storage, page.size)
     }
 
     pub(crate) fn guard(&mut self, index: u32) {
@@ -274,12 +234,12 @@ impl WholePagePool {
         page.epoch = page.epoch.wrapping_add(1);
     }
 
-    pub(crate) fn unguard(&mut self, index: u32, tick: u64) {
+    pub(crate) fn unguard(&mut self, index: u32, serial: u64) {
         let page = &mut self.pages[index as usize];
         page.guards -= 1;
         if page.guards == 0 {
             page.epoch = page.epoch.wrapping_add(1);
-            self.offer(index, tick);
+            self.offer(index, serial);
         }
     }
 
@@ -288,18 +248,10 @@ impl WholePagePool {
     }
 
     pub(crate) fn report(&self) -> PoolReport {
-        PoolReport {
-            kind: self.kind,
-            page_size: None,
-            max_alloc_size: self.max_alloc_size,
-            pages: self.stats.pages,
-            outdated_pages: 0,
-            pages_peak: self.stats.pages_peak,
-            usage: self.stats.usage,
-            peak_bytes_in_use: self.stats.peak_in_use,
-            peak_bytes_reserved: self.stats.peak_reserved,
-            largest_alloc: self.stats.largest_alloc,
-            address_space: 0,
-        }
+        self.stats.report(self.kind, self.max_alloc_size)
     }
 }
+
+crate::memory::pool::idle_pages::idle_sweep_by_fields!(WholePagePool);
+
+crate::memory::pool::mover::pages_of_page_pool!(WholePagePool);

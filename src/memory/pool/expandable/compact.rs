@@ -23,11 +23,11 @@
 //! line a growth costs memory the pool never needed, so the holes of the
 //! whole pool are closed first, not only room for this reservation.
 
-use super::moves::Slid;
+use super::moves::Step;
 use super::{ExpandablePool, PlannedMove, Slide};
 use crate::memory::error::MemoryError;
 use crate::memory::pool::mover::Mover;
-use crate::memory::pool::page::Placement;
+use crate::memory::pool::page::{Placement, Wanted};
 use crate::memory::relocation::{RelocationReason, RelocationReport};
 
 /// Bytes a compaction before growth may copy for each byte of memory it
@@ -126,9 +126,24 @@ pub(crate) enum Voids {
 }
 
 impl Run {
-    fn count(&mut self, bytes: u64) {
-        self.moved += 1;
-        self.bytes += bytes;
+    /// Take what one move did; whether the run goes on.
+    fn take(&mut self, step: Result<Step, MemoryError>) -> bool {
+        match step {
+            Ok(Step::Moved(bytes)) => {
+                self.moved += 1;
+                self.bytes += bytes;
+                true
+            }
+            Ok(Step::InPlace) => true,
+            Ok(Step::Pinned) => {
+                self.ended = Ended::Pinned;
+                false
+            }
+            Err(error) => {
+                self.ended = Ended::Failed(error);
+                false
+            }
+        }
     }
 }
 
@@ -139,23 +154,21 @@ impl ExpandablePool {
     pub(super) fn compact_before_growth(
         &mut self,
         mover: &mut Mover<'_>,
-        size: u64,
-        aligned: u64,
-        slot: u32,
+        wanted: Wanted,
     ) -> Option<Placement> {
-        if self.free_mapped() < aligned {
+        if self.free_mapped() < wanted.aligned {
             return None;
         }
-        let saved = self.new_page_size(aligned);
+        let saved = self.new_page_size(wanted.aligned);
         let budget = saved.saturating_mul(MOVE_PER_BYTE_SAVED);
-        let window = self.plan_window(aligned, budget, mover.movable())?;
+        let window = self.plan_window(wanted.aligned, budget, mover.movable())?;
         self.fence(&window);
         // A move that cannot be made (pinned since the plan: a client's pin
         // needs no round trip; a failed copy, the allocation staying where
         // it was) leaves the window short, and the growth goes ahead.
         let (run, _) = self.move_as_planned(mover, &window.moves);
         self.count_moved_before_growth(run.moved, run.bytes);
-        self.unfence_and_reserve(size, aligned, slot)
+        self.unfence_and_reserve(wanted.size, wanted.aligned, wanted.slot)
     }
 
     /// Serve `aligned` bytes by sliding the allocations of the cheapest run
@@ -166,10 +179,9 @@ impl ExpandablePool {
     pub(super) fn slide_before_growth(
         &mut self,
         mover: &mut Mover<'_>,
-        size: u64,
-        aligned: u64,
-        slot: u32,
+        wanted: Wanted,
     ) -> Option<Placement> {
+        let aligned = wanted.aligned;
         let growth = self.new_page_size(aligned);
         // The room must come from free blocks for all but less than the
         // growth (the voids a run may map).
@@ -185,7 +197,7 @@ impl ExpandablePool {
         if !matches!(run.ended, Ended::Done) {
             return None;
         }
-        self.try_reserve(size, aligned, slot)
+        self.try_reserve(wanted.size, aligned, wanted.slot)
     }
 
     /// Serve `aligned` bytes after an evacuation (below) gave back the
@@ -197,11 +209,10 @@ impl ExpandablePool {
         &mut self,
         mover: &mut Mover<'_>,
         when: Evacuate,
-        size: u64,
-        aligned: u64,
-        slot: u32,
+        wanted: Wanted,
     ) -> Option<Placement> {
-        if !self.evacuates_before(when, aligned) {
+        let (size, aligned, slot) = (wanted.size, wanted.aligned, wanted.slot);
+        if !self.evacuates_before(when, wanted.aligned) {
             return None;
         }
         let growth = self.new_page_size(aligned);
@@ -231,7 +242,7 @@ impl ExpandablePool {
     /// free granules (the holes cost nothing once unmapped). A stream asked
     /// to give memory back (the device is short, or past its headroom)
     /// maps none to do it.
-    pub(crate) fn relocate(
+    pub(in crate::memory::pool) fn relocate_granules(
         &mut self,
         mover: &mut Mover<'_>,
         reason: RelocationReason,
@@ -344,17 +355,8 @@ impl ExpandablePool {
         }
         let mut run = Run::default();
         for slot in slide.slots {
-            match self.slide_slot(mover, slot) {
-                Ok(Slid::Moved(bytes)) => run.count(bytes),
-                Ok(Slid::InPlace) => {}
-                Ok(Slid::Pinned) => {
-                    run.ended = Ended::Pinned;
-                    break;
-                }
-                Err(error) => {
-                    run.ended = Ended::Failed(error);
-                    break;
-                }
+            if !run.take(self.slide_slot(mover, slot)) {
+                break;
             }
         }
         Some(run)
@@ -391,16 +393,9 @@ impl ExpandablePool {
                 }
             };
             let into = landed[at].1;
-            match self.move_into(mover, slot, into) {
-                Ok(Some(bytes)) => run.count(bytes),
-                Ok(None) => {
-                    run.ended = Ended::Pinned;
-                    break;
-                }
-                Err(error) => {
-                    run.ended = Ended::Failed(error);
-                    break;
-                }
+            let step = self.move_into(mover, slot, into);
+            if !run.take(step.map(|moved| moved.map_or(Step::Pinned, Step::Moved))) {
+                break;
             }
             // The move carved the start of the block; the rest is where
             // the next move planned there lands.

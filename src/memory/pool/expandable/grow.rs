@@ -21,44 +21,34 @@ use super::ExpandablePool;
 use super::compact::Evacuate;
 use crate::memory::policy::PageUpdate;
 use crate::memory::pool::mover::Mover;
-use crate::memory::pool::page::Placement;
+use crate::memory::pool::page::{Placement, Wanted};
 use crate::storage::{DeviceStorage, StorageError};
 
 impl ExpandablePool {
     /// Serve `aligned` bytes for `slot` that the mapped room did not hold:
     /// moving allocations only where `update` allows, mapping last.
-    pub(crate) fn grow(
+    pub(in crate::memory::pool) fn grow(
         &mut self,
         mover: &mut Mover<'_>,
-        size: u64,
-        aligned: u64,
-        slot: u32,
+        wanted: Wanted,
         update: PageUpdate,
     ) -> Result<Placement, StorageError> {
-        self.unmap_before_growth(mover.storage, aligned);
+        self.unmap_before_growth(mover.storage, wanted.aligned);
         if update == PageUpdate::Allow
-            && let Some(placement) = self.make_room(mover, size, aligned, slot)
+            && let Some(placement) = self.make_room(mover, wanted)
         {
             return Ok(placement);
         }
-        self.reserve_new_page(mover.storage, size, aligned, slot)
+        self.reserve_new_page(mover.storage, wanted)
     }
 
     /// Room for `aligned` bytes by moving allocations, in the order that
     /// costs least memory first; `None` when no step paid.
-    fn make_room(
-        &mut self,
-        mover: &mut Mover<'_>,
-        size: u64,
-        aligned: u64,
-        slot: u32,
-    ) -> Option<Placement> {
-        self.evacuate_before_growth(mover, Evacuate::PastHighWater, size, aligned, slot)
-            .or_else(|| self.compact_before_growth(mover, size, aligned, slot))
-            .or_else(|| self.slide_before_growth(mover, size, aligned, slot))
-            .or_else(|| {
-                self.evacuate_before_growth(mover, Evacuate::MostlyFree, size, aligned, slot)
-            })
+    fn make_room(&mut self, mover: &mut Mover<'_>, wanted: Wanted) -> Option<Placement> {
+        self.evacuate_before_growth(mover, Evacuate::PastHighWater, wanted)
+            .or_else(|| self.compact_before_growth(mover, wanted))
+            .or_else(|| self.slide_before_growth(mover, wanted))
+            .or_else(|| self.evacuate_before_growth(mover, Evacuate::MostlyFree, wanted))
     }
 
     /// Before the pool maps more for `aligned` bytes, unmap as many free

@@ -9,7 +9,7 @@
 //! stream carves from and frees into at every step (a backward pass's
 //! gradients, each taking the room the last one left) changes its node at
 //! every step, while the granules at its top have not been touched for
-//! thousands. So the time lives with the granule: the tick its last
+//! thousands. So the time lives with the granule: the serial its last
 //! allocation was freed (or it was mapped for a slide), written on the
 //! release path, which does nothing more.
 //!
@@ -49,18 +49,18 @@ impl ExpandablePool {
     }
 
     /// Record that an allocation let go of `bytes` at `offset` of range
-    /// `index` at `tick`: every granule it touched.
-    pub(super) fn let_go(&mut self, index: u32, offset: u64, bytes: u64, tick: u64) {
+    /// `index` at `serial`: every granule it touched.
+    pub(super) fn let_go(&mut self, index: u32, offset: u64, bytes: u64, serial: u64) {
         let first = (offset / self.granule) as usize;
         let last = (offset + bytes).div_ceil(self.granule) as usize;
         let times = &mut self.ranges[index as usize].let_go;
         if times.len() < last {
             times.resize(last, 0);
         }
-        times[first..last].fill(tick);
+        times[first..last].fill(serial);
     }
 
-    /// The tick an allocation last let go of the granule at `offset` of
+    /// The serial an allocation last let go of the granule at `offset` of
     /// range `index`.
     fn let_go_at(&self, index: u32, offset: u64) -> u64 {
         let times = &self.ranges[index as usize].let_go;
@@ -79,19 +79,19 @@ impl ExpandablePool {
         nodes
     }
 
-    /// Whole free granules were let go at `tick`: a sweep is due once they
+    /// Whole free granules were let go at `serial`: a sweep is due once they
     /// have been idle a period.
-    pub(super) fn idle_from(&mut self, tick: u64) {
-        let due = tick.saturating_add(self.dealloc_period.unwrap_or(0));
+    pub(super) fn idle_from(&mut self, serial: u64) {
+        let due = serial.saturating_add(self.dealloc_period.unwrap_or(0));
         self.idle_due = Some(self.idle_due.map_or(due, |at| at.min(due)));
     }
 
-    /// Unmap every run of whole free granules idle for `period` at `tick`,
+    /// Unmap every run of whole free granules idle for `period` at `serial`,
     /// and set when the next sweep is due. Whether any went.
     pub(super) fn unmap_idle(
         &mut self,
         storage: &mut dyn DeviceStorage,
-        tick: u64,
+        serial: u64,
         period: u64,
     ) -> bool {
         let granule = self.granule;
@@ -109,7 +109,7 @@ impl ExpandablePool {
             while at > first {
                 let since = self.let_go_at(index, at - granule);
                 let due = since.saturating_add(period);
-                if due > tick {
+                if due > serial {
                     if top > at {
                         unmapped += self.unmap_span(storage, node, at, top).0;
                     }
@@ -127,9 +127,9 @@ impl ExpandablePool {
         // Free blocks a guard or a fence keeps off the lists are not seen:
         // look again while any is.
         if self.fence.is_some() || self.ranges.iter().any(|range| range.guards > 0) {
-            next = Some(next.map_or(tick, |least| least.min(tick)));
+            next = Some(next.map_or(serial, |least| least.min(serial)));
         }
-        self.idle_due = next.map(|due| due.max(tick.saturating_add(spacing)));
+        self.idle_due = next.map(|due| due.max(serial.saturating_add(spacing)));
         unmapped > 0
     }
 

@@ -20,12 +20,11 @@
 //! `idle.rs`), an explicit one, a relocation, and before every growth, so
 //! that a growth first gives back what lies free ("unmapping first").
 
-use super::page::{Backing, Placement, align_down, align_up};
+use super::page::{Backing, Placement, Sweep, Wanted, align_down, align_up};
 use crate::memory::config::{PoolConfig, PoolKind};
-use crate::memory::policy::Cleanup;
 use crate::memory::pool::arena::{Arena, NONE};
 use crate::memory::report::{PoolReport, PoolStats};
-use crate::storage::{DeviceStorage, StorageError, StorageHandle};
+use crate::storage::{DeviceStorage, StorageError};
 use compact::{EVACUATE_WHEN_FREE_ONE_IN, Evacuate, HIGH_WATER_SLACK_ONE_IN};
 use std::collections::BTreeMap;
 
@@ -74,7 +73,7 @@ struct Range {
     guards: u32,
     /// Held (not yet given back).
     held: bool,
-    /// By granule (offset / granule): the tick an allocation last let go
+    /// By granule (offset / granule): the serial an allocation last let go
     /// of it, or it was mapped for a slide (see `idle.rs`). As long as the
     /// highest granule ever let go; a granule past it reads 0.
     let_go: Vec<u64>,
@@ -102,7 +101,7 @@ pub(crate) struct ExpandablePool {
     arena: Arena,
     /// Every void run, by (range, offset): its arena node.
     voids: BTreeMap<(u32, u64), u32>,
-    /// The tick from which a periodic cleanup may find whole free granules
+    /// The serial from which a periodic cleanup may find whole free granules
     /// idle for a period (`idle.rs`); `None`: none can be.
     idle_due: Option<u64>,
     /// The idle sweep's list of free blocks, kept to be reused.
@@ -210,41 +209,31 @@ impl ExpandablePool {
         self.mapped().saturating_sub(self.used)
     }
 
-    pub(crate) fn max_alloc_size(&self) -> u64 {
-        self.max_alloc_size
-    }
-
     pub(crate) fn try_reserve(&mut self, size: u64, aligned: u64, slot: u32) -> Option<Placement> {
         let node = self.arena.carve(aligned)?;
         Some(self.carved(node, size, aligned, slot))
     }
 
     fn carved(&mut self, node: u32, size: u64, aligned: u64, slot: u32) -> Placement {
-        self.arena.set_owner(node, slot);
-        let index = self.arena.page(node);
-        let range = &mut self.ranges[index as usize];
+        let placement = self.arena.hand_to(node, slot);
+        let range = &mut self.ranges[placement.page as usize];
         range.live += 1;
         range.used += aligned;
         self.used += aligned;
         self.stats.allocated(size, aligned);
-        Placement {
-            page: index,
-            node,
-            offset: self.arena.offset(node),
-        }
+        placement
     }
 
     /// Serve `aligned` bytes by mapping more: the fewest granules, placed
     /// after the free block that can use the most of them (ties: the lowest
     /// address, so placement is the same on every run); a new range when no
     /// void run is long enough.
-    pub(crate) fn reserve_new_page(
+    fn reserve_new_page(
         &mut self,
         storage: &mut dyn DeviceStorage,
-        size: u64,
-        aligned: u64,
-        slot: u32,
+        wanted: Wanted,
     ) -> Result<Placement, StorageError> {
+        let (size, aligned, slot) = (wanted.size, wanted.aligned, wanted.slot);
         let (void, needed) = match self.best_void(aligned) {
             Some(found) => found,
             None => {
@@ -305,7 +294,7 @@ impl ExpandablePool {
             .map_or_else(|| align_up(aligned, self.granule), |(_, needed)| needed)
     }
 
-    pub(crate) fn free(&mut self, placement: Placement, size: u64, aligned: u64, tick: u64) {
+    pub(crate) fn free(&mut self, placement: Placement, size: u64, aligned: u64, serial: u64) {
         let range = &mut self.ranges[placement.page as usize];
         range.live -= 1;
         range.used -= aligned;
@@ -322,9 +311,9 @@ impl ExpandablePool {
             self.arena.set_listed(merged, false);
         }
         self.stats.freed(size, aligned);
-        self.let_go(placement.page, placement.offset, aligned, tick);
+        self.let_go(placement.page, placement.offset, aligned, serial);
         if self.whole_granules(merged).is_some() {
-            self.idle_from(tick);
+            self.idle_from(serial);
         }
     }
 
@@ -349,24 +338,19 @@ impl ExpandablePool {
         self.unmap_span(storage, node, first, last)
     }
 
-    pub(crate) fn cleanup(
-        &mut self,
-        storage: &mut dyn DeviceStorage,
-        tick: u64,
-        cleanup: Cleanup,
-    ) -> bool {
+    pub(crate) fn cleanup(&mut self, storage: &mut dyn DeviceStorage, sweep: Sweep) -> bool {
         let mut released = false;
-        match cleanup {
-            Cleanup::Explicit => {
+        match sweep {
+            Sweep::All => {
                 self.idle_due = None;
                 released |= self.unmap_all_free(storage);
             }
-            Cleanup::Periodic => {
+            Sweep::Idle { serial } => {
                 let Some(period) = self.dealloc_period else {
                     return false;
                 };
-                if self.idle_due.is_some_and(|due| tick >= due) {
-                    released |= self.unmap_idle(storage, tick, period);
+                if self.idle_due.is_some_and(|due| serial >= due) {
+                    released |= self.unmap_idle(storage, serial, period);
                 }
             }
         }
@@ -392,31 +376,12 @@ impl ExpandablePool {
         unmapped > 0
     }
 
-    pub(crate) fn page_backing(&self, index: u32) -> Option<Backing> {
-        self.ranges[index as usize].backing
-    }
-
-    /// Ranges have their reservation from the start: nothing to back later.
-    pub(crate) fn materialize(
-        &mut self,
-        _storage: &mut dyn DeviceStorage,
-        index: u32,
-    ) -> Result<StorageHandle, StorageError> {
-        self.ranges[index as usize]
-            .backing
-            .map(|backing| backing.handle)
-            .ok_or(StorageError::NoVirtualMemory)
-    }
-
     pub(crate) fn guard(&mut self, index: u32) {
         let range = &mut self.ranges[index as usize];
-        range.guards += 1;
-        if range.guards == 1 {
-            self.arena.withdraw_page(range.first);
-        }
+        self.arena.add_guard(range.first, &mut range.guards);
     }
 
-    pub(crate) fn unguard(&mut self, index: u32, _tick: u64) {
+    pub(crate) fn unguard(&mut self, index: u32, _serial: u64) {
         let range = &mut self.ranges[index as usize];
         range.guards -= 1;
         if range.guards == 0 {
@@ -433,23 +398,18 @@ impl ExpandablePool {
             .sum()
     }
 
+    pub(crate) fn max_alloc_size(&self) -> u64 {
+        self.max_alloc_size
+    }
+
     pub(crate) fn stats(&self) -> &PoolStats {
         &self.stats
     }
 
     pub(crate) fn report(&self) -> PoolReport {
         PoolReport {
-            kind: self.kind,
-            page_size: None,
-            max_alloc_size: self.max_alloc_size,
-            pages: self.stats.pages,
-            outdated_pages: 0,
-            pages_peak: self.stats.pages_peak,
-            usage: self.stats.usage,
-            peak_bytes_in_use: self.stats.peak_in_use,
-            peak_bytes_reserved: self.stats.peak_reserved,
-            largest_alloc: self.stats.largest_alloc,
             address_space: self.address_space(),
+            ..self.stats.report(self.kind, self.max_alloc_size)
         }
     }
 }

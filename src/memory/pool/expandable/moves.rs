@@ -7,13 +7,14 @@
 
 use super::ExpandablePool;
 use crate::memory::error::MemoryError;
-use crate::memory::pool::mover::Mover;
+use crate::memory::pool::mover::{Mover, Pages};
+use crate::memory::pool::page::{Backing, Placement};
 
-use crate::storage::StorageHandle;
+use crate::storage::{DeviceStorage, StorageError, StorageHandle};
 
-/// What a slide did.
+/// What one move of a planned run did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Slid {
+pub(super) enum Step {
     /// Moved down, this many bytes.
     Moved(u64),
     /// Nothing free right below it (it stays, and needs not move).
@@ -32,19 +33,12 @@ impl ExpandablePool {
         slot: u32,
         hole: u32,
     ) -> Result<Option<u64>, MemoryError> {
-        let live = mover
-            .slots
-            .get(slot)
-            .expect("a carved block has a live slot");
-        let (size, aligned, from) = (live.size, live.aligned, live.placement);
-        mover
-            .while_claimed(slot, |mover| {
-                let Some(to) = self.reserve_into(hole, size, aligned, slot) else {
-                    return Ok(None);
-                };
-                mover.carry(self, slot, from, to).map(Some)
-            })
-            .unwrap_or(Ok(None))
+        mover.move_claimed(slot, |mover, moving| {
+            let Some(to) = self.reserve_into(hole, moving.size, moving.aligned, slot) else {
+                return Ok(None);
+            };
+            mover.carry(self, slot, moving, to)
+        })
     }
 
     /// Slide the allocation of `slot` down over the free block right below
@@ -54,17 +48,17 @@ impl ExpandablePool {
         &mut self,
         mover: &mut Mover<'_>,
         slot: u32,
-    ) -> Result<Slid, MemoryError> {
+    ) -> Result<Step, MemoryError> {
         mover
             .while_claimed(slot, |mover| self.slide_claimed(mover, slot))
-            .unwrap_or(Ok(Slid::Pinned))
+            .unwrap_or(Ok(Step::Pinned))
     }
 
-    fn slide_claimed(&mut self, mover: &mut Mover<'_>, slot: u32) -> Result<Slid, MemoryError> {
+    fn slide_claimed(&mut self, mover: &mut Mover<'_>, slot: u32) -> Result<Step, MemoryError> {
         let live = mover.slots.get(slot).expect("claimed");
         let (size, from) = (live.size, live.placement);
         let Some(to) = self.slide_target(from.node) else {
-            return Ok(Slid::InPlace);
+            return Ok(Step::InPlace);
         };
         if let Some(backing) = self.page_backing(from.page) {
             let range = backing.handle;
@@ -77,6 +71,28 @@ impl ExpandablePool {
         }
         let placement = self.slid(from.node, slot, mover.serial);
         mover.publish(self, slot, placement);
-        Ok(Slid::Moved(size))
+        Ok(Step::Moved(size))
+    }
+}
+
+impl Pages for ExpandablePool {
+    fn page_backing(&self, index: u32) -> Option<Backing> {
+        self.ranges[index as usize].backing
+    }
+
+    /// Ranges have their reservation from the start: nothing to back later.
+    fn materialize(
+        &mut self,
+        _storage: &mut dyn DeviceStorage,
+        index: u32,
+    ) -> Result<StorageHandle, StorageError> {
+        self.ranges[index as usize]
+            .backing
+            .map(|backing| backing.handle)
+            .ok_or(StorageError::NoVirtualMemory)
+    }
+
+    fn free(&mut self, placement: Placement, size: u64, aligned: u64, serial: u64) {
+        Self::free(self, placement, size, aligned, serial);
     }
 }

@@ -189,19 +189,15 @@ fn windows_walk(
         if refused {
             continue;
         }
-        let rank = candidates.partition_point(|c| c.cost <= cost);
-        candidates.insert(
-            rank,
-            Candidate {
-                cost,
-                largest,
-                range: 0,
-                start: block.offset,
-                anchor: block.node,
-                end: block.offset + covered,
-            },
-        );
-        candidates.truncate(WINDOWS_TRIED);
+        let candidate = Candidate {
+            cost,
+            largest,
+            range: 0,
+            start: block.offset,
+            anchor: block.node,
+            end: block.offset + covered,
+        };
+        candidate.rank_among(&mut candidates);
     }
     (candidates, holes)
 }

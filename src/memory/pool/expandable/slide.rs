@@ -141,7 +141,7 @@ impl ExpandablePool {
         &mut self,
         storage: &mut dyn DeviceStorage,
         node: u32,
-        tick: u64,
+        serial: u64,
     ) -> Result<(), StorageError> {
         if self.arena.is_free(node) || self.arena.owner(node) != VOID {
             return Ok(());
@@ -152,8 +152,8 @@ impl ExpandablePool {
             self.arena.size(node),
         );
         self.map_void(storage, node, size)?;
-        self.let_go(index, offset, size, tick);
-        self.idle_from(tick);
+        self.let_go(index, offset, size, serial);
+        self.idle_from(serial);
         Ok(())
     }
 
@@ -170,7 +170,7 @@ impl ExpandablePool {
     /// Record that the allocation of `slot` at `node` slid over the free
     /// block below it (its bytes are already there): its new placement.
     /// The free room now lies above it, merged with any free block there.
-    pub(crate) fn slid(&mut self, node: u32, slot: u32, tick: u64) -> Placement {
+    pub(crate) fn slid(&mut self, node: u32, slot: u32, serial: u64) -> Placement {
         let index = self.arena.page(node);
         let old_end = self.arena.offset(node) + self.arena.size(node);
         let merged = self.arena.shift_down(node);
@@ -179,9 +179,9 @@ impl ExpandablePool {
         if rest != NONE && self.arena.is_free(rest) {
             // The granules it vacated were in use until now.
             let vacated = self.arena.offset(rest);
-            self.let_go(index, vacated, old_end - vacated, tick);
+            self.let_go(index, vacated, old_end - vacated, serial);
             if self.whole_granules(rest).is_some() {
-                self.idle_from(tick);
+                self.idle_from(serial);
             }
         }
         Placement {

@@ -25,7 +25,14 @@ fn holed() -> (ExpandablePool, VirtualStorage) {
     let mut pool = ExpandablePool::new(kind, 64 * GRANULE, GRANULE, &config, None);
     let mut storage = VirtualStorage::new();
     let first = pool
-        .reserve_new_page(&mut storage, QUARTER, QUARTER, 0)
+        .reserve_new_page(
+            &mut storage,
+            crate::memory::pool::page::Wanted {
+                size: QUARTER,
+                aligned: QUARTER,
+                slot: 0,
+            },
+        )
         .unwrap();
     let mut placements = vec![first];
     for slot in 1..4 {

@@ -55,6 +55,16 @@ pub(super) struct Candidate {
     pub(super) end: u64,
 }
 
+impl Candidate {
+    /// Take its place among `candidates`, the cheapest first (ties: the
+    /// first found), keeping the [`WINDOWS_TRIED`] cheapest.
+    pub(super) fn rank_among(self, candidates: &mut Vec<Candidate>) {
+        let rank = candidates.partition_point(|c| c.cost <= self.cost);
+        candidates.insert(rank, self);
+        candidates.truncate(WINDOWS_TRIED);
+    }
+}
+
 impl ExpandablePool {
     /// The cheapest window of at least `aligned` bytes of mapped address
     /// space whose allocations are all `movable`, cost at most `budget`
@@ -262,18 +272,14 @@ pub(super) fn windows_in(
             .map(|block| block.size)
             .max()
             .unwrap_or(0);
-        let rank = candidates.partition_point(|c| c.cost <= cost);
-        candidates.insert(
-            rank,
-            Candidate {
-                cost,
-                largest,
-                range: view.range,
-                start: block.offset,
-                anchor: block.node,
-                end,
-            },
-        );
-        candidates.truncate(WINDOWS_TRIED);
+        let candidate = Candidate {
+            cost,
+            largest,
+            range: view.range,
+            start: block.offset,
+            anchor: block.node,
+            end,
+        };
+        candidate.rank_among(candidates);
     }
 }

@@ -3,12 +3,12 @@
 //! with the largest allocation served, leaving older pages *outdated*).
 
 use super::arena::Arena;
-use super::page::{Backing, Growth, PageInfo, Placement, align_down, align_up};
+use super::idle_pages::{IdlePages, IdleSweep};
+use super::mover::Pages;
+use super::page::{Backing, Growth, PageInfo, Placement, Sweep, Wanted, align_down, align_up};
 use crate::memory::config::{PoolConfig, PoolKind};
-use crate::memory::policy::Cleanup;
 use crate::memory::report::{PoolReport, PoolStats};
 use crate::storage::{DeviceStorage, StorageError, StorageHandle};
-use std::collections::VecDeque;
 
 mod relocate;
 
@@ -73,8 +73,8 @@ pub(crate) struct SlicedPool {
     spare: Vec<u32>,
     /// Free space of every carvable page.
     arena: Arena,
-    /// Pages that went empty: (page, epoch, tick).
-    idle: VecDeque<(u32, u32, u64)>,
+    /// Pages that went empty: (page, epoch, serial).
+    idle: IdlePages,
     /// Outdated pages that emptied: returned at the next cleanup.
     drained: Vec<u32>,
     /// Usage and peaks.
@@ -100,7 +100,7 @@ impl SlicedPool {
             pages: Vec::new(),
             spare: Vec::new(),
             arena: Arena::default(),
-            idle: VecDeque::new(),
+            idle: IdlePages::default(),
             drained: Vec::new(),
             stats: PoolStats::default(),
         }
@@ -116,31 +116,25 @@ impl SlicedPool {
     }
 
     fn carved(&mut self, node: u32, size: u64, aligned: u64, slot: u32) -> Placement {
-        self.arena.set_owner(node, slot);
-        let page_index = self.arena.page(node);
-        let page = &mut self.pages[page_index as usize];
+        let placement = self.arena.hand_to(node, slot);
+        let page = &mut self.pages[placement.page as usize];
         if page.live == 0 {
             page.epoch = page.epoch.wrapping_add(1);
         }
         page.live += 1;
         page.used += aligned;
         self.stats.allocated(size, aligned);
-        Placement {
-            page: page_index,
-            node,
-            offset: self.arena.offset(node),
-        }
+        placement
     }
 
     pub(crate) fn reserve_new_page(
         &mut self,
         storage: &mut dyn DeviceStorage,
-        size: u64,
-        aligned: u64,
-        slot: u32,
+        wanted: Wanted,
         lazy: bool,
         growth: Growth,
     ) -> Result<Placement, StorageError> {
+        let (size, aligned, slot) = (wanted.size, wanted.aligned, wanted.slot);
         let (grown, wanted) = match growth {
             Growth::Pool => (
                 (aligned > self.page_size).then(|| self.grown_page_size(aligned)),
@@ -271,18 +265,18 @@ impl SlicedPool {
         .max(self.alignment)
     }
 
-    pub(crate) fn free(&mut self, placement: Placement, size: u64, aligned: u64, tick: u64) {
+    pub(crate) fn free(&mut self, placement: Placement, size: u64, aligned: u64, serial: u64) {
         let page = &mut self.pages[placement.page as usize];
         page.live -= 1;
         page.used -= aligned;
         let listed = !page.withdrawn();
         self.arena.free(placement.node, listed);
         self.stats.freed(size, aligned);
-        self.note_if_empty(placement.page, tick);
+        self.note_if_empty(placement.page, serial);
     }
 
     /// Queue a page that just became releasable for the cleanup that suits it.
-    fn note_if_empty(&mut self, index: u32, tick: u64) {
+    fn note_if_empty(&mut self, index: u32, serial: u64) {
         let page = &self.pages[index as usize];
         if !page.releasable() {
             return;
@@ -290,43 +284,16 @@ impl SlicedPool {
         if page.outdated {
             self.drained.push(index);
         } else {
-            self.idle.push_back((index, page.epoch, tick));
+            self.idle.push(index, page.epoch, serial);
         }
     }
 
-    pub(crate) fn cleanup(
-        &mut self,
-        storage: &mut dyn DeviceStorage,
-        tick: u64,
-        cleanup: Cleanup,
-    ) -> bool {
+    pub(crate) fn cleanup(&mut self, storage: &mut dyn DeviceStorage, sweep: Sweep) -> bool {
         let mut released = false;
         for index in std::mem::take(&mut self.drained) {
             released |= self.release(storage, index);
         }
-        match cleanup {
-            Cleanup::Explicit => {
-                self.idle.clear();
-                for index in 0..self.pages.len() as u32 {
-                    released |= self.release(storage, index);
-                }
-            }
-            Cleanup::Periodic => {
-                let Some(period) = self.dealloc_period else {
-                    return released;
-                };
-                while let Some(&(index, epoch, since)) = self.idle.front() {
-                    if tick.saturating_sub(since) < period {
-                        break;
-                    }
-                    self.idle.pop_front();
-                    if self.pages[index as usize].epoch == epoch {
-                        released |= self.release(storage, index);
-                    }
-                }
-            }
-        }
-        released
+        released | self.sweep_pages(storage, sweep)
     }
 
     /// Return the page to the device if nothing holds it.
@@ -357,35 +324,19 @@ impl SlicedPool {
         self.stats.clear_usage();
     }
 
-    pub(crate) fn page_backing(&self, page: u32) -> Option<Backing> {
-        self.pages[page as usize].storage
-    }
-
-    pub(crate) fn materialize(
-        &mut self,
-        storage: &mut dyn DeviceStorage,
-        index: u32,
-    ) -> Result<StorageHandle, StorageError> {
-        let page = &mut self.pages[index as usize];
-        Backing::get_or_allocate(&mut page.storage, storage, page.size)
-    }
-
     pub(crate) fn guard(&mut self, index: u32) {
         let page = &mut self.pages[index as usize];
-        page.guards += 1;
-        if page.guards == 1 {
-            self.arena.withdraw_page(page.first);
-        }
+        self.arena.add_guard(page.first, &mut page.guards);
     }
 
-    pub(crate) fn unguard(&mut self, index: u32, tick: u64) {
+    pub(crate) fn unguard(&mut self, index: u32, serial: u64) {
         let page = &mut self.pages[index as usize];
         page.guards -= 1;
         if page.guards == 0 {
             if !page.withdrawn() {
                 self.arena.relist_page(page.first);
             }
-            self.note_if_empty(index, tick);
+            self.note_if_empty(index, serial);
         }
     }
 
@@ -414,7 +365,7 @@ impl SlicedPool {
     }
 
     /// Stop (or resume) carving from a page while a relocation empties it.
-    pub(crate) fn set_evacuating(&mut self, index: u32, evacuating: bool, tick: u64) {
+    pub(crate) fn set_evacuating(&mut self, index: u32, evacuating: bool, serial: u64) {
         let page = &mut self.pages[index as usize];
         if page.evacuating == evacuating {
             return;
@@ -427,7 +378,7 @@ impl SlicedPool {
             _ => {}
         }
         if !evacuating {
-            self.note_if_empty(index, tick);
+            self.note_if_empty(index, serial);
         }
     }
 
@@ -478,21 +429,17 @@ impl SlicedPool {
 
     pub(crate) fn report(&self) -> PoolReport {
         PoolReport {
-            kind: self.kind,
             page_size: Some(self.page_size),
-            max_alloc_size: self.max_alloc_size,
-            pages: self.stats.pages,
             outdated_pages: self
                 .pages
                 .iter()
                 .filter(|page| page.held && page.outdated)
                 .count() as u64,
-            pages_peak: self.stats.pages_peak,
-            usage: self.stats.usage,
-            peak_bytes_in_use: self.stats.peak_in_use,
-            peak_bytes_reserved: self.stats.peak_reserved,
-            largest_alloc: self.stats.largest_alloc,
-            address_space: 0,
+            ..self.stats.report(self.kind, self.max_alloc_size)
         }
     }
 }
+
+crate::memory::pool::idle_pages::idle_sweep_by_fields!(SlicedPool);
+
+crate::memory::pool::mover::pages_of_page_pool!(SlicedPool);

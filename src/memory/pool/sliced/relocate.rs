@@ -5,14 +5,14 @@
 
 use super::SlicedPool;
 use crate::memory::error::MemoryError;
-use crate::memory::pool::mover::Mover;
-use crate::memory::pool::page::{Growth, align_up};
+use crate::memory::pool::mover::{Mover, Moving, Pages};
+use crate::memory::pool::page::{Growth, Wanted, align_up};
 use crate::memory::relocation::{RelocationReason, RelocationReport};
 
 impl SlicedPool {
     /// Move allocations as `reason` allows; emptied pages go back (queued
     /// until the manager's flush).
-    pub(crate) fn relocate(
+    pub(in crate::memory::pool) fn relocate(
         &mut self,
         mover: &mut Mover<'_>,
         reason: RelocationReason,
@@ -142,30 +142,23 @@ impl SlicedPool {
         slot: u32,
         may_add_page: bool,
     ) -> Result<Option<u64>, MemoryError> {
-        let live = mover
-            .slots
-            .get(slot)
-            .expect("a carved block has a live slot");
-        let (size, aligned, from) = (live.size, live.aligned, live.placement);
-        mover
-            .while_claimed(slot, |mover| {
-                let to = match self.try_reserve(size, aligned, slot) {
-                    Some(to) => to,
-                    None if may_add_page => {
-                        let lazy = self.page_backing(from.page).is_none();
-                        self.reserve_new_page(
-                            mover.storage,
-                            size,
-                            aligned,
-                            slot,
-                            lazy,
-                            Growth::Pool,
-                        )?
-                    }
-                    None => return Ok(None),
-                };
-                mover.carry(self, slot, from, to).map(Some)
-            })
-            .unwrap_or(Ok(None))
+        mover.move_claimed(slot, |mover, moving| {
+            let Moving { size, aligned, .. } = moving;
+            let to = match self.try_reserve(size, aligned, slot) {
+                Some(to) => to,
+                None if may_add_page => {
+                    let lazy = self.page_backing(moving.from.page).is_none();
+                    let (storage, growth) = (&mut *mover.storage, Growth::Pool);
+                    let wanted = Wanted {
+                        size,
+                        aligned,
+                        slot,
+                    };
+                    self.reserve_new_page(storage, wanted, lazy, growth)?
+                }
+                None => return Ok(None),
+            };
+            mover.carry(self, slot, moving, to)
+        })
     }
 }

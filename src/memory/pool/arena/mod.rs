@@ -10,6 +10,7 @@
 //! nothing is carved from it while it is guarded, outdated or being emptied.
 
 use super::bins::{self, BINS, LEAVES, TOPS};
+use super::page::Placement;
 
 /// "No node": the end of a list.
 pub(crate) const NONE: u32 = u32::MAX;
@@ -44,6 +45,25 @@ struct Block {
     owner: u32,
     /// On the spare list: the node names no block.
     dead: bool,
+}
+
+impl Block {
+    /// A free, unlisted block between `prev` and `next`.
+    fn free(page: u32, offset: u64, size: u64, prev: u32, next: u32) -> Self {
+        Self {
+            page,
+            offset,
+            size,
+            prev,
+            next,
+            class_prev: NONE,
+            class_next: NONE,
+            used: false,
+            listed: false,
+            owner: NONE,
+            dead: false,
+        }
+    }
 }
 
 /// Free space of a pool's pages, indexed by size class.
@@ -88,19 +108,7 @@ impl Arena {
     /// which stays the page's first node for the page's whole life.
     pub(crate) fn add_page(&mut self, page: u32, size: u64, listed: bool) -> u32 {
         self.changes = self.changes.wrapping_add(1);
-        let node = self.new_block(Block {
-            page,
-            offset: 0,
-            size,
-            prev: NONE,
-            next: NONE,
-            class_prev: NONE,
-            class_next: NONE,
-            used: false,
-            listed: false,
-            owner: NONE,
-            dead: false,
-        });
+        let node = self.new_block(Block::free(page, 0, size, NONE, NONE));
         if listed {
             self.list(node);
         }
@@ -155,19 +163,7 @@ impl Arena {
         if rest > 0 {
             block.size = size;
             let (page, offset, next) = (block.page, block.offset + size, block.next);
-            let tail = self.new_block(Block {
-                page,
-                offset,
-                size: rest,
-                prev: node,
-                next,
-                class_prev: NONE,
-                class_next: NONE,
-                used: false,
-                listed: false,
-                owner: NONE,
-                dead: false,
-            });
+            let tail = self.new_block(Block::free(page, offset, rest, node, next));
             if next != NONE {
                 self.blocks[next as usize].prev = tail;
             }
@@ -318,17 +314,9 @@ impl Arena {
         );
         block.size = at;
         let tail = self.new_block(Block {
-            page,
-            offset: offset + at,
-            size: size - at,
-            prev: node,
-            next,
-            class_prev: NONE,
-            class_next: NONE,
             used,
-            listed: false,
             owner,
-            dead: false,
+            ..Block::free(page, offset + at, size - at, node, next)
         });
         if next != NONE {
             self.blocks[next as usize].prev = tail;
@@ -438,6 +426,25 @@ impl Arena {
     }
 
     /// Record which slot owns the carved block `node`.
+    /// One more guard on the page whose first block is `first`, which
+    /// `guards` counts: the first withdraws the page's free blocks.
+    pub(crate) fn add_guard(&mut self, first: u32, guards: &mut u32) {
+        *guards += 1;
+        if *guards == 1 {
+            self.withdraw_page(first);
+        }
+    }
+
+    /// Give the carved block `node` to `slot`: where the allocation lies.
+    pub(crate) fn hand_to(&mut self, node: u32, slot: u32) -> Placement {
+        self.set_owner(node, slot);
+        Placement {
+            page: self.page(node),
+            node,
+            offset: self.offset(node),
+        }
+    }
+
     pub(crate) fn set_owner(&mut self, node: u32, slot: u32) {
         self.changes = self.changes.wrapping_add(1);
         self.blocks[node as usize].owner = slot;
@@ -588,111 +595,4 @@ impl Arena {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn carve_split_and_merge_back() {
-        let mut arena = Arena::default();
-        let first = arena.add_page(0, 1024, true);
-        let a = arena.carve(100).unwrap();
-        let b = arena.carve(200).unwrap();
-        let c = arena.carve(300).unwrap();
-        assert_eq!(
-            (arena.offset(a), arena.offset(b), arena.offset(c)),
-            (0, 100, 300)
-        );
-        assert_eq!(arena.largest_free(first), 424);
-        arena.free(b, true);
-        // The hole of 200 serves an exact fit rather than the tail.
-        let d = arena.carve(200).unwrap();
-        assert_eq!(arena.offset(d), 100);
-        arena.free(a, true);
-        arena.free(d, true);
-        arena.free(c, true);
-        assert!(arena.is_empty_page(first));
-        assert_eq!(arena.largest_free(first), 1024);
-        assert!(arena.carve(2000).is_none());
-    }
-
-    #[test]
-    fn a_withdrawn_page_is_not_carved() {
-        let mut arena = Arena::default();
-        let p0 = arena.add_page(0, 1024, true);
-        arena.withdraw_page(p0);
-        assert!(arena.carve(10).is_none());
-        let p1 = arena.add_page(1, 1024, true);
-        let x = arena.carve(10).unwrap();
-        assert_eq!(arena.blocks[x as usize].page, 1);
-        arena.relist_page(p0);
-        arena.free(x, true);
-        assert!(arena.is_empty_page(p1));
-        arena.remove_page(p1);
-        let y = arena.carve(1024).unwrap();
-        assert_eq!(arena.blocks[y as usize].page, 0);
-    }
-
-    proptest::proptest! {
-        /// A slide in one step leaves the arena as freeing the block and
-        /// carving the merged room's start did: the same blocks under the
-        /// same nodes, the same spare nodes, and class lists that serve the
-        /// same carvings.
-        #[test]
-        fn shifting_down_is_a_free_then_a_carve(
-            sizes in proptest::collection::vec(1u64..64, 2..24),
-            freed in proptest::collection::vec(proptest::bool::ANY, 24),
-            pick in 0usize..24,
-            later in proptest::collection::vec(1u64..128, 1..8),
-        ) {
-            let mut arena = Arena::default();
-            // Sizes in whole 256-byte steps, as the pools align them.
-            let first = arena.add_page(0, 1 << 20, true);
-            let carved: Vec<u32> = sizes
-                .iter()
-                .enumerate()
-                .map(|(slot, &size)| {
-                    let node = arena.carve(size * 256).expect("room for every size");
-                    arena.set_owner(node, slot as u32);
-                    node
-                })
-                .collect();
-            for (&node, &free) in carved.iter().zip(&freed) {
-                if free {
-                    arena.free(node, true);
-                }
-            }
-            // Still carved (a freed node may be merged away), free below.
-            let movable: Vec<u32> = carved
-                .iter()
-                .zip(&freed)
-                .filter(|&(&node, &free)| {
-                    let below = arena.prev(node);
-                    !free && below != NONE && arena.is_free(below)
-                })
-                .map(|(&node, _)| node)
-                .collect();
-            let Some(&node) = movable.get(pick % movable.len().max(1)) else {
-                // Nothing to slide in this layout.
-                return Ok(());
-            };
-            let (size, slot) = (arena.size(node), arena.owner(node));
-            let mut stepwise = arena.clone();
-            let merged = stepwise.free(node, true);
-            stepwise.carve_at(merged, size);
-            stepwise.set_owner(merged, slot);
-            let shifted = arena.shift_down(node);
-            proptest::prop_assert_eq!(shifted, merged);
-            let chain = |arena: &Arena| {
-                arena
-                    .chain(first)
-                    .map(|(node, offset, size, owner)| (node, offset, size, owner, arena.blocks[node as usize].listed))
-                    .collect::<Vec<_>>()
-            };
-            proptest::prop_assert_eq!(chain(&arena), chain(&stepwise));
-            proptest::prop_assert_eq!(&arena.spare, &stepwise.spare);
-            for size in later {
-                proptest::prop_assert_eq!(arena.carve(size * 256), stepwise.carve(size * 256));
-            }
-        }
-    }
-}
+mod tests;
