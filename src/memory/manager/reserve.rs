@@ -370,6 +370,52 @@ mod tests {
     use crate::storage::VirtualStorage;
     use proptest::prelude::*;
 
+    /// A metered manager whose clients' caches may hold one byte in 256.
+    fn with_caches() -> MemoryManager<VirtualStorage> {
+        use crate::memory::live::{LiveBytes, LiveMeter};
+        use crate::sync::Arc;
+        let meter = Arc::new(LiveMeter::new(Arc::new(LiveBytes::new())));
+        let config = MemoryConfig::default();
+        let stream = crate::memory::StreamId(0);
+        let mut memory = MemoryManager::metered(VirtualStorage::new(), config, stream, Some(meter));
+        memory.set_cache_share(256);
+        memory
+    }
+
+    #[test]
+    fn a_growth_past_the_cache_ceiling_asks_for_the_caches_first_and_changes_nothing() {
+        let mut memory = with_caches();
+        let first = memory.reserve(8 << 20, PageUpdate::Allow).unwrap();
+        drop(first);
+        // A spare for a cache: the room the stream needed, not handed out.
+        let spare = memory
+            .reserve_for_cache(8 << 20, AllocationMode::Auto)
+            .unwrap()
+            .expect("room held");
+        let (reserved, serial) = (memory.bytes_reserved(), memory.serial);
+        let asked = memory
+            .reserve_within_caches(4 << 20, PageUpdate::Allow, AllocationMode::Auto, false)
+            .unwrap();
+        assert!(asked.is_none(), "the caches hold room: they go first");
+        assert_eq!((memory.bytes_reserved(), memory.serial), (reserved, serial));
+        // Taken back, the same reservation is served from their room.
+        drop(spare);
+        let served = memory
+            .reserve_within_caches(4 << 20, PageUpdate::Allow, AllocationMode::Auto, false)
+            .unwrap();
+        assert!(served.is_some());
+        assert_eq!(memory.bytes_reserved(), reserved, "no growth");
+    }
+
+    #[test]
+    fn without_cached_room_a_reservation_grows_without_asking() {
+        let mut memory = with_caches();
+        let held = memory
+            .reserve_within_caches(8 << 20, PageUpdate::Allow, AllocationMode::Auto, false)
+            .unwrap();
+        assert!(held.is_some());
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(200))]
 
