@@ -3,11 +3,12 @@
 //! sits on. No client ever uses an address after the bytes moved away, and
 //! a client that pins after the move reads the new address.
 //!
-//! Fails when `Pinned::try_pin` ignores the `MOVING` flag, or when
-//! `move_slot` moves without claiming the allocation (its CAS from 0 pins to
-//! `MOVING`), or publishes the new address after dropping the claim. The
-//! second model is the same race against a slide (`slide_slot`: the
-//! allocation moved down over the hole below it, overlapping itself).
+//! Fails when `PinWord::try_pin` ignores a move under way, or when
+//! `Mover::while_claimed` moves without claiming the allocation (its CAS
+//! from 0 pins to moving, `PinWord::claim_move`), or the new address is
+//! published after the claim is dropped (`Mover::publish`). The second
+//! model is the same race against a slide (`ExpandablePool::slide_slot`:
+//! the allocation moved down over the hole below it, overlapping itself).
 
 #![cfg(streamalloc_loom)]
 
