@@ -94,11 +94,13 @@ impl AllocationCell {
     }
 
     /// The slot key this cell names now.
+    #[inline]
     pub(crate) fn key(&self) -> SlotKey {
         SlotKey::from_word(self.key.load(Ordering::Acquire))
     }
 
     /// Name `key` (the owner only, at reserve or bind).
+    #[inline]
     pub(crate) fn set_key(&self, key: SlotKey) {
         self.key.store(key.word(), Ordering::Release);
     }

@@ -35,7 +35,7 @@
 
 use super::device::{DeviceShared, Notice};
 use super::events::SupervisorEvent;
-use super::message::Control;
+use super::protocol::Control;
 use super::settle::{Settle, SettleWatch};
 use crate::clock::SharedClock;
 use crate::memory::StreamId;
@@ -354,7 +354,7 @@ impl Coordinator {
                     continue;
                 }
                 let watch = self.settle_watch.entry(*stream).or_default();
-                if let Some((reserved, keep)) = watch.observe(&settle, &link.handle, now) {
+                if let Some((reserved, keep)) = watch.observe(&settle, link.shared(), now) {
                     link.send(Control::Settle { keep });
                     scheduled.push(SupervisorEvent::SettleScheduled {
                         stream: *stream,

@@ -13,11 +13,10 @@
 //! ([`StreamHandle::window`]) apply to the reserves made through that clone
 //! only, and each reserve carries its caller's mode to the actor.
 
-use super::actor::StreamActor;
 use super::error::ServiceError;
 use super::hot::{AHEAD_WHEN_LEFT, HotCache};
-use super::in_place::SharedActor;
-use super::message::{Allocations, Answer, Job, Reply, Request, ShutdownReport, Sizes, job};
+use super::message::{ActorTurn, Job, Pending, Request, job};
+use super::protocol::{Allocations, Answer, Reply, ShutdownReport, Sizes};
 use super::shared::{StreamShared, StreamState, StreamStats};
 use crate::memory::{
     Allocation, AllocationCell, AllocationMode, PageUpdate, Pinned, PinnedRef, StreamId,
@@ -49,8 +48,8 @@ fn published(cell: &AllocationCell) -> Resource {
 /// The actor's half of `resolve`: pin under its exclusive access.
 fn pin_on_actor(
     allocation: Allocation,
-) -> impl FnOnce(&mut StreamActor) -> Result<Pinned, ServiceError> + Send + 'static {
-    move |actor: &mut StreamActor| Ok(actor.memory.pin(&allocation)?)
+) -> impl FnOnce(&mut dyn ActorTurn) -> Result<Pinned, ServiceError> + Send + 'static {
+    move |actor: &mut dyn ActorTurn| Ok(actor.memory().pin(&allocation)?)
 }
 
 /// The one allocation of a single-size reservation.
@@ -78,7 +77,15 @@ pub(crate) struct Connection {
     /// The stream's actor, for serving requests in place while its thread
     /// has nothing to do (`in_place.rs`); `None`: every request goes to
     /// the thread.
-    pub(crate) actor: Option<Arc<SharedActor>>,
+    pub(crate) actor: Option<Box<dyn ServeInPlace>>,
+}
+
+/// A stream's actor as a client serving its own request sees it
+/// (`in_place.rs`): it serves the request in the actor's turn, or hands it
+/// back to be sent.
+pub(crate) trait ServeInPlace: Send + Sync + std::fmt::Debug {
+    /// Serve `request` on this thread, or hand it back.
+    fn serve_in_place(&self, request: Request, connection: &Connection) -> Result<(), Request>;
 }
 
 impl Connection {
@@ -396,14 +403,7 @@ impl StreamHandle {
         for_cache: usize,
     ) -> impl FnOnce(Answer<Allocations>) -> Request {
         let mode = self.mode();
-        move |reply| Request::ReserveMany {
-            sizes,
-            update,
-            mode,
-            wait,
-            for_cache,
-            reply,
-        }
+        move |reply| Request::ReserveMany(Pending::new(sizes, update, mode, wait, for_cache, reply))
     }
 
     /// A clone of `allocation` to send, once it is checked to belong here.
@@ -416,7 +416,7 @@ impl StreamHandle {
     /// manager, and wait for its answer (see `operations.rs`).
     pub(crate) fn run<T: Send + 'static>(
         &self,
-        op: impl FnOnce(&mut StreamActor) -> Result<T, ServiceError> + Send + 'static,
+        op: impl FnOnce(&mut dyn ActorTurn) -> Result<T, ServiceError> + Send + 'static,
     ) -> Result<T, ServiceError> {
         self.call(|reply| job(self.stream(), op, reply))
     }
@@ -666,7 +666,7 @@ mod nonblocking {
         /// [`run`](Self::run), awaited.
         pub(crate) async fn run_async<T: Send + 'static>(
             &self,
-            op: impl FnOnce(&mut StreamActor) -> Result<T, ServiceError> + Send + 'static,
+            op: impl FnOnce(&mut dyn ActorTurn) -> Result<T, ServiceError> + Send + 'static,
         ) -> Result<T, ServiceError> {
             self.call_async(|reply| job(self.stream(), op, reply)).await
         }

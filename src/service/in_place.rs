@@ -23,11 +23,18 @@
 //! The protocol and what each side may assume: `docs/service.md`, "Serving
 //! in place"; model: `loom-tests/in_place.rs`.
 
-use super::actor::StreamActor;
-use super::handle::Connection;
+use super::actor::{Flow, StreamActor};
+use super::handle::{Connection, ServeInPlace};
 use super::message::Request;
-use crate::sync::TurnLock;
 use crate::sync::atomic::Ordering;
+use crate::sync::channel::{Receiver, RecvError};
+use crate::sync::reply::AdaptiveSpin;
+use crate::sync::{Arc, TurnLock};
+use std::time::Duration;
+
+/// How often an actor whose parked requests wait for a deadline (or for a
+/// round's safety net) looks at the clock again.
+const PARK_POLL: Duration = Duration::from_millis(2);
 
 /// A stream's actor, shared by its thread and its clients; `None` once the
 /// thread took it to end the stream.
@@ -49,17 +56,15 @@ impl SharedActor {
     pub(crate) fn turn_guard(&self) -> loom::sync::MutexGuard<'_, Option<StreamActor>> {
         self.0.lock()
     }
+}
 
+impl ServeInPlace for Arc<SharedActor> {
     /// Serve `request` on this thread, as the actor's thread would, when it
     /// is a reservation, a job or a barrier and the stream is running; the
     /// request back otherwise (the caller sends it). Served, its answer is
     /// in its reply, or it parked (the device is short) and the answer
     /// comes as it would through the inbox.
-    pub(crate) fn serve_in_place(
-        &self,
-        request: Request,
-        connection: &Connection,
-    ) -> Result<(), Request> {
+    fn serve_in_place(&self, request: Request, connection: &Connection) -> Result<(), Request> {
         // A barrier too: with nothing queued, control drained in the turn
         // is everything that came before it.
         if !matches!(
@@ -76,18 +81,19 @@ impl SharedActor {
         // own turn, so no turn after it serves anything; and a request this
         // client sent before (a refill ahead) is counted until the turn
         // that served it, so this one goes after it, through the inbox.
-        if !actor.shared.is_running() || actor.shared.queued.load(Ordering::Relaxed) > 0 {
+        let shared = actor.shared();
+        if !shared.is_running() || shared.queued.load(Ordering::Relaxed) > 0 {
             return Err(request);
         }
-        let parked = actor.parked.len();
+        let parked = actor.parked();
         let served = guarded(actor, |actor| {
             actor.drain_control();
             if !matches!(request, Request::Barrier { .. }) {
-                super::shared::bump(&actor.shared.served_in_place, 1);
+                super::shared::bump(&actor.shared().served_in_place, 1);
             }
             actor.serve(request);
             actor.drain_control();
-            actor.parked.len() > parked
+            actor.parked() > parked
         });
         drop(turn);
         if served != Some(false) {
@@ -109,7 +115,7 @@ pub(crate) fn guarded<R>(
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| turn(&mut *actor))) {
         Ok(value) => Some(value),
         Err(panic) => {
-            actor.shared.set_failed(panic_message(panic.as_ref()));
+            actor.shared().set_failed(panic_message(panic.as_ref()));
             None
         }
     }
@@ -122,4 +128,94 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .map(|s| s.to_string())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "the stream actor panicked".into())
+}
+
+/// The loop of a stream's thread: serve its inbox until shut down or every
+/// handle is gone, taking the actor's turn for each request (clients
+/// serving in place take it between); a panic in a turn marks the stream
+/// failed (its clients get `StreamFailed`, never a hang).
+pub(crate) fn run(seat: Arc<SharedActor>, inbox: Receiver<Request>) {
+    let spin = match seat.turn().as_ref() {
+        Some(actor) => AdaptiveSpin::new(actor.spin()),
+        None => return,
+    };
+    let in_hand = serve(&seat, &inbox, &spin);
+    if let Some(actor) = seat.turn().take() {
+        actor.end(in_hand, inbox);
+    }
+}
+
+/// Serve until the stream stops (a shutdown, a failed turn) or every
+/// sender is gone; a request received but not served (the stream failed
+/// in a turn taken in place meanwhile) comes back, to be refused.
+fn serve(seat: &SharedActor, inbox: &Receiver<Request>, spin: &AdaptiveSpin) -> Option<Request> {
+    while let Some(request) = next(seat, inbox, spin) {
+        let mut turn = seat.turn();
+        let Some(actor) = turn.as_mut().filter(|actor| !actor.shared().has_failed()) else {
+            return Some(request);
+        };
+        let flow = guarded(actor, |actor| {
+            actor.drain_control();
+            let flow = actor.handle(request, inbox);
+            if flow == Flow::Continue {
+                actor.drain_control();
+            }
+            flow
+        });
+        if flow != Some(Flow::Continue) {
+            return None;
+        }
+    }
+    None
+}
+
+/// The next request, `None` once every sender is gone or the stream
+/// failed: a short adaptive spin (`sync/reply.rs`), then a blocking
+/// receive, which parks the thread until a sender wakes it, so an idle
+/// stream costs no CPU. Control traffic and parked requests are served in
+/// turns of their own meanwhile.
+fn next(seat: &SharedActor, inbox: &Receiver<Request>, spin: &AdaptiveSpin) -> Option<Request> {
+    // Releases are not taken while waiting: which of a client's drops
+    // would land before the next request would then be a race, and
+    // placement (and so a replay) would differ from run to run. Every
+    // request takes them first, all at once.
+    let mut received = None;
+    spin.spin(|| match inbox.try_recv() {
+        Ok(request) => {
+            received = Some(Some(request));
+            true
+        }
+        Err(RecvError::Disconnected) => {
+            received = Some(None);
+            true
+        }
+        Err(RecvError::Empty) => false,
+    });
+    if let Some(received) = received {
+        return received;
+    }
+    loop {
+        let polls = idle_turn(seat, |actor| {
+            actor.drain_control();
+            actor.polls_parked()
+        })?;
+        let received = if polls {
+            inbox.recv_timeout(PARK_POLL)
+        } else {
+            inbox.recv()
+        };
+        match received {
+            Ok(request) => return Some(request),
+            Err(RecvError::Disconnected) => return None,
+            Err(RecvError::Empty) => idle_turn(seat, |actor| actor.retry_parked(false))?,
+        }
+    }
+}
+
+/// A turn of the thread's own between requests; `None` when the stream
+/// failed (in this turn or an earlier one).
+fn idle_turn<R>(seat: &SharedActor, turn: impl FnOnce(&mut StreamActor) -> R) -> Option<R> {
+    let mut seat = seat.turn();
+    let actor = seat.as_mut().filter(|actor| !actor.shared().has_failed())?;
+    guarded(actor, turn)
 }

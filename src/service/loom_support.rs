@@ -11,8 +11,9 @@ use super::events::{Events, SupervisorEvent};
 use super::handle::StreamHandle;
 use super::headroom::Headroom;
 use super::in_place::SharedActor;
-use super::message::{Allocations, Reply, Request};
-use super::registry::{Wiring, wire};
+use super::message::{ActorTurn, Pending, Request};
+use super::protocol::{Allocations, Reply};
+use super::wiring::{Wiring, wire};
 use crate::memory::{
     Allocation, AllocationMode, Cleanup, MemoryConfig, MemoryError, MemoryManager, PageUpdate,
     RelocationError, RelocationReason, RelocationReport, StreamId,
@@ -36,13 +37,13 @@ pub struct MemoryTurn<'a>(loom::sync::MutexGuard<'a, Option<StreamActor>>);
 impl std::ops::Deref for MemoryTurn<'_> {
     type Target = MemoryManager<Box<dyn DeviceStorage>>;
     fn deref(&self) -> &Self::Target {
-        &self.0.as_ref().expect("the stream has not ended").memory
+        self.0.as_ref().expect("the stream has not ended").manager()
     }
 }
 
 impl std::ops::DerefMut for MemoryTurn<'_> {
     fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.0.as_mut().expect("the stream has not ended").memory
+        ActorTurn::memory(self.0.as_mut().expect("the stream has not ended"))
     }
 }
 
@@ -118,7 +119,7 @@ impl ActorUnderTest {
 
     /// The actor's whole loop, as its thread runs it.
     pub fn run(self) {
-        super::actor::run(self.seat, self.inbox)
+        super::in_place::run(self.seat, self.inbox)
     }
 
     /// The manager the actor owns (what its own steps call), for as long
@@ -163,7 +164,7 @@ impl ActorUnderTest {
     /// Allocations the stream's clients were served from their caches, and
     /// those the actor took back from them.
     pub fn hot_counts(&self) -> (u64, u64) {
-        let stats = self.with(|actor| actor.shared.stats());
+        let stats = self.with(|actor| actor.shared().stats());
         (stats.hot_hits, stats.hot_taken_back)
     }
 
@@ -177,9 +178,7 @@ impl ActorUnderTest {
     /// pin holds, then hand the manager to the pins.
     pub fn retire(self) {
         let actor = self.seat.turn().take().expect("the stream has not ended");
-        let StreamActor { mut memory, .. } = actor;
-        memory.release_unpinned();
-        memory.retire();
+        actor.retire_manager();
     }
 
     /// Relocate as the actor's idle tick or a request would.
@@ -198,7 +197,7 @@ impl ActorUnderTest {
     /// Free what clients dropped, then publish the counters.
     pub fn process_and_publish(&mut self) {
         self.with(|actor| {
-            actor.memory.process_releases();
+            ActorTurn::memory(actor).process_releases();
             actor.publish();
         })
     }
@@ -210,12 +209,17 @@ impl ActorUnderTest {
 
     /// Bytes the storage holds.
     pub fn bytes_allocated(&self) -> u64 {
-        self.with(|actor| actor.memory.bytes_allocated())
+        self.with(|actor| ActorTurn::memory(actor).bytes_allocated())
     }
 
     /// Live allocations.
     pub fn live_allocations(&self) -> u64 {
-        self.with(|actor| actor.memory.memory_report().usage().number_allocs)
+        self.with(|actor| {
+            ActorTurn::memory(actor)
+                .memory_report()
+                .usage()
+                .number_allocs
+        })
     }
 }
 
@@ -399,14 +403,10 @@ impl PendingAnswer {
 /// Send a `reserve_many` without waiting for the answer.
 pub fn submit_reserve_many(handle: &StreamHandle, sizes: Vec<u64>) -> PendingAnswer {
     let (tx, rx) = channel::bounded(1);
-    let request = Request::ReserveMany {
-        for_cache: 0,
-        sizes: sizes.into(),
-        update: PageUpdate::Allow,
-        mode: AllocationMode::Auto,
-        wait: None,
-        reply: Reply::Channel(tx),
-    };
+    let (update, mode) = (PageUpdate::Allow, AllocationMode::Auto);
+    let reply = Reply::Channel(tx);
+    let pending = Pending::new(sizes.into(), update, mode, None, 0, reply);
+    let request = Request::ReserveMany(pending);
     let _ = handle.connection.send(request);
     PendingAnswer(rx)
 }

@@ -2,67 +2,14 @@
 //! its actor: one request enum whose variants carry their reply sender (the
 //! split of Alice Ryhl's "Actors with Tokio").
 
-use super::actor::StreamActor;
 use super::error::ServiceError;
-use crate::memory::{Allocation, AllocationMode, PageUpdate, StreamId};
-use crate::sync::channel;
-use crate::sync::reply::ReplyTo;
+use super::hot::HotCache;
+use super::protocol::{Allocations, Answer, ShutdownReport, Sizes};
+use super::shared::{Refuse, StreamShared};
+use crate::memory::{AllocationMode, MemoryManager, PageUpdate, StreamId};
+use crate::storage::DeviceStorage;
+use crate::sync::channel::Receiver;
 use std::time::Duration;
-
-/// Where an answer goes: a blocking caller's reply cell (it spins, then
-/// parks until the answer unparks it; `sync/reply.rs`), a channel nobody
-/// waits on yet, or an async caller's channel. Sending never blocks, and an
-/// answer to a caller that went away is dropped, which releases whatever it
-/// held; a reply dropped unanswered tells its caller no answer will come.
-#[derive(Debug)]
-pub(crate) enum Reply<T> {
-    /// A blocking caller waits for this.
-    Waiter(ReplyTo<T>),
-    /// Read later, perhaps on another thread (a detached shutdown's, a
-    /// model's submitted reservation).
-    Channel(channel::Sender<T>),
-    /// An async caller awaits this.
-    #[cfg(not(streamalloc_loom))]
-    Async(crate::sync::async_channel::Sender<T>),
-}
-
-impl<T> Reply<T> {
-    pub(crate) fn send(self, value: T) {
-        match self {
-            Reply::Waiter(to) => to.send(value),
-            Reply::Channel(tx) => {
-                let _ = tx.try_send(value);
-            }
-            #[cfg(not(streamalloc_loom))]
-            Reply::Async(tx) => {
-                let _ = tx.try_send(value);
-            }
-        }
-    }
-}
-
-/// The answer to most requests.
-pub(crate) type Answer<T> = Reply<Result<T, ServiceError>>;
-
-/// The sizes of one reservation request; one is held inline, so a plain
-/// `reserve` puts nothing on the heap for the actor's thread to free.
-pub(crate) type Sizes = smallvec::SmallVec<[u64; 1]>;
-/// The allocations that answer one (one inline, likewise).
-pub(crate) type Allocations = smallvec::SmallVec<[Allocation; 1]>;
-
-/// What the service sends to shut a stream down, and what it answers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ShutdownReport {
-    /// The stream.
-    pub stream: crate::memory::StreamId,
-    /// Requests answered with `StreamStopped` while draining.
-    pub rejected: u64,
-    /// Allocations still pinned when the wait for pins ran out.
-    pub pinned_at_exit: usize,
-    /// Bytes the storage still held after freeing every page (0 unless a
-    /// storage failed to free).
-    pub bytes_left: u64,
-}
 
 /// A request to a stream actor. Only what the actor treats specially has
 /// a variant of its own: reservations (served, parked, retried), shutdown
@@ -70,18 +17,9 @@ pub struct ShutdownReport {
 /// handle's one generic call ([`StreamHandle::run`](super::StreamHandle))
 /// builds it, so adding an operation touches one place (`handle.rs`).
 pub(crate) enum Request {
-    /// `reserve` (one size) and `reserve_many`: all of the sizes or none.
-    ReserveMany {
-        sizes: Sizes,
-        update: PageUpdate,
-        mode: AllocationMode,
-        /// How long the caller will wait for memory when the device is short.
-        wait: Option<Duration>,
-        /// How many of the sizes, the last ones, are for the caller's hot
-        /// cache (reserved off the live meter; dropped when tight).
-        for_cache: usize,
-        reply: Answer<Allocations>,
-    },
+    /// `reserve` (one size) and `reserve_many`: all of the sizes or none,
+    /// already in the form the actor serves, parks and retries.
+    ReserveMany(Pending),
     /// Any other operation, run on the actor's thread.
     Run(Job),
     Shutdown {
@@ -102,10 +40,10 @@ pub(crate) enum Request {
 impl std::fmt::Debug for Request {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Request::ReserveMany { sizes, mode, .. } => f
+            Request::ReserveMany(pending) => f
                 .debug_struct("ReserveMany")
-                .field("sizes", sizes)
-                .field("mode", mode)
+                .field("sizes", &pending.sizes)
+                .field("mode", &pending.mode)
                 .finish_non_exhaustive(),
             Request::Run(_) => f.write_str("Run"),
             Request::Shutdown { .. } => f.write_str("Shutdown"),
@@ -126,13 +64,29 @@ pub(crate) struct Job {
     stream: StreamId,
 }
 
-type JobFn = Box<dyn FnOnce(Result<&mut StreamActor, ServiceError>) + Send>;
+type JobFn = Box<dyn FnOnce(Result<&mut dyn ActorTurn, ServiceError>) + Send>;
+
+/// What a job may do with the actor it runs on, in the actor's turn (the
+/// actor's own type stays in `actor/`, which no client-side file imports).
+pub(crate) trait ActorTurn {
+    /// The stream's pools.
+    fn memory(&mut self) -> &mut MemoryManager<Box<dyn DeviceStorage>>;
+
+    /// What the stream publishes.
+    fn shared(&self) -> &StreamShared;
+
+    /// A client's refill ahead of its hot cache (`StreamActor::refill_hot`).
+    fn refill_hot(&mut self, cache: &HotCache, size: u64, mode: AllocationMode);
+
+    /// Publish its counters for handles to read (`StreamActor::publish`).
+    fn publish(&mut self);
+}
 
 impl Job {
     /// A job for `stream`'s actor.
     pub(crate) fn new(
         stream: StreamId,
-        run: impl FnOnce(Result<&mut StreamActor, ServiceError>) + Send + 'static,
+        run: impl FnOnce(Result<&mut dyn ActorTurn, ServiceError>) + Send + 'static,
     ) -> Self {
         Self {
             run: Some(Box::new(run)),
@@ -141,7 +95,7 @@ impl Job {
     }
 
     /// Run it on the actor, or refuse it with `error`.
-    pub(crate) fn run(mut self, actor: Result<&mut StreamActor, ServiceError>) {
+    pub(crate) fn run(mut self, actor: Result<&mut dyn ActorTurn, ServiceError>) {
         if let Some(run) = self.run.take() {
             run(actor);
         }
@@ -160,7 +114,7 @@ impl Drop for Job {
 /// `reply`.
 pub(crate) fn job<T: Send + 'static>(
     stream: StreamId,
-    op: impl FnOnce(&mut StreamActor) -> Result<T, ServiceError> + Send + 'static,
+    op: impl FnOnce(&mut dyn ActorTurn) -> Result<T, ServiceError> + Send + 'static,
     reply: Answer<T>,
 ) -> Request {
     Request::Run(Job::new(stream, move |actor| {
@@ -168,50 +122,129 @@ pub(crate) fn job<T: Send + 'static>(
     }))
 }
 
-/// Control traffic from the supervisor's coordinator to a stream actor, on
-/// an unbounded channel (a send never blocks), each followed by a `Wake`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Control {
-    /// Another stream is short: return every page nothing holds, compact,
-    /// and say how much went back.
-    GiveBack {
-        /// The recovery episode this answers.
-        episode: u64,
-    },
-    /// The recovery round for this stream is over: retry what is parked.
-    Retry,
-    /// Reserved / in use passed the threshold: compact.
-    Compact,
-    /// No request for the idle tick: tidy up as an idle stream does.
-    Idle,
-    /// The stream holds more than it needed lately: return empty pages and
-    /// compact, down towards `keep` bytes (see `settle.rs`).
-    Settle {
-        /// Bytes the stream should hold at most.
-        keep: u64,
-    },
-}
-
-impl Control {
-    /// Sent by the coordinator's timers (a tick), not by a recovery round
-    /// that a parked request waits for.
-    pub(crate) fn is_timer(&self) -> bool {
-        matches!(
-            self,
-            Control::Compact | Control::Idle | Control::Settle { .. }
-        )
-    }
-}
-
 impl Request {
     /// Answer the request with `error` without doing it.
     pub(crate) fn reject(self, error: ServiceError) {
         match self {
-            Request::ReserveMany { reply, .. } => reply.send(Err(error)),
+            Request::ReserveMany(pending) => pending.answer(Err(error)),
             Request::Run(job) => job.run(Err(error)),
             Request::Shutdown { reply } => reply.send(Err(error)),
             Request::Wake => {}
             Request::Barrier { reply } => reply.send(Err(error)),
         }
     }
+}
+
+impl Refuse for Receiver<Request> {
+    fn refuse_all(&self, error: &ServiceError) {
+        while let Ok(request) = self.try_recv() {
+            request.reject(error.clone());
+        }
+    }
+}
+
+/// A reservation being served (or parked).
+#[derive(Debug)]
+pub(crate) struct Pending {
+    /// Sizes (one for `reserve`).
+    pub(crate) sizes: Sizes,
+    /// Page update allowed.
+    pub(crate) update: PageUpdate,
+    /// The caller's mode.
+    pub(crate) mode: AllocationMode,
+    /// How many of the sizes, the last ones, are for the caller's hot cache.
+    pub(crate) for_cache: usize,
+    /// Where the answer goes.
+    pub(crate) reply: Answer<Allocations>,
+    /// How long the caller waits for memory when the device is short.
+    wait: Option<Duration>,
+    /// Until when (on the service's clock) the caller waits for memory
+    /// (`None`: one recovery round); set when the actor starts serving it.
+    pub(crate) deadline: Option<Duration>,
+    /// Where it stands.
+    pub(crate) state: PendingState,
+}
+
+impl Pending {
+    /// A caller's reservation, as it goes to the actor.
+    pub(crate) fn new(
+        sizes: Sizes,
+        update: PageUpdate,
+        mode: AllocationMode,
+        wait: Option<Duration>,
+        for_cache: usize,
+        reply: Answer<Allocations>,
+    ) -> Self {
+        Self {
+            sizes,
+            update,
+            mode,
+            for_cache,
+            reply,
+            wait,
+            deadline: None,
+            state: PendingState::Serving,
+        }
+    }
+
+    /// The actor starts serving it at `now`: its wait runs from here.
+    pub(crate) fn start(&mut self, now: Duration) {
+        self.deadline = self.wait.map(|wait| crate::clock::deadline(now, wait));
+    }
+}
+
+/// Where a reservation stands. Set where it changes, read by `retry_parked`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PendingState {
+    /// Being served, not parked.
+    Serving,
+    /// Being served past the device's headroom after the others had their
+    /// chance to give back: a page taken for it is just large enough
+    /// (`MemoryManager::reserve_tight`).
+    ServingTight,
+    /// Parked to let the others give back before this stream grows past
+    /// the device's headroom: after the round it takes a page whatever the
+    /// headroom says.
+    ParkedForHeadroom {
+        /// When it was parked (on the service's clock).
+        since: Duration,
+    },
+    /// Parked because the device is short: tried again at each retry,
+    /// answered `OutOfMemory` when its round (or its deadline) is over.
+    ParkedShort {
+        /// When it was parked (on the service's clock).
+        since: Duration,
+    },
+}
+
+impl PendingState {
+    /// When it was parked, if it is.
+    pub(crate) fn parked_since(self) -> Option<Duration> {
+        match self {
+            PendingState::ParkedForHeadroom { since } | PendingState::ParkedShort { since } => {
+                Some(since)
+            }
+            PendingState::Serving | PendingState::ServingTight => None,
+        }
+    }
+}
+
+impl Pending {
+    /// The bytes asked for in all. Sizes come from the caller: their sum
+    /// saturates (a total past `u64::MAX` is refused as too large by the
+    /// manager, never an overflow that takes the stream down).
+    pub(crate) fn requested(&self) -> u64 {
+        requested(&self.sizes)
+    }
+
+    pub(crate) fn answer(self, result: Result<Allocations, ServiceError>) {
+        self.reply.send(result);
+    }
+}
+
+/// The bytes `sizes` ask for in all, saturating (see [`Pending::requested`]).
+pub(crate) fn requested(sizes: &[u64]) -> u64 {
+    sizes
+        .iter()
+        .fold(0u64, |total, size| total.saturating_add(*size))
 }

@@ -26,7 +26,6 @@
 #![warn(clippy::arithmetic_side_effects, clippy::disallowed_methods)]
 
 mod actor;
-mod control;
 mod coordinator;
 mod device;
 mod error;
@@ -37,20 +36,21 @@ mod hot;
 mod in_place;
 mod message;
 mod operations;
+mod protocol;
 mod registry;
 mod settle;
 mod shared;
-mod short;
 mod supervisor;
 #[cfg(not(streamalloc_loom))]
 mod supervisor_async;
+mod wiring;
 
 pub use device::DeviceStats;
 pub use error::{OutOfMemoryReport, ServiceError, StreamUsage};
 pub use events::{Events, SupervisorEvent};
 pub use handle::{ModeWindow, StreamHandle};
 pub use headroom::Headroom;
-pub use message::ShutdownReport;
+pub use protocol::ShutdownReport;
 pub use settle::Settle;
 pub use shared::{StreamState, StreamStats};
 pub use supervisor::{ServiceConfig, StorageFactory, Supervisor};

@@ -9,10 +9,10 @@
 //! request enum no new variant, and refusal (a stopped or failed stream)
 //! comes for free: a refused job answers its caller with the error.
 
-use super::actor::StreamActor;
 use super::error::ServiceError;
 use super::handle::StreamHandle;
-use super::message::{Answer, Job, Request};
+use super::message::{ActorTurn, Job, Request};
+use super::protocol::Answer;
 use crate::memory::{
     Allocation, Cleanup, FailureId, HandedBack, MemoryReport, PageGuard, RelocationReason,
     RelocationReport, StreamId,
@@ -51,10 +51,10 @@ macro_rules! operations {
 /// stats.
 fn relocating(
     reason: RelocationReason,
-) -> impl FnOnce(&mut StreamActor) -> Result<RelocationReport, ServiceError> + Send + 'static {
-    move |actor: &mut StreamActor| {
-        let report = actor.memory.relocate(reason)?;
-        super::shared::bump(&actor.shared.relocated, report.moved);
+) -> impl FnOnce(&mut dyn ActorTurn) -> Result<RelocationReport, ServiceError> + Send + 'static {
+    move |actor: &mut dyn ActorTurn| {
+        let report = actor.memory().relocate(reason)?;
+        super::shared::bump(&actor.shared().relocated, report.moved);
         Ok(report)
     }
 }
@@ -62,31 +62,31 @@ fn relocating(
 operations! {
     /// A handle bound to nothing, for [`bind`](Self::bind).
     fn unbound / unbound_async(&self) -> Allocation {
-        |actor: &mut StreamActor| Ok(actor.memory.unbound())
+        |actor: &mut dyn ActorTurn| Ok(actor.memory().unbound())
     }
 
     /// Read `len` bytes from `offset`.
     fn read / read_async(&self, allocation: &Allocation, offset: u64, len: u64) -> Vec<u8> {
         let allocation = self.owned(allocation)?;
-        move |actor: &mut StreamActor| Ok(actor.memory.read(&allocation, offset, len)?)
+        move |actor: &mut dyn ActorTurn| Ok(actor.memory().read(&allocation, offset, len)?)
     }
 
     /// Write `data` at `offset`.
     fn write / write_async(&self, allocation: &Allocation, offset: u64, data: &[u8]) -> () {
         let (allocation, data) = (self.owned(allocation)?, data.to_vec());
-        move |actor: &mut StreamActor| Ok(actor.memory.write(&allocation, offset, &data)?)
+        move |actor: &mut dyn ActorTurn| Ok(actor.memory().write(&allocation, offset, &data)?)
     }
 
     /// Copy every byte of `from` to the start of `to` (same stream).
     fn copy / copy_async(&self, from: &Allocation, to: &Allocation) -> () {
         let (from, to) = (self.owned(from)?, self.owned(to)?);
-        move |actor: &mut StreamActor| Ok(actor.memory.copy(&from, &to)?)
+        move |actor: &mut dyn ActorTurn| Ok(actor.memory().copy(&from, &to)?)
     }
 
     /// Run a cleanup on the stream.
     fn cleanup / cleanup_async(&self, cleanup: Cleanup) -> () {
-        move |actor: &mut StreamActor| {
-            actor.memory.cleanup(cleanup);
+        move |actor: &mut dyn ActorTurn| {
+            actor.memory().cleanup(cleanup);
             Ok(())
         }
     }
@@ -104,40 +104,40 @@ operations! {
     /// Guard the page that holds `allocation`.
     fn guard / guard_async(&self, allocation: &Allocation) -> PageGuard {
         let allocation = self.owned(allocation)?;
-        move |actor: &mut StreamActor| Ok(actor.memory.guard(&allocation)?)
+        move |actor: &mut dyn ActorTurn| Ok(actor.memory().guard(&allocation)?)
     }
 
     /// Record a failure (caused by `causes`) for taint to point at.
     fn record_failure / record_failure_async(&self, message: &str, causes: &[FailureId]) -> FailureId {
         let (message, causes) = (message.to_string(), causes.to_vec());
-        move |actor: &mut StreamActor| Ok(actor.memory.record_failure(message, &causes))
+        move |actor: &mut dyn ActorTurn| Ok(actor.memory().record_failure(message, &causes))
     }
 
     /// Point bytes `range` of `allocation` at `failure`.
     fn taint / taint_async(&self, allocation: &Allocation, range: Range<u64>, failure: FailureId) -> () {
         let allocation = self.owned(allocation)?;
-        move |actor: &mut StreamActor| Ok(actor.memory.taint(&allocation, range, failure)?)
+        move |actor: &mut dyn ActorTurn| Ok(actor.memory().taint(&allocation, range, failure)?)
     }
 
     /// Bytes `range` were written: no failure claims them.
     fn written / written_async(&self, allocation: &Allocation, range: Range<u64>) -> () {
         let allocation = self.owned(allocation)?;
-        move |actor: &mut StreamActor| Ok(actor.memory.written(&allocation, range)?)
+        move |actor: &mut dyn ActorTurn| Ok(actor.memory().written(&allocation, range)?)
     }
 
     /// The failure claiming the lowest tainted byte of `range`.
     fn failure / failure_async(&self, allocation: &Allocation, range: Range<u64>) -> Option<FailureId> {
         let allocation = self.owned(allocation)?;
-        move |actor: &mut StreamActor| Ok(actor.memory.failure(&allocation, range)?)
+        move |actor: &mut dyn ActorTurn| Ok(actor.memory().failure(&allocation, range)?)
     }
 
     /// The stream's pools, usage and peaks. Its counters are published
     /// first: once the report is back, [`stats`](Self::stats) agree.
     fn report / report_async(&self) -> MemoryReport {
-        |actor: &mut StreamActor| {
-            actor.memory.process_releases();
+        |actor: &mut dyn ActorTurn| {
+            actor.memory().process_releases();
             actor.publish();
-            Ok(actor.memory.memory_report())
+            Ok(actor.memory().memory_report())
         }
     }
 }
@@ -233,7 +233,7 @@ fn bind_job(
     Request::Run(Job::new(stream, move |actor| {
         let answer = match actor {
             Ok(actor) => actor
-                .memory
+                .memory()
                 .try_bind(reserved, &assigned, cursor)
                 .map_err(|failed| failed.map(ServiceError::from)),
             Err(error) => Err(HandedBack {

@@ -1,28 +1,20 @@
-//! The one registry of a device's streams, and the one function that puts
-//! a stream together.
+//! The one registry of a device's streams.
 //!
 //! `DeviceShared::registry` maps each running stream to its entry: a
 //! handle (which keeps the actor alive until the stream is removed), the
 //! coordinator's control channel to it, and its thread. The supervisor
 //! adds and removes entries; the coordinator sends control through them;
 //! actors read the others' published counters through them (give-back
-//! estimates, out-of-memory breakdowns). [`wire`] builds a stream's manager,
-//! actor, handle and entry, for `Supervisor::stream` and the loom models
-//! alike.
+//! estimates, out-of-memory breakdowns). `wiring.rs` builds the entries.
 
-use super::actor::{ActorTiming, StreamActor};
-use super::device::DeviceShared;
 use super::error::ServiceError;
-use super::handle::{Connection, StreamHandle};
-use super::in_place::SharedActor;
-use super::message::{Control, Request, ShutdownReport};
+use super::handle::StreamHandle;
+use super::protocol::{Control, ShutdownReport};
 use super::shared::StreamShared;
-use crate::memory::{LiveMeter, MemoryConfig, MemoryManager, StreamId};
-use crate::storage::{BudgetedStorage, DeviceStorage};
-use crate::sync::channel::{self, Receiver, Sender};
+use crate::memory::StreamId;
+use crate::sync::Mutex;
+use crate::sync::channel::Sender;
 use crate::sync::thread::JoinHandle;
-use crate::sync::{Arc, Mutex};
-use crate::trace::TraceRecorder;
 use std::collections::BTreeMap;
 
 /// One registered stream.
@@ -34,8 +26,8 @@ pub(crate) struct StreamEntry {
     pub(crate) control: Sender<Control>,
     /// The actor's thread, once spawned.
     pub(crate) thread: Option<JoinHandle<()>>,
-    /// Whether timer-driven control wakes the actor (see [`Wiring`]).
-    wake_for_timers: bool,
+    /// Whether timer-driven control wakes the actor (see `Wiring`).
+    pub(crate) wake_for_timers: bool,
 }
 
 impl StreamEntry {
@@ -71,83 +63,3 @@ impl StreamEntry {
 /// The streams of a device, by id (ordered, so every walk over them is
 /// the same on every run).
 pub(crate) type Registry = Mutex<BTreeMap<StreamId, StreamEntry>>;
-
-/// How a wired stream runs.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Wiring {
-    /// The actor's timing.
-    pub(crate) timing: ActorTiming,
-    /// Requests the inbox holds before senders wait.
-    pub(crate) inbox_capacity: usize,
-    /// Whether client handles keep hot caches (`hot.rs`).
-    pub(crate) hot_cache: bool,
-    /// Whether a hit that leaves a size running low asks for more without
-    /// waiting (`hot.rs`, "refill ahead"); off on a manual clock, where a
-    /// replay's figures must not depend on when the actor got to it.
-    pub(crate) refill_ahead: bool,
-    /// Whether a client serves its own request when the actor is free
-    /// (`in_place.rs`).
-    pub(crate) serve_in_place: bool,
-    /// Whether what the timers send (settle, compact, idle) wakes the
-    /// actor at once. Off on a manual clock: there `Supervisor::tick`
-    /// follows the timers with a barrier on each stream in turn, which
-    /// serves what they were told one stream after another; woken, the
-    /// actors would serve it on their own threads at once, and a device
-    /// peak that one stream's move (a map) and another's give-back (an
-    /// unmap) make together would depend on which thread ran first.
-    pub(crate) wake_for_timers: bool,
-}
-
-/// Put stream `id` together on `device`: its manager over `storage`
-/// (metered by the device, and limited by its budget), its actor with its
-/// inbox, and its entry (handle and control channel; no thread yet). The
-/// caller runs the actor (`actor::run(seat, inbox)`, on a thread of its
-/// own) and registers the entry.
-pub(crate) fn wire(
-    device: &Arc<DeviceShared>,
-    id: StreamId,
-    storage: Box<dyn DeviceStorage>,
-    memory: MemoryConfig,
-    recorder: Option<&Arc<TraceRecorder>>,
-    wiring: Wiring,
-) -> (Arc<SharedActor>, Receiver<Request>, StreamEntry) {
-    let storage: Box<dyn DeviceStorage> =
-        Box::new(BudgetedStorage::new(storage, device.meter.clone()));
-    let live = Arc::new(LiveMeter::new(device.live.clone()));
-    let mut memory = MemoryManager::metered(storage, memory, id, Some(live.clone()));
-    if let Some(recorder) = recorder {
-        memory.set_observer(TraceRecorder::observer(recorder));
-    }
-    let shared = Arc::new(StreamShared::new(id, live));
-    let owner = memory.owner_id();
-    let (inbox_tx, inbox) = channel::bounded(wiring.inbox_capacity.max(1));
-    let (control, control_rx) = channel::unbounded();
-    let actor = StreamActor::new(
-        memory,
-        shared.clone(),
-        wiring.timing,
-        device.clone(),
-        control_rx,
-    );
-    let seat = Arc::new(SharedActor::new(actor));
-    let connection = Arc::new(Connection {
-        inbox: inbox_tx,
-        shared: shared.clone(),
-        owner,
-        spin: crate::sync::reply::AdaptiveSpin::new(wiring.timing.spin),
-        // A recorded trace must show each reservation when its client made
-        // it: a cache's spares are reserved ahead of their hits.
-        hot_cache: wiring.hot_cache && recorder.is_none(),
-        // Serving in place, a miss costs a lock; a refill ahead queued for
-        // the thread would send the next miss on a round trip behind it.
-        refill_ahead: wiring.refill_ahead && !wiring.serve_in_place,
-        actor: wiring.serve_in_place.then(|| seat.clone()),
-    });
-    let entry = StreamEntry {
-        handle: StreamHandle::new(connection),
-        control,
-        thread: None,
-        wake_for_timers: wiring.wake_for_timers,
-    };
-    (seat, inbox, entry)
-}

@@ -14,10 +14,8 @@
 //! settle per stream per window, and none while the stream holds no more
 //! than a settle before could not get it below.
 
-use super::actor::StreamActor;
-use super::handle::StreamHandle;
+use super::shared::StreamShared;
 use crate::memory::ADAPTIVE_MIN_PAGE_SIZE;
-use crate::memory::{Cleanup, RelocationReason};
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -83,7 +81,7 @@ impl SettleWatch {
     pub(crate) fn observe(
         &mut self,
         settle: &Settle,
-        stream: &StreamHandle,
+        stream: &StreamShared,
         now: Duration,
     ) -> Option<(u64, u64)> {
         let stats = stream.stats();
@@ -119,24 +117,6 @@ impl SettleWatch {
             self.told_at = Some(stats.settles);
             (stats.bytes_reserved, keep)
         })
-    }
-}
-
-/// The actor's side of the policy.
-impl StreamActor {
-    /// Give back what this stream did not need lately: every empty page,
-    /// then, if it still holds more than `keep`, a compaction that also
-    /// moves sparse pages into smaller ones.
-    pub(crate) fn settle(&mut self, keep: u64) {
-        self.take_back_hot();
-        self.memory.cleanup(Cleanup::Explicit);
-        if self.memory.bytes_reserved() > keep
-            && let Ok(report) = self.memory.relocate(RelocationReason::Settle)
-        {
-            super::shared::bump(&self.shared.relocated, report.moved);
-        }
-        self.memory.flush();
-        super::shared::bump(&self.shared.settles, 1);
     }
 }
 

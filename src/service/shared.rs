@@ -3,12 +3,17 @@
 
 use super::error::ServiceError;
 use super::hot::HotCaches;
-use super::message::Request;
 use crate::memory::{LiveMeter, StreamId};
 use crate::sync::Arc;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use crate::sync::channel::Receiver;
+
+/// An inbox an actor left: whatever reaches it is refused by its callers
+/// (the inbox's requests, `message.rs`).
+pub(crate) trait Refuse: Send + std::fmt::Debug {
+    /// Refuse every request waiting in it with `error`.
+    fn refuse_all(&self, error: &ServiceError);
+}
 
 /// Serving requests.
 const RUNNING: u64 = 0;
@@ -85,7 +90,7 @@ pub(crate) struct StreamShared {
     /// channel keeps its messages until every sender goes), so a caller
     /// that finds the actor gone refuses whatever waits there, its own
     /// included, and every refused job answers its own caller.
-    leftovers: Mutex<Option<Receiver<Request>>>,
+    leftovers: Mutex<Option<Box<dyn Refuse>>>,
     /// Requests served.
     pub(crate) requests: AtomicU64,
     /// Allocations reserved.
@@ -224,21 +229,17 @@ impl StreamShared {
     /// least one of them sees the other): either the flag was not yet set
     /// and this drain finds the request, or the caller sees the flag and
     /// refuses what is left itself.
-    pub(crate) fn set_exited(&self, inbox: Receiver<Request>, refusal: &ServiceError) {
+    pub(crate) fn set_exited(&self, inbox: Box<dyn Refuse>, refusal: &ServiceError) {
         self.exited.store(true, Ordering::SeqCst);
         let mut leftovers = self.leftovers.lock();
-        while let Ok(request) = inbox.try_recv() {
-            request.reject(refusal.clone());
-        }
+        inbox.refuse_all(refusal);
         *leftovers = Some(inbox);
     }
 
     /// Refuse every request left in the inbox of an actor that left.
     pub(crate) fn refuse_leftovers(&self, error: &ServiceError) {
         if let Some(inbox) = self.leftovers.lock().as_ref() {
-            while let Ok(request) = inbox.try_recv() {
-                request.reject(error.clone());
-            }
+            inbox.refuse_all(error);
         }
     }
 

@@ -1,17 +1,18 @@
 //! `Supervisor`: owns a device — the registry of its streams and their
 //! lifecycles — and spawns one `StreamActor` per stream.
 
-use super::actor::{self, ActorTiming};
+use super::actor::ActorTiming;
 use super::coordinator::{Coordinator, CoordinatorSeat, Subscribers, Timers};
 use super::device::{DeviceShared, DeviceStats, Notice};
 use super::error::ServiceError;
 use super::events::{Events, SupervisorEvent};
 use super::handle::StreamHandle;
 use super::headroom::Headroom;
-use super::message::ShutdownReport;
-use super::registry::{StreamEntry, Wiring, wire};
+use super::protocol::ShutdownReport;
+use super::registry::StreamEntry;
 use super::settle::Settle;
 use super::shared::StreamStats;
+use super::wiring::{Wiring, wire};
 use crate::clock::{SharedClock, WallClock};
 use crate::memory::{MemoryConfig, StreamId};
 use crate::storage::{DeviceBudget, DeviceStorage, HostStorage, StorageError, VirtualStorage};
@@ -418,7 +419,7 @@ impl Supervisor {
             wiring,
         );
         let thread = thread::spawn(format!("streamalloc-{}", id.0), move || {
-            actor::run(seat, inbox)
+            super::in_place::run(seat, inbox)
         })
         .map_err(|err| ServiceError::StorageUnavailable {
             stream: id,

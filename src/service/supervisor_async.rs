@@ -11,7 +11,7 @@
 use super::device::DeviceStats;
 use super::error::ServiceError;
 use super::handle::StreamHandle;
-use super::message::ShutdownReport;
+use super::protocol::ShutdownReport;
 use super::registry::StreamEntry;
 use super::supervisor::Supervisor;
 use crate::memory::StreamId;

@@ -13,6 +13,7 @@ pub(crate) struct IdlePages(VecDeque<(u32, u32, u64)>);
 
 impl IdlePages {
     /// `page`, in `epoch`, went idle at reservation `serial`.
+    #[inline]
     pub(crate) fn push(&mut self, page: u32, epoch: u32, serial: u64) {
         self.0.push_back((page, epoch, serial));
     }
@@ -23,6 +24,7 @@ impl IdlePages {
 
     /// The next page idle for `period` reservations at `serial` and still
     /// in the epoch it went idle in (`epoch_of` says the page's epoch now).
+    #[inline]
     pub(crate) fn pop_due(
         &mut self,
         serial: u64,

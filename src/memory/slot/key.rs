@@ -10,27 +10,33 @@ impl SlotKey {
     /// The key of an unbound handle.
     pub(crate) const UNBOUND: Self = Self(0);
 
+    #[inline]
     pub(crate) fn new(slot: u32, generation: u32) -> Self {
         Self((u64::from(slot) << 32) | u64::from(generation))
     }
 
     /// The word a cell stores.
+    #[inline]
     pub(crate) fn from_word(word: u64) -> Self {
         Self(word)
     }
 
+    #[inline]
     pub(crate) fn word(self) -> u64 {
         self.0
     }
 
+    #[inline]
     pub(crate) fn slot(self) -> u32 {
         (self.0 >> 32) as u32
     }
 
+    #[inline]
     pub(crate) fn generation(self) -> u32 {
         self.0 as u32
     }
 
+    #[inline]
     pub(crate) fn is_bound(self) -> bool {
         self != Self::UNBOUND
     }

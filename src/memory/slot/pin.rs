@@ -49,17 +49,20 @@ pub(crate) struct PinWord(AtomicU64);
 
 impl PinWord {
     /// The state now.
+    #[inline]
     pub(crate) fn state(&self) -> PinState {
         decode(self.0.load(Ordering::SeqCst))
     }
 
     /// Whether a pin is held (the one "is it pinned" test: a move is not
     /// a pin).
+    #[inline]
     pub(crate) fn is_pinned(&self) -> bool {
         self.0.load(Ordering::SeqCst) & PIN_MASK != 0
     }
 
     /// Take a pin unless a move is under way or the owner retired.
+    #[inline]
     pub(crate) fn try_pin(&self) -> bool {
         let mut word = self.0.load(Ordering::SeqCst);
         loop {
@@ -77,6 +80,7 @@ impl PinWord {
     }
 
     /// Drop one pin.
+    #[inline]
     pub(crate) fn unpin(&self) -> Unpinned {
         let before = self.0.fetch_sub(1, Ordering::SeqCst);
         match before & PIN_MASK {
@@ -87,6 +91,7 @@ impl PinWord {
     }
 
     /// Claim a move: from no pin to moving; `false` when a pin is held.
+    #[inline]
     pub(crate) fn claim_move(&self) -> bool {
         self.0
             .compare_exchange(0, MOVING, Ordering::SeqCst, Ordering::SeqCst)
@@ -94,12 +99,14 @@ impl PinWord {
     }
 
     /// End a move (release: a client that pins next reads the new place).
+    #[inline]
     pub(crate) fn end_move(&self) {
         debug_assert_eq!(self.state(), PinState::Moving);
         self.0.store(0, Ordering::SeqCst);
     }
 
     /// Mark the word orphaned if a pin holds it now; `false` when none does.
+    #[inline]
     pub(crate) fn orphan(&self) -> bool {
         let mut word = self.0.load(Ordering::SeqCst);
         loop {
@@ -119,6 +126,7 @@ impl PinWord {
     }
 
     /// Back to no pin, for a cell the owner alone references (reuse).
+    #[inline]
     pub(crate) fn reset(&self) {
         self.0.store(0, Ordering::Relaxed);
     }

@@ -428,6 +428,7 @@ impl Arena {
     /// Record which slot owns the carved block `node`.
     /// One more guard on the page whose first block is `first`, which
     /// `guards` counts: the first withdraws the page's free blocks.
+    #[inline]
     pub(crate) fn add_guard(&mut self, first: u32, guards: &mut u32) {
         *guards += 1;
         if *guards == 1 {
@@ -436,6 +437,7 @@ impl Arena {
     }
 
     /// Give the carved block `node` to `slot`: where the allocation lies.
+    #[inline]
     pub(crate) fn hand_to(&mut self, node: u32, slot: u32) -> Placement {
         self.set_owner(node, slot);
         Placement {

@@ -25,12 +25,13 @@
 //! control traffic is on unbounded channels: two streams short at once
 //! cannot deadlock.
 
-use super::actor::StreamActor;
-use super::device::Notice;
-use super::error::ServiceError;
-use super::events::SupervisorEvent;
-use super::message::{Allocations, Answer, Sizes};
-use crate::memory::{AllocationMode, Cleanup, MemoryError, PageUpdate, RelocationReason};
+use super::StreamActor;
+use crate::memory::{Cleanup, MemoryError, PageUpdate, RelocationReason};
+use crate::service::device::Notice;
+use crate::service::error::ServiceError;
+use crate::service::events::SupervisorEvent;
+use crate::service::message::{Pending, PendingState};
+use crate::service::protocol::Allocations;
 use crate::storage::StorageError;
 use std::time::Duration;
 
@@ -39,82 +40,6 @@ const ASK_INTERVAL: Duration = Duration::from_millis(20);
 /// A parked request that did not ask to wait is answered at the latest
 /// after this long, even if no `Retry` came (the coordinator is gone).
 const RECOVERY_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// A reservation being served (or parked).
-#[derive(Debug)]
-pub(crate) struct Pending {
-    /// Sizes (one for `reserve`).
-    pub(crate) sizes: Sizes,
-    /// Page update allowed.
-    pub(crate) update: PageUpdate,
-    /// The caller's mode.
-    pub(crate) mode: AllocationMode,
-    /// How many of the sizes, the last ones, are for the caller's hot cache.
-    pub(crate) for_cache: usize,
-    /// Where the answer goes.
-    pub(crate) reply: Answer<Allocations>,
-    /// Until when (on the service's clock) the caller waits for memory
-    /// (`None`: one recovery round).
-    pub(crate) deadline: Option<Duration>,
-    /// Where it stands.
-    pub(crate) state: PendingState,
-}
-
-/// Where a reservation stands. Set where it changes, read by `retry_parked`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum PendingState {
-    /// Being served, not parked.
-    Serving,
-    /// Being served past the device's headroom after the others had their
-    /// chance to give back: a page taken for it is just large enough
-    /// (`MemoryManager::reserve_tight`).
-    ServingTight,
-    /// Parked to let the others give back before this stream grows past
-    /// the device's headroom: after the round it takes a page whatever the
-    /// headroom says.
-    ParkedForHeadroom {
-        /// When it was parked (on the service's clock).
-        since: Duration,
-    },
-    /// Parked because the device is short: tried again at each retry,
-    /// answered `OutOfMemory` when its round (or its deadline) is over.
-    ParkedShort {
-        /// When it was parked (on the service's clock).
-        since: Duration,
-    },
-}
-
-impl PendingState {
-    /// When it was parked, if it is.
-    fn parked_since(self) -> Option<Duration> {
-        match self {
-            PendingState::ParkedForHeadroom { since } | PendingState::ParkedShort { since } => {
-                Some(since)
-            }
-            PendingState::Serving | PendingState::ServingTight => None,
-        }
-    }
-}
-
-impl Pending {
-    /// The bytes asked for in all. Sizes come from the caller: their sum
-    /// saturates (a total past `u64::MAX` is refused as too large by the
-    /// manager, never an overflow that takes the stream down).
-    pub(crate) fn requested(&self) -> u64 {
-        requested(&self.sizes)
-    }
-
-    pub(crate) fn answer(self, result: Result<Allocations, ServiceError>) {
-        self.reply.send(result);
-    }
-}
-
-/// The bytes `sizes` ask for in all, saturating (see [`Pending::requested`]).
-pub(crate) fn requested(sizes: &[u64]) -> u64 {
-    sizes
-        .iter()
-        .fold(0u64, |total, size| total.saturating_add(*size))
-}
 
 fn is_out_of_memory(err: &MemoryError) -> bool {
     matches!(err, MemoryError::Storage(StorageError::OutOfMemory { .. }))
@@ -210,7 +135,7 @@ impl StreamActor {
     }
 
     pub(crate) fn answer_served(&mut self, pending: Pending, batch: Allocations, recovered: bool) {
-        super::shared::bump(&self.shared.reservations, batch.len() as u64);
+        crate::service::shared::bump(&self.shared.reservations, batch.len() as u64);
         if recovered {
             self.device.tell(SupervisorEvent::Recovered {
                 stream: self.shared.stream,

@@ -3,10 +3,10 @@
 //! give back for another stream's recovery round, retry what is parked
 //! when its own round ends, settle, compact.
 
-use super::actor::StreamActor;
-use super::device::Notice;
-use super::message::Control;
+use super::StreamActor;
 use crate::memory::{Cleanup, RelocationReason};
+use crate::service::device::Notice;
+use crate::service::protocol::Control;
 
 impl StreamActor {
     /// Serve what the coordinator sent.
@@ -17,7 +17,7 @@ impl StreamActor {
                 let before = self.memory.bytes_allocated();
                 self.memory.cleanup(Cleanup::Explicit);
                 if let Ok(report) = self.memory.relocate(RelocationReason::Short) {
-                    super::shared::bump(&self.shared.relocated, report.moved);
+                    crate::service::shared::bump(&self.shared.relocated, report.moved);
                 }
                 self.memory.flush();
                 let freed = before.saturating_sub(self.memory.bytes_allocated());
@@ -37,7 +37,7 @@ impl StreamActor {
             Control::Idle => self.idle_tick(),
             Control::Compact => {
                 if let Ok(report) = self.memory.relocate(RelocationReason::Compaction) {
-                    super::shared::bump(&self.shared.relocated, report.moved);
+                    crate::service::shared::bump(&self.shared.relocated, report.moved);
                 }
             }
         }

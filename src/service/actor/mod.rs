@@ -14,20 +14,23 @@
 //! the answer goes out, so a caller that got its answer sees the stream as
 //! it left it.
 
+mod control;
+mod headroom;
+mod settle;
+mod short;
+
 use super::device::{DeviceShared, Notice};
 use super::error::ServiceError;
 use super::events::SupervisorEvent;
 use super::hot::HotCache;
-use super::in_place::{SharedActor, guarded};
-use super::message::{Control, Request, ShutdownReport};
+use super::message::{ActorTurn, Pending, Request};
+use super::protocol::{Control, ShutdownReport};
 use super::shared::StreamShared;
-use super::short::{Pending, PendingState};
 use crate::memory::{AllocationMode, MemoryManager, RelocationNeed, RelocationReason};
 use crate::storage::DeviceStorage;
 use crate::sync::Arc;
 use crate::sync::atomic::Ordering;
-use crate::sync::channel::{Receiver, RecvError};
-use crate::sync::reply::AdaptiveSpin;
+use crate::sync::channel::Receiver;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -53,26 +56,22 @@ pub(crate) struct ActorTiming {
 /// The owner of one stream's pools.
 pub(crate) struct StreamActor {
     /// The pools.
-    pub(crate) memory: MemoryManager<Box<dyn DeviceStorage>>,
+    memory: MemoryManager<Box<dyn DeviceStorage>>,
     /// What handles and the supervisor read.
-    pub(crate) shared: Arc<StreamShared>,
+    shared: Arc<StreamShared>,
     /// Timing.
-    pub(crate) timing: ActorTiming,
+    timing: ActorTiming,
     /// What the device's streams share (budget, registry, coordinator).
-    pub(crate) device: Arc<DeviceShared>,
+    device: Arc<DeviceShared>,
     /// Control traffic from the coordinator.
     control: Receiver<Control>,
     /// Reservations waiting for memory, oldest first.
-    pub(crate) parked: VecDeque<Pending>,
+    parked: VecDeque<Pending>,
     /// A `Short` notice is out and its `Retry` has not come.
-    pub(crate) short_pending: bool,
+    short_pending: bool,
     /// When the last `Short` notice went out.
-    pub(crate) last_ask: Option<Duration>,
+    last_ask: Option<Duration>,
 }
-
-/// How often an actor whose parked requests wait for a deadline (or for a
-/// round's safety net) looks at the clock again.
-const PARK_POLL: Duration = Duration::from_millis(2);
 
 impl std::fmt::Debug for StreamActor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -143,22 +142,10 @@ impl StreamActor {
             super::shared::bump(&self.shared.requests, 1);
         }
         match request {
-            Request::ReserveMany {
-                sizes,
-                update,
-                mode,
-                wait,
-                for_cache,
-                reply,
-            } => self.serve_reserve(Pending {
-                sizes,
-                update,
-                mode,
-                for_cache,
-                reply,
-                deadline: wait.map(|wait| crate::clock::deadline(self.now(), wait)),
-                state: PendingState::Serving,
-            }),
+            Request::ReserveMany(mut pending) => {
+                pending.start(self.now());
+                self.serve_reserve(pending);
+            }
             Request::Run(job) => job.run(Ok(self)),
             Request::Shutdown { .. } => unreachable!("a shutdown is served by `handle`"),
             Request::Wake => {}
@@ -290,131 +277,97 @@ impl StreamActor {
                 .store(reserved, Ordering::Relaxed);
         }
     }
-}
 
-/// The loop of a stream's thread: serve its inbox until shut down or every
-/// handle is gone, taking the actor's turn for each request (clients
-/// serving in place take it between); a panic in a turn marks the stream
-/// failed (its clients get `StreamFailed`, never a hang).
-pub(crate) fn run(seat: Arc<SharedActor>, inbox: Receiver<Request>) {
-    let (shared, spin) = match seat.turn().as_ref() {
-        Some(actor) => (actor.shared.clone(), AdaptiveSpin::new(actor.timing.spin)),
-        None => return,
-    };
-    let in_hand = serve(&seat, &inbox, &spin);
-    let Some(mut actor) = seat.turn().take() else {
-        return;
-    };
-    if shared.is_running() {
-        // Every handle dropped: only pins can reach the pages.
-        actor.memory.release_unpinned();
-        actor.publish();
-    }
-    // A failed stream stays failed.
-    shared.set_stopped();
-    let (event, refusal) = match shared.state() {
-        super::shared::StreamState::Failed(message) => (
-            SupervisorEvent::StreamFailed {
-                stream: shared.stream,
-                message: message.clone(),
-            },
-            ServiceError::StreamFailed {
-                stream: shared.stream,
-                message,
-            },
-        ),
-        _ => (
-            SupervisorEvent::StreamStopped(shared.stream),
-            ServiceError::StreamStopped(shared.stream),
-        ),
-    };
-    // Refuse what is queued and hand the inbox over: a request sent after
-    // that is refused by its own caller (`StreamShared::leftovers`).
-    if let Some(request) = in_hand {
-        request.reject(refusal.clone());
-    }
-    for pending in std::mem::take(&mut actor.parked) {
-        pending.answer(Err(refusal.clone()));
-    }
-    shared.set_exited(inbox, &refusal);
-    actor.device.notify(Notice::Event(event));
-    // Last: the pages pins still hold go with the last pin (a failed
-    // stream's too: a pinned address never dangles).
-    let StreamActor { memory, .. } = actor;
-    memory.retire();
-}
-
-/// Serve until the stream stops (a shutdown, a failed turn) or every
-/// sender is gone; a request received but not served (the stream failed
-/// in a turn taken in place meanwhile) comes back, to be refused.
-fn serve(seat: &SharedActor, inbox: &Receiver<Request>, spin: &AdaptiveSpin) -> Option<Request> {
-    while let Some(request) = next(seat, inbox, spin) {
-        let mut turn = seat.turn();
-        let Some(actor) = turn.as_mut().filter(|actor| !actor.shared.has_failed()) else {
-            return Some(request);
+    /// The stream's end, once its thread left the loop: every page no pin
+    /// holds goes back (if every handle dropped), what is queued or parked
+    /// is refused (`in_hand` too), the inbox is handed over to late
+    /// callers, the supervisor is told, and the pages pins still hold go
+    /// with the last pin (a failed stream's too: a pinned address never
+    /// dangles).
+    pub(crate) fn end(mut self, in_hand: Option<Request>, inbox: Receiver<Request>) {
+        let shared = self.shared.clone();
+        if shared.is_running() {
+            // Every handle dropped: only pins can reach the pages.
+            self.memory.release_unpinned();
+            self.publish();
+        }
+        // A failed stream stays failed.
+        shared.set_stopped();
+        let (event, refusal) = match shared.state() {
+            super::shared::StreamState::Failed(message) => (
+                SupervisorEvent::StreamFailed {
+                    stream: shared.stream,
+                    message: message.clone(),
+                },
+                ServiceError::StreamFailed {
+                    stream: shared.stream,
+                    message,
+                },
+            ),
+            _ => (
+                SupervisorEvent::StreamStopped(shared.stream),
+                ServiceError::StreamStopped(shared.stream),
+            ),
         };
-        let flow = guarded(actor, |actor| {
-            actor.drain_control();
-            let flow = actor.handle(request, inbox);
-            if flow == Flow::Continue {
-                actor.drain_control();
-            }
-            flow
-        });
-        if flow != Some(Flow::Continue) {
-            return None;
+        // Refuse what is queued and hand the inbox over: a request sent after
+        // that is refused by its own caller (`StreamShared::leftovers`).
+        if let Some(request) = in_hand {
+            request.reject(refusal.clone());
         }
+        for pending in std::mem::take(&mut self.parked) {
+            pending.answer(Err(refusal.clone()));
+        }
+        shared.set_exited(Box::new(inbox), &refusal);
+        self.device.notify(Notice::Event(event));
+        let StreamActor { memory, .. } = self;
+        memory.retire();
     }
-    None
-}
 
-/// The next request, `None` once every sender is gone or the stream
-/// failed: a short adaptive spin (`sync/reply.rs`), then a blocking
-/// receive, which parks the thread until a sender wakes it, so an idle
-/// stream costs no CPU. Control traffic and parked requests are served in
-/// turns of their own meanwhile.
-fn next(seat: &SharedActor, inbox: &Receiver<Request>, spin: &AdaptiveSpin) -> Option<Request> {
-    // Releases are not taken while waiting: which of a client's drops
-    // would land before the next request would then be a race, and
-    // placement (and so a replay) would differ from run to run. Every
-    // request takes them first, all at once.
-    let mut received = None;
-    spin.spin(|| match inbox.try_recv() {
-        Ok(request) => {
-            received = Some(Some(request));
-            true
-        }
-        Err(RecvError::Disconnected) => {
-            received = Some(None);
-            true
-        }
-        Err(RecvError::Empty) => false,
-    });
-    if let Some(received) = received {
-        return received;
+    /// What handles and the supervisor read.
+    pub(crate) fn shared(&self) -> &Arc<StreamShared> {
+        &self.shared
     }
-    loop {
-        let polls = idle_turn(seat, |actor| {
-            actor.drain_control();
-            actor.polls_parked()
-        })?;
-        let received = if polls {
-            inbox.recv_timeout(PARK_POLL)
-        } else {
-            inbox.recv()
-        };
-        match received {
-            Ok(request) => return Some(request),
-            Err(RecvError::Disconnected) => return None,
-            Err(RecvError::Empty) => idle_turn(seat, |actor| actor.retry_parked(false))?,
-        }
+
+    /// How long its thread spins for a request before it parks.
+    pub(crate) fn spin(&self) -> u32 {
+        self.timing.spin
+    }
+
+    /// The stream's pools, for a loom model to look at.
+    #[cfg(streamalloc_loom)]
+    pub(crate) fn manager(&self) -> &MemoryManager<Box<dyn DeviceStorage>> {
+        &self.memory
+    }
+
+    /// End as the stream's thread does after a shutdown, for a loom
+    /// model: return what no pin holds, then hand the manager to the pins.
+    #[cfg(streamalloc_loom)]
+    pub(crate) fn retire_manager(self) {
+        let mut memory = self.memory;
+        memory.release_unpinned();
+        memory.retire();
+    }
+
+    /// Requests parked for memory now.
+    pub(crate) fn parked(&self) -> usize {
+        self.parked.len()
     }
 }
 
-/// A turn of the thread's own between requests; `None` when the stream
-/// failed (in this turn or an earlier one).
-fn idle_turn<R>(seat: &SharedActor, turn: impl FnOnce(&mut StreamActor) -> R) -> Option<R> {
-    let mut seat = seat.turn();
-    let actor = seat.as_mut().filter(|actor| !actor.shared.has_failed())?;
-    guarded(actor, turn)
+impl ActorTurn for StreamActor {
+    fn memory(&mut self) -> &mut MemoryManager<Box<dyn DeviceStorage>> {
+        &mut self.memory
+    }
+
+    fn shared(&self) -> &StreamShared {
+        &self.shared
+    }
+
+    fn refill_hot(&mut self, cache: &HotCache, size: u64, mode: AllocationMode) {
+        StreamActor::refill_hot(self, cache, size, mode);
+    }
+
+    fn publish(&mut self) {
+        StreamActor::publish(self);
+    }
 }

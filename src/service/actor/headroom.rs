@@ -1,0 +1,118 @@
+//! The headroom policy's steps on the actor (the policy itself,
+//! `Headroom`, is `service/headroom.rs`): serve a growth from the room held
+//! first, park it for the others to give back, trim past the stream's share.
+
+use super::StreamActor;
+use crate::memory::{AllocationMode, Cleanup, RelocationReason};
+use crate::service::headroom::MIN_ROUND_GAIN;
+use crate::service::message::{Pending, PendingState};
+
+impl StreamActor {
+    /// The device holds more than its headroom above what is live: serve
+    /// from the room this stream holds if it can, else trim this stream's
+    /// pages, else ask the others to give back before growing (see
+    /// `headroom.rs`).
+    pub(crate) fn serve_within_headroom(&mut self, mut pending: Pending) {
+        for trimmed in [false, true] {
+            if trimmed {
+                self.memory.cleanup(Cleanup::Explicit);
+                let _ = self.memory.relocate(RelocationReason::Short);
+                self.memory.flush();
+                self.publish();
+            }
+            match self.try_reserve_held(&pending) {
+                Ok(Some(batch)) => return self.answer_served(pending, batch, false),
+                Ok(None) => {}
+                Err(err) => return pending.answer(Err(err.into())),
+            }
+        }
+        if self.short_pending {
+            // A round for this stream is under way: its `Retry` serves this.
+            pending.state = PendingState::ParkedForHeadroom { since: self.now() };
+            return self.parked.push_back(pending);
+        }
+        // A round is worth its wake-ups only if the others hold at least
+        // this request's worth of room they do not use.
+        let requested = pending.requested();
+        if self.device.has_coordinator()
+            && self.over_headroom(&pending)
+            && self.device.others_excess(self.shared.stream) >= requested.max(MIN_ROUND_GAIN)
+        {
+            pending.state = PendingState::ParkedForHeadroom { since: self.now() };
+            self.parked.push_back(pending);
+            return self.ask_now(requested, true);
+        }
+        pending.state = self.growth_state(&pending);
+        self.serve_growing(pending);
+    }
+
+    /// How a request that grows the device is served: in pages just large
+    /// enough while the device is past its headroom.
+    pub(crate) fn growth_state(&self, pending: &Pending) -> PendingState {
+        if self.over_headroom(pending) {
+            PendingState::ServingTight
+        } else {
+            PendingState::Serving
+        }
+    }
+
+    /// Whether growing for `pending` would carry the device past its
+    /// headroom (counting a new page for each size, the most it could take).
+    pub(crate) fn over_headroom(&self, pending: &Pending) -> bool {
+        self.over_headroom_for(&pending.sizes, pending.mode)
+    }
+
+    /// [`over_headroom`](Self::over_headroom) for reserving `sizes` in
+    /// `mode`.
+    pub(crate) fn over_headroom_for(&self, sizes: &[u64], mode: AllocationMode) -> bool {
+        if self.device.headroom.is_none() {
+            return false;
+        }
+        let requested = crate::service::message::requested(sizes);
+        let pages = |exact: bool| {
+            sizes
+                .iter()
+                .map(|&size| {
+                    let page = if exact {
+                        self.memory.new_page_size(size, mode)
+                    } else {
+                        self.memory.new_page_size_at_most(size, mode)
+                    };
+                    page.unwrap_or(size)
+                })
+                .fold(0u64, u64::saturating_add)
+        };
+        // The test only turns true as the pages grow: within the headroom
+        // with the most they could take, it is within; past it with none,
+        // past. Only between does the exact page count matter (it searches
+        // an expandable pool's voids).
+        if !self.device.over_headroom(requested, pages(false)) {
+            return false;
+        }
+        if self.device.over_headroom(requested, 0) {
+            return true;
+        }
+        self.device.over_headroom(requested, pages(true))
+    }
+
+    /// The device holds more than its headroom above what is live, and this
+    /// stream holds more than its share of that excess: give back its empty
+    /// pages now. The cheap half of the headroom policy (no round, no
+    /// wake-up): streams that keep serving keep themselves trim, and a
+    /// growing stream asks the others only for what is left.
+    pub(crate) fn trim_to_headroom(&mut self) {
+        let Some(headroom) = self.device.headroom else {
+            return;
+        };
+        // The stream's own pools, against what its clients hold now.
+        let in_use = self.shared.bytes_in_use();
+        let excess = self.memory.bytes_reserved().saturating_sub(in_use);
+        if excess < headroom.share(in_use) || !self.device.over_headroom(0, 0) {
+            return;
+        }
+        self.take_back_hot();
+        self.memory.cleanup(crate::memory::Cleanup::Explicit);
+        self.memory.flush();
+        self.publish();
+    }
+}
