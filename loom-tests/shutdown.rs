@@ -18,7 +18,7 @@ mod common;
 use common::{run_model, tiny_pages};
 use streamalloc::memory::StreamId;
 use streamalloc::service::ServiceError;
-use streamalloc::service::loom_support::stream_on;
+use streamalloc::service::loom_support::{shut_down, stream_on};
 use streamalloc::storage::VirtualStorage;
 
 #[test]
@@ -33,7 +33,7 @@ fn shutdown_with_requests_and_releases_in_flight() {
             Err(err) => assert_eq!(err, ServiceError::StreamStopped(StreamId(0))),
         });
         drop(held);
-        let report = handle.shutdown().unwrap();
+        let report = shut_down(&handle).unwrap();
         assert_eq!(report.bytes_left, 0, "pages left after shutdown");
         client.join().unwrap();
         actor_thread.join().unwrap();

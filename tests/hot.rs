@@ -124,7 +124,7 @@ fn shutdown_takes_the_caches_back() {
     let (stream, big) = busy(&device);
     repeat(&stream, 64 * KIB, 2);
     drop(big);
-    let report = stream.shutdown().unwrap();
+    let report = device.remove_stream(stream.stream()).unwrap();
     assert_eq!(report.bytes_left, 0, "cached allocations went back");
     assert!(stream.stats().hot_taken_back > 0);
     // A stopped stream answers, cache or no cache.

@@ -171,15 +171,15 @@ fn caller_errors_are_typed() {
     );
 }
 
-/// One stream stopped by its own handle leaves the device's timers and its
-/// settled totals working for the others (it stays registered, stopped).
+/// One stream removed leaves the device's timers and its settled totals
+/// working for the others, and its handles answer `StreamStopped`.
 #[test]
-fn a_stream_stopped_by_its_handle_leaves_the_device_ticking() {
+fn a_removed_stream_leaves_the_device_ticking() {
     let device = host();
     let stopped = device.stream(StreamId(0)).unwrap();
     let serving = device.stream(StreamId(1)).unwrap();
     let kept = serving.reserve(10_000).unwrap();
-    stopped.shutdown().unwrap();
+    device.remove_stream(stopped.stream()).unwrap();
     device.tick().unwrap();
     let settled = device.settled().unwrap();
     assert_eq!(settled.bytes_in_use, 10_000);
@@ -516,7 +516,7 @@ fn a_failed_bind_hands_its_reservation_back() {
     assert_eq!(s0.read(&reserved, 0, 64).unwrap(), vec![3; 64]);
     // A stopped stream: the refusal hands it back too.
     let unbound = s0.unbound().unwrap();
-    s0.shutdown().unwrap();
+    device.remove_stream(s0.stream()).unwrap();
     let failed = s0.try_bind(reserved, &unbound, 0).unwrap_err();
     assert!(matches!(failed.error, ServiceError::StreamStopped(_)));
     assert!(failed.allocation.is_some());

@@ -410,3 +410,9 @@ pub fn submit_reserve_many(handle: &StreamHandle, sizes: Vec<u64>) -> PendingAns
     let _ = handle.connection.send(request);
     PendingAnswer(rx)
 }
+
+/// Shut the stream down from a handle, as the supervisor does
+/// (`StreamHandle::shutdown` is the crate's own).
+pub fn shut_down(handle: &StreamHandle) -> Result<super::ShutdownReport, ServiceError> {
+    handle.shutdown()
+}
