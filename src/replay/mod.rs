@@ -20,8 +20,8 @@
 //! counts at a moment fixed by the trace, so one trace gives one report,
 //! on any machine, under any load (the timings aside: `ns_per_op`).
 
-use crate::memory::{Allocation, StreamId};
-use crate::service::{ServiceError, StreamHandle, Supervisor};
+use crate::memory::Allocation;
+use crate::service::{ServiceError, Supervisor};
 use crate::timeline::Timeline;
 use crate::trace::{TraceAction, TraceEvent};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -42,191 +42,16 @@ pub const MAX_REPLAY_DEVICES: usize = 64;
 /// also keeps its own `ServiceConfig::max_streams`).
 pub const MAX_REPLAY_STREAMS: usize = 1024;
 
+mod device;
 mod report;
 mod samples;
+mod timeline;
 
 use crate::storage::{DriverCosts, DriverOps, DriverReport};
+use device::{Device, DeviceRun, device_run, let_load_fall};
 use report::failure_reason;
 pub use report::{ReplayReport, StreamReplay};
 pub use samples::{LiveSamples, Sample, SampledAllocation, sample_live};
-
-/// A device's supervisor: made for the replay, or lent by the caller.
-enum Device<'s> {
-    Owned(Box<Supervisor>),
-    Lent(&'s Supervisor),
-}
-
-impl std::ops::Deref for Device<'_> {
-    type Target = Supervisor;
-
-    fn deref(&self) -> &Supervisor {
-        match self {
-            Device::Owned(supervisor) => supervisor,
-            Device::Lent(supervisor) => supervisor,
-        }
-    }
-}
-
-/// One device being replayed.
-struct DeviceRun<'s> {
-    supervisor: Device<'s>,
-    /// Stream index by (trace device, trace stream).
-    streams: HashMap<(u32, u64), usize>,
-    handles: Vec<StreamHandle>,
-    /// Live bytes per stream.
-    live_bytes: Vec<u64>,
-    /// Each stream's own figures, by stream index (driver figures filled
-    /// at the end).
-    per_stream: Vec<StreamTally>,
-    /// Live bytes, all streams.
-    live: u64,
-    /// Bytes the trace has live, allocations this allocator refused
-    /// included: what `peak_live_bytes` follows (the trace's, whatever
-    /// the budget).
-    trace_live: u64,
-    /// The recording allocator's reserved bytes now (`None` until the
-    /// trace says).
-    recorded: Option<i128>,
-    /// When the supervisor's timers run next (trace time).
-    next_tick: Duration,
-    report: ReplayReport,
-}
-
-/// What a replay counts of one stream as it goes.
-#[derive(Debug, Default)]
-struct StreamTally {
-    trace_stream: u64,
-    events: u64,
-    allocations: u64,
-    failures: u64,
-    /// Bytes the trace has live on this stream (refused ones included).
-    trace_live: u64,
-    peak_live: u64,
-    frees: u64,
-    bytes_allocated: u64,
-    bytes_freed: u64,
-}
-
-impl DeviceRun<'_> {
-    /// The trace allocated `size` bytes on `stream` (served or not), at
-    /// event `event`.
-    fn trace_allocated(&mut self, stream: usize, size: u64, event: u64) {
-        self.trace_live += size;
-        if self.trace_live > self.report.peak_live_bytes {
-            self.report.peak_live_bytes = self.trace_live;
-            self.report.peak_live_event = event;
-        }
-        let tally = &mut self.per_stream[stream];
-        tally.trace_live += size;
-        tally.peak_live = tally.peak_live.max(tally.trace_live);
-    }
-
-    /// The trace freed `size` bytes on `stream`.
-    fn trace_freed(&mut self, stream: usize, size: u64) {
-        self.trace_live -= size;
-        self.per_stream[stream].trace_live -= size;
-    }
-}
-
-impl DeviceRun<'_> {
-    fn stream(&mut self, device: u32, stream: u64) -> Result<usize, ServiceError> {
-        if let Some(index) = self.streams.get(&(device, stream)) {
-            return Ok(*index);
-        }
-        let index = self.handles.len();
-        let id = u32::try_from(index).map_err(|_| ServiceError::TooManyStreams {
-            requested: index + 1,
-            limit: u32::MAX as usize,
-        })?;
-        self.handles.push(self.supervisor.stream(StreamId(id))?);
-        self.live_bytes.push(0);
-        self.per_stream.push(StreamTally {
-            trace_stream: stream,
-            ..StreamTally::default()
-        });
-        self.streams.insert((device, stream), index);
-        Ok(index)
-    }
-
-    fn reserved(&self) -> u64 {
-        self.supervisor.device_stats().bytes_reserved
-    }
-
-    /// Move a manual clock to `time`, and run the timers if a tick of
-    /// trace time passed (one tick however far the clock jumped: the
-    /// timers look at the time, not at how often they ran).
-    fn keep_time(&mut self, time: Duration) -> Result<(), ServiceError> {
-        let Some(clock) = self.supervisor.config().clock.as_manual() else {
-            return Ok(());
-        };
-        clock.advance_to(time);
-        if time >= self.next_tick {
-            self.supervisor.tick()?;
-            self.next_tick = next_tick(time, self.supervisor.config().supervise_tick);
-        }
-        Ok(())
-    }
-
-    /// When the load has fallen for this device once the trace ended at
-    /// `time`: the settle window (and the idle tick) past, and two ticks
-    /// more. `None` off a manual clock (nothing to move).
-    fn load_fallen_at(&self, time: Duration) -> Option<(Duration, Duration)> {
-        let config = self.supervisor.config();
-        config.clock.as_manual()?;
-        let tick = config.supervise_tick.max(Duration::from_millis(1));
-        let window = config.settle.map_or(Duration::ZERO, |s| s.window);
-        let idle = config.idle_tick.unwrap_or(Duration::ZERO);
-        let end = time
-            .saturating_add(window.max(idle))
-            .saturating_add(tick.saturating_mul(2));
-        Some((end, tick))
-    }
-
-    /// Move a manual clock to `now` and run the timers there.
-    fn tick_at(&mut self, now: Duration) -> Result<(), ServiceError> {
-        if let Some(clock) = self.supervisor.config().clock.as_manual() {
-            clock.advance_to(now);
-            self.supervisor.tick()?;
-        }
-        Ok(())
-    }
-}
-
-/// The trace ended at `time`: let time pass on the devices' manual clocks,
-/// all of them in step, until every settle window (and idle tick) lies
-/// wholly after the last event, so "after the load fell" means the same on
-/// every run. In step, because devices may share one clock: a device whose
-/// time was let pass on its own would leave the next one's clock already
-/// at the end, and its timers (which compare two ticks' times) would never
-/// see time pass.
-fn let_load_fall(
-    runs: &mut BTreeMap<u32, DeviceRun<'_>>,
-    time: Duration,
-) -> Result<(), ServiceError> {
-    // The latest end, in the shortest tick.
-    let due = runs
-        .values()
-        .filter_map(|run| run.load_fallen_at(time))
-        .reduce(|(end, tick), (other_end, other_tick)| (end.max(other_end), tick.min(other_tick)));
-    let Some((end, step)) = due else {
-        return Ok(());
-    };
-    let mut now = time;
-    while now < end {
-        now = now.saturating_add(step);
-        for run in runs.values_mut() {
-            run.tick_at(now)?;
-        }
-    }
-    Ok(())
-}
-
-/// The first multiple of `tick` after `time`.
-fn next_tick(time: Duration, tick: Duration) -> Duration {
-    let tick_ns = tick.as_nanos().max(1);
-    let ticks = time.as_nanos() / tick_ns + 1;
-    Duration::from_nanos(u64::try_from(ticks.saturating_mul(tick_ns)).unwrap_or(u64::MAX))
-}
 
 /// Drives trace events through one supervisor per device, one event at a
 /// time, then reports ([`finish`](Self::finish)).
@@ -282,7 +107,7 @@ impl<'s> Replayer<'s> {
     /// streams kept apart per device).
     pub fn on(supervisor: &'s Supervisor) -> Self {
         let mut devices = BTreeMap::new();
-        devices.insert(0, Self::run(Device::Lent(supervisor), 0));
+        devices.insert(0, DeviceRun::new(Device::Lent(supervisor), 0));
         Self::with(None, devices)
     }
 
@@ -314,38 +139,6 @@ impl<'s> Replayer<'s> {
     /// NVIDIA H200's, [`DriverCosts::H200`]).
     pub fn price_with(&mut self, costs: DriverCosts) {
         self.costs = costs;
-    }
-
-    fn run(supervisor: Device<'s>, device: u32) -> DeviceRun<'s> {
-        let budget = supervisor.budget().map(|b| b.limit());
-        DeviceRun {
-            supervisor,
-            streams: HashMap::new(),
-            handles: Vec::new(),
-            live_bytes: Vec::new(),
-            per_stream: Vec::new(),
-            live: 0,
-            trace_live: 0,
-            recorded: None,
-            next_tick: Duration::ZERO,
-            report: ReplayReport::empty(Some(device), budget),
-        }
-    }
-
-    /// Keep memory over time for a plot ([`timeline`](Self::timeline)).
-    pub fn record_timeline(&mut self) {
-        let mut timeline = Timeline::new(Vec::new(), "trace time (s)");
-        timeline.budget = self
-            .devices
-            .values()
-            .next()
-            .and_then(|run| run.report.budget);
-        self.timeline = Some(timeline);
-    }
-
-    /// The timeline kept so far.
-    pub fn timeline(&self) -> Option<&Timeline> {
-        self.timeline.as_ref()
     }
 
     /// Events replayed so far.
@@ -524,92 +317,6 @@ impl<'s> Replayer<'s> {
         Ok(())
     }
 
-    /// Widen the timeline's open bucket by the state after this event.
-    fn sample(&mut self, failed: bool) {
-        let live: u64 = self.devices.values().map(|run| run.live).sum();
-        let reserved: u64 = self.devices.values().map(DeviceRun::reserved).sum();
-        let recorded = self
-            .devices
-            .values()
-            .filter_map(|run| run.recorded)
-            .reduce(|a, b| a + b)
-            .map(|r| u64::try_from(r.max(0)).unwrap_or(u64::MAX));
-        // A peak inside a request (a page added before another went) is
-        // not visible between events: the meter's exact peak, where it rose
-        // during this bucket, widens the bucket to it.
-        let mut rise = 0u64;
-        for (device, run) in &self.devices {
-            let stats = run.supervisor.device_stats();
-            let seen = self.peaks_seen.entry(*device).or_insert(0);
-            if stats.peak_bytes_reserved > *seen {
-                rise += stats.peak_bytes_reserved - stats.bytes_reserved;
-                *seen = stats.peak_bytes_reserved;
-            }
-        }
-        let timeline = self.timeline.as_mut().expect("checked by the caller");
-        // The trace's own time (an untimed trace's moves a microsecond an
-        // event: `take_timeline` turns it back into event numbers).
-        let x = self.time.as_secs_f64();
-        timeline.observe(x, live, reserved, recorded);
-        if rise > 0 {
-            timeline.peak_reserved(reserved + rise);
-        }
-        if failed {
-            timeline.failed();
-        }
-        if timeline.bucket_full() {
-            self.close_bucket();
-        }
-    }
-
-    /// Close the timeline's open bucket with each stream's reserved bytes.
-    fn close_bucket(&mut self) {
-        let Some(timeline) = self.timeline.as_mut() else {
-            return;
-        };
-        let mut names = Vec::new();
-        let mut per_stream = Vec::new();
-        let mut relocated = 0;
-        let several = self.make.is_some() && self.devices.len() > 1;
-        for (device, run) in &self.devices {
-            for (index, handle) in run.handles.iter().enumerate() {
-                let stats = handle.stats();
-                relocated += stats.relocated;
-                per_stream.push(stats.bytes_reserved);
-                names.push(if several {
-                    format!("device {device} stream {index}")
-                } else {
-                    format!("stream {index}")
-                });
-            }
-        }
-        if relocated > self.relocated_seen {
-            timeline.relocated(relocated - self.relocated_seen);
-            self.relocated_seen = relocated;
-        }
-        if names.len() > timeline.streams.len() {
-            timeline.streams = names;
-        }
-        timeline.close(per_stream);
-    }
-
-    /// The timeline kept, its open bucket closed (taken: later events are
-    /// not recorded). Its x axis is the trace's time in seconds, or the
-    /// event number where no event had a time.
-    pub fn take_timeline(&mut self) -> Option<Timeline> {
-        self.close_bucket();
-        let mut timeline = self.timeline.take()?;
-        if !self.timed {
-            let per_event = EVENT_STEP.as_secs_f64();
-            for bucket in &mut timeline.buckets {
-                bucket.start = (bucket.start / per_event).round();
-                bucket.end = (bucket.end / per_event).round();
-            }
-            timeline.x_label = "event".into();
-        }
-        Some(timeline)
-    }
-
     /// Let every stream see the last releases, wait for the streams to
     /// settle, and report (per device, and their total when there are
     /// several).
@@ -693,26 +400,6 @@ impl<'s> Replayer<'s> {
             }
         })
     }
-}
-
-/// The run of `device`, its supervisor made on first sight.
-fn device_run<'a, 's>(
-    devices: &'a mut BTreeMap<u32, DeviceRun<'s>>,
-    make: &mut Option<Box<dyn FnMut(u32) -> Supervisor + 's>>,
-    timeline: &mut Option<Timeline>,
-    device: u32,
-) -> &'a mut DeviceRun<'s> {
-    let key = if make.is_some() { device } else { 0 };
-    devices.entry(key).or_insert_with(|| {
-        let make = make.as_mut().expect("only made devices are missing");
-        let run = Replayer::run(Device::Owned(Box::new(make(device))), device);
-        if let Some(timeline) = timeline
-            && timeline.budget.is_none()
-        {
-            timeline.budget = run.report.budget;
-        }
-        run
-    })
 }
 
 /// Replay `events` through `supervisor`'s streams (every device of the
