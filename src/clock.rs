@@ -1,20 +1,6 @@
 //! The clock every time-driven policy reads.
 //!
-//! The service acts on time in a few places: a stream idle for a while
-//! tidies up, the settle policy looks back over a window, compaction is
-//! scheduled at most so often, a recovery round has a safety deadline, and
-//! a caller may wait for memory until a deadline. All of them read one
-//! [`Clock`], set in [`ServiceConfig::clock`](crate::service::ServiceConfig::clock):
-//!
-//! - [`WallClock`] (the default) in a server: time passes on its own, and
-//!   the supervisor wakes itself every
-//!   [`supervise_tick`](crate::service::ServiceConfig::supervise_tick) to
-//!   run its timers;
-//! - [`ManualClock`] in a replay (the trace's own timestamps) and in tests:
-//!   time moves only when its owner says, and the timers run only when the
-//!   owner calls [`Supervisor::tick`](crate::service::Supervisor::tick).
-//!   Nothing then depends on how fast the machine is: the same trace gives
-//!   the same answer on every run.
+//! The long form: `docs/modules.md`, "`src/clock.rs`".
 
 use crate::sync::unmodelled::{Arc, AtomicU64, Ordering};
 use std::fmt;

@@ -104,7 +104,7 @@ pub enum MemoryConfiguration {
 pub const DEFAULT_DEALLOC_PERIOD: u64 = 1000;
 
 /// The default [`MemoryConfig::free_slack_one_in`]: about 3 % of the
-/// bytes in use, as [`EVACUATE_WHEN_FREE_ONE_IN`](crate::memory::EVACUATE_WHEN_FREE_ONE_IN):
+/// bytes in use, as `EVACUATE_WHEN_FREE_ONE_IN`:
 /// the rest of a 5 % bound on peak reserved over peak live is the granules'
 /// rounding.
 pub const DEFAULT_FREE_SLACK_ONE_IN: u64 = 32;

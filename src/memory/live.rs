@@ -1,27 +1,7 @@
 //! Live bytes counted where they change, so a thread other than the owner
 //! reads them exact.
 //!
-//! A manager's own `bytes_in_use` moves only when its owner processes the
-//! releases that dropped handles queued, which happens when the owner gets
-//! round to it. A decision made on another thread (the device's headroom,
-//! which stream can give back, whether a request can ever fit) must not
-//! depend on that timing, or the same trace gives different answers on
-//! different runs. So a metered manager counts twice more, at the moments
-//! bytes change hands:
-//!
-//! - the owner adds an allocation's bytes when it hands it out;
-//! - whoever ends the binding takes them off at once: the last handle's
-//!   drop (on the dropper's thread, before the release is queued), or the
-//!   owner when it moves the binding to another handle or frees
-//!   allocations whose handles live on (the end of a stream). The bytes a
-//!   cell still counts sit in [`AllocationCell::metered`], and each side
-//!   takes them with one swap, so they come off exactly once.
-//!
-//! Every release made before a decision (in happens-before order) is in
-//! the count the decision reads. Bytes under a pin whose handles all went
-//! count as released: they come back when the pin drops.
-//!
-//! [`AllocationCell::metered`]: super::handle::AllocationCell::metered
+//! The long form: `docs/modules.md`, "`src/memory/live.rs`".
 
 use crate::sync::Arc;
 use crate::sync::atomic::{AtomicU64, Ordering};

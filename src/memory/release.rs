@@ -2,20 +2,7 @@
 //! owner without blocking, without a round trip, and (on the common path)
 //! without a lock.
 //!
-//! Two lanes, drained together by the owner before each operation:
-//!
-//! - **cells**: the last handle of an allocation moves its own strong
-//!   reference to the cell onto an intrusive stack (a Treiber stack linked
-//!   through [`AllocationCell::next_release`]) with one CAS. The owner takes
-//!   the whole stack with one swap, so there is no pop and no ABA. A cell is
-//!   pushed here at most once per binding: its handle count reaches zero
-//!   once, and no handle can be made from nothing.
-//! - **others**: page guards, and the last unpin of an allocation whose
-//!   handles went while it was pinned. Rare, so a locked list.
-//!
-//! When the owner goes, it closes the stack (a sentinel head): later pushes
-//! drop their reference at once instead of leaving a cycle (a queued cell
-//! holds the queue through `AllocationCell::releases`).
+//! The long form: `docs/modules.md`, "`src/memory/release.rs`".
 
 use super::handle::AllocationCell;
 use super::live::LiveMeter;

@@ -4,7 +4,7 @@
 
 use super::error::MemoryError;
 
-/// Whether a relocation is wanted ([`MemoryManager::relocation_need`]).
+/// Whether a relocation is wanted ([`MemoryManager::relocation_need`](super::MemoryManager::relocation_need)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RelocationNeed {
     /// Nothing to gain.

@@ -6,19 +6,7 @@
 //! recorded its own allocator's device memory (a PyTorch snapshot's
 //! segments), that allocator's peak beside ours.
 //!
-//! Events are taken one at a time ([`Replayer::event`]), so a trace read as
-//! a stream replays in memory proportional to what it holds live, not to
-//! its length.
-//!
-//! Time is the trace's: on a supervisor whose clock is a
-//! [`ManualClock`](crate::clock::ManualClock) (the CLI's), the replay moves
-//! the clock to each event's timestamp (one microsecond per event where the
-//! trace has none) and runs the supervisor's timers as each
-//! `supervise_tick` of trace time passes; at the end it moves the clock on
-//! past the settle window (and the idle tick) before it reads what the
-//! device holds "after the load fell". Every decision then reads exact
-//! counts at a moment fixed by the trace, so one trace gives one report,
-//! on any machine, under any load (the timings aside: `ns_per_op`).
+//! The long form: `docs/modules.md`, "`src/replay/mod.rs`".
 
 use crate::memory::Allocation;
 use crate::service::{ServiceError, Supervisor};

@@ -3,35 +3,7 @@
 //! step), never blocks on an actor, and talks to actors only on unbounded
 //! control channels plus a non-blocking wake.
 //!
-//! - Running short (or growing past the headroom): a `Short` notice queues
-//!   a recovery *episode*; one runs at a time. The coordinator sends
-//!   `GiveBack` to every other running stream that may give back (it holds
-//!   pages beyond the bytes its clients hold), and the episode ends when
-//!   every one of them has answered `GaveBack` (a stream that stops on the
-//!   way counts as answered); then the short stream is sent `Retry`. A
-//!   timeout on the service's clock is only a safety net in a server: on a
-//!   manual clock (a replay) it never fires, so answers decide every
-//!   outcome.
-//! - Timers, on each tick (every `supervise_tick` of the wall clock, or at
-//!   `Supervisor::tick` on a manual one), all read the service's clock:
-//!   a stream whose reserved / in-use passed the threshold is sent
-//!   `Compact` (at most once per `COMPACTION_INTERVAL` per stream); the
-//!   settle policy samples every stream (`settle.rs`); a stream that served
-//!   no request for `idle_tick` is sent `Idle` (once per quiet spell, and
-//!   again only if its clients released bytes since).
-//! - Events: passed on to every subscriber.
-//!
-//! **Ticking in place.** The coordinator sits behind one lock
-//! ([`CoordinatorSeat`]), which its thread takes for each notice (and for
-//! its own ticks on the wall clock). `Supervisor::tick` takes it too and
-//! runs the timers on the caller's thread, as the thread would at a
-//! `Notice::Tick`, when no notice waits: every notice counts from before
-//! its send until the turn that handled it (`DeviceShared::notify`), so a
-//! tick never overtakes one. Otherwise the tick goes as a notice behind
-//! them, and the caller waits for it. A replay ticks every 50 ms of trace
-//! time, and a round trip to the coordinator's thread is a context switch
-//! each way, whose wait a busy machine makes long. Model:
-//! `loom-tests/tick.rs`.
+//! The long form: `docs/modules.md`, "`src/service/coordinator.rs`".
 
 use super::device::{DeviceShared, Notice};
 use super::events::SupervisorEvent;

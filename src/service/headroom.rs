@@ -1,17 +1,7 @@
 //! Headroom: how far the device's reserved bytes may run ahead of its live
 //! bytes before a growing stream first gets the others to give back.
 //!
-//! Each stream caches the pages it emptied, so on a device of several
-//! streams the pages held drift towards the sum of every stream's own high
-//! water mark, while the device never has that much live at once. Reserved
-//! bytes only grow when a stream takes a new page, so that is where the
-//! policy acts: when the device already holds more than `fraction` (or
-//! `slack` bytes, whichever is more) above what is live, a stream that would
-//! grow first tries the room it holds, then trims its own pages, then asks
-//! the other streams to give back (the running-short protocol, see
-//! `actor/short.rs`), and only then takes the page. Growth is never refused: the
-//! headroom is a target, a budget is the limit. Streams past their share of
-//! the excess also trim themselves after each request (`trim_to_headroom`). The actor's steps are in `actor/headroom.rs`.
+//! The long form: `docs/modules.md`, "`src/service/headroom.rs`".
 
 use crate::memory::ADAPTIVE_MIN_PAGE_SIZE;
 

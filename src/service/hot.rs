@@ -2,35 +2,7 @@
 //! that a reserve of a size the client asked for recently is served on its
 //! own thread, with no round trip and no lock.
 //!
-//! Inference repeats its shapes every step. A [`HotCache`] belongs to one
-//! handle clone and holds at most [`HOT_SLOTS`] allocations of the sizes
-//! that clone missed twice lately; a miss of such a size reserves
-//! [`HOT_REFILL`] more in the same round trip. What the cache holds is
-//! reserved on the stream (it counts as reserved, not as live: the meter
-//! counts it when a hit hands it out), and never more than one byte in
-//! [`HOT_SHARE`] of what the stream holds. An entry was never handed to anyone before: a hit is a fresh
-//! allocation, with its own generation and no taint.
-//!
-//! The protocol (`docs/service.md`, "Hot sizes"): each slot is one
-//! `AtomicPtr` holding an [`Allocation`] turned into a raw pointer. The
-//! client takes with a swap to null, the actor takes back with the same
-//! swap, so every entry goes to exactly one of them; the client fills an
-//! empty slot with a CAS from null. The size beside the pointer is only a
-//! hint for the search: a taken entry's size is checked on the entry
-//! itself. The actor takes every cache of its stream back (the stream's
-//! registry lists them) without the clients' threads: before its pools
-//! grow, when the stream runs short, on a give-back, settle or headroom
-//! trim, at idle and at shutdown. Spares come only from the room the
-//! stream holds or from growth that stays below its cache ceiling (the
-//! most it needed, less what caches held, plus 1/256), and every cache is
-//! taken back before the stream grows past that ceiling: the caches add at
-//! most 1/256 to what the stream needed.
-//!
-//! A hit that leaves a size running low ([`AHEAD_WHEN_LEFT`]) sends the
-//! actor a *refill ahead* without waiting (one out per cache at a time):
-//! the actor offers the spares into empty slots with the same CAS from
-//! null, so a client that lives on hits rarely misses at all. Off on a
-//! manual clock, where a replay must not depend on when the actor ran.
+//! The long form: `docs/modules.md`, "`src/service/hot.rs`".
 
 use crate::memory::{Allocation, AllocationCell};
 use crate::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};

@@ -1,27 +1,7 @@
 //! Serving in place: the stream's actor behind one lock, taken in turns by
 //! its own thread and by clients that serve their own requests.
 //!
-//! A request through the actor's thread is a round trip: two handoffs
-//! between threads, each a context switch when the thread on the other side
-//! parked, which costs 5-10 us on a machine whose other cores are busy
-//! (`docs/performance.md`). A client that finds the actor free does better to
-//! take the actor's turn itself: it locks the actor, serves its reservation
-//! or job on its own thread exactly as the actor's thread would (the same
-//! `StreamActor::serve`, control traffic drained before and after), and
-//! unlocks. That is the cost of a lock, and the actor still serves one
-//! request at a time: whoever holds the lock is the actor for that turn.
-//!
-//! What stays with the actor's thread: its inbox (async callers, shutdown,
-//! wake-ups, refills ahead), the polling of parked requests'
-//! deadlines, and the stream's end. A request served in place that parks
-//! (the device is short) wakes the thread, which watches the parked
-//! requests from then on; the answer comes to the caller's reply cell as
-//! it would have. A panic in a turn taken in place marks the stream failed
-//! before the lock is let go (no other turn sees a half-served actor) and
-//! wakes the thread, which ends the stream as after its own panic.
-//!
-//! The protocol and what each side may assume: `docs/service.md`, "Serving
-//! in place"; model: `loom-tests/in_place.rs`.
+//! The long form: `docs/modules.md`, "`src/service/in_place.rs`".
 
 use super::actor::{Flow, StreamActor};
 use super::handle::{Connection, ServeInPlace};

@@ -1,18 +1,7 @@
 //! Settling: when the load falls, a stream gives back what it no longer
 //! needs, without an explicit cleanup.
 //!
-//! Pages a stream cached at its busiest stay cached after the load falls;
-//! periodic cleanup returns only pages that are wholly empty, and only as
-//! reservations drive each pool's clock. So the coordinator watches every
-//! stream's bytes in use over a sliding window: a stream that holds more
-//! than `ratio` times the most it had in use within the last `window` (or
-//! that most rounded up to whole `granule`s, if more) is told to settle:
-//! return every empty page, then compact what is left and move sparse
-//! pages into smaller ones (`RelocationReason::Settle`). A stream under
-//! steady load keeps its cache (it used it within the window); one whose
-//! load fell gives the excess back within about a window. At most one
-//! settle per stream per window, and none while the stream holds no more
-//! than a settle before could not get it below.
+//! The long form: `docs/modules.md`, "`src/service/settle.rs`".
 
 use super::shared::StreamShared;
 use crate::memory::ADAPTIVE_MIN_PAGE_SIZE;

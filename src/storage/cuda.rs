@@ -1,18 +1,7 @@
 //! Device pages of an NVIDIA GPU through the CUDA driver API (`cudarc`,
 //! loaded at run time, so the crate builds without a CUDA toolkit).
 //!
-//! One `CudaStorage` per stream actor, each with its own CUDA stream, so the
-//! bytes of a stream's pages are used in that stream's order. Pages come
-//! from `cuMemAlloc` and go back with `cuMemFree` only at `flush`, after the
-//! stream (and every stream recorded as a user of the page, as PyTorch's
-//! `record_stream`) has finished the work that may touch them. Reads and
-//! writes are ordered on the stream and wait for it; relocation copies are
-//! device-to-device on the stream and do not wait.
-//!
-//! Where the device has virtual memory management, the storage also
-//! reserves ranges of address space and maps granules into them
-//! (`cuda_vmm.rs`), so an expandable arena works on the GPU as on host
-//! memory.
+//! The long form: `docs/modules.md`, "`src/storage/cuda.rs`".
 
 use super::cuda_vmm::{self, CudaRange};
 use super::id_map::IdMap;

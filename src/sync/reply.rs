@@ -1,29 +1,7 @@
 //! A one-answer reply cell that a blocking caller waits on: a short
 //! adaptive spin, then the thread parks until the answer's sender unparks it.
 //!
-//! Built on this module's atomics, `UnsafeCell` and park / unpark, so under
-//! `--cfg streamalloc_loom` loom explores every interleaving of a wait with
-//! its answer (`loom-tests/park.rs`).
-//!
-//! The protocol, one state word:
-//!
-//! ```text
-//!   EMPTY ──waiter: CAS──▶ WAITING ──sender: swap──▶ FULL | CLOSED
-//!     └──────────────sender: swap (answer first)──────────▲
-//! ```
-//!
-//! - The sender ([`ReplyTo`]) writes the answer, then swaps the state to
-//!   `FULL` (or, dropped unanswered, to `CLOSED`). It unparks the waiter
-//!   only if the swap found `WAITING`, and after the swap it touches nothing
-//!   of the cell: the thread to unpark travels in the sender itself.
-//! - The waiter spins on the state; then announces itself with a CAS from
-//!   `EMPTY` to `WAITING`. That CAS is the guard against a lost wake-up: it
-//!   fails when the answer came first (no unpark will come, none is
-//!   needed); once it succeeds, the sender's swap sees `WAITING` and
-//!   unparks. The waiter parks until the state leaves `WAITING` (a park may
-//!   return early; it looks again).
-//! - Once the state is `FULL` or `CLOSED` the waiter owns the cell again:
-//!   it takes the answer and resets the state for the next request.
+//! The long form: `docs/modules.md`, "`src/sync/reply.rs`".
 
 use super::Arc;
 use super::atomic::{AtomicU32, AtomicUsize, Ordering};

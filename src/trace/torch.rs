@@ -1,25 +1,7 @@
 //! PyTorch's memory snapshot (`torch.cuda.memory._dump_snapshot`): a pickle
 //! of a dict with
 //!
-//! - `device_traces`: per device, the caching allocator's events, each a
-//!   dict with `action`, `addr`, `size`, `stream`, `time_us` (and `frames`,
-//!   usually shared through the pickle's memo);
-//! - `segments`: the device memory the allocator held when the snapshot was
-//!   taken, each with its `blocks` and their `state`;
-//! - `allocator_settings`: how the allocator was configured.
-//!
-//! The trace this makes: a block is live from `alloc` to `free_completed`
-//! (`free_requested` where a snapshot has none, as older ones do), at its
-//! `size` (what the allocator handed out); an `oom` is a recorded failure.
-//! A snapshot is usually taken mid-run, so blocks freed in it but never
-//! allocated there, and blocks its segments show active that it never
-//! allocated, were live before it began: they are allocated at the start.
-//! Segment events (`segment_alloc` / `segment_map` and `segment_free` /
-//! `segment_unmap`) become [`TraceAction::SegmentAlloc`] /
-//! [`TraceAction::SegmentFree`], with what PyTorch held at the start walked
-//! back from its segments, so a replay can set PyTorch's reserved bytes
-//! beside its own. Reading goes through [`super::pickle`], which imports no
-//! class.
+//! The long form: `docs/modules.md`, "`src/trace/torch.rs`".
 
 use super::pickle::{self, Value};
 use super::{DeviceMeta, Frame, Trace, TraceAction, TraceError, TraceEvent, TraceMeta};

@@ -3,12 +3,7 @@
 //! pages; `pool/expandable/compact.rs` evacuates granules), then returns
 //! what emptied to the device at one flush.
 //!
-//! Two uses. The seed's: an adaptive pool that grew its page size leaves
-//! *outdated* pages behind, and emptying them into current pages returns
-//! their memory. Ours on top: *compaction* of any page, when the pages hold
-//! far more than is in use, or when the device is short. Every byte moves
-//! with its allocation (`pool/mover.rs`); handles keep their ids. Whole
-//! pages, guarded pages and pinned allocations never move.
+//! The long form: `docs/modules.md`, "`src/memory/manager/relocate.rs`".
 
 use super::MemoryManager;
 use crate::memory::pool::Pool;

@@ -3,21 +3,7 @@
 //! holds, then hands itself to the pins; the last of them to drop returns
 //! the rest.
 //!
-//! The hand-over, per pinned cell, is one CAS that marks the pin word orphaned only
-//! while a pin is held, so each cell is counted exactly once by whichever
-//! comes last of the hand-over and its final unpin (the two touch the same
-//! word, so they are totally ordered):
-//!
-//! - the owner adds one to [`PinKeeper::holds`] *before* it tries to mark a
-//!   cell (so the count never goes below zero), and takes it back when the
-//!   mark fails because the pins went meanwhile;
-//! - an unpin that takes the count of an orphaned cell from one to zero
-//!   takes that cell's hold back;
-//! - an orphaned word refuses new pins (as a move does), so a cell's pin count
-//!   goes to zero once after its mark;
-//! - the owner keeps one hold of its own while it hands over, and stores
-//!   what frees the pages before it lets go of it: whoever takes the count
-//!   to zero finds it there and runs it (`loom-tests/retire.rs`).
+//! The long form: `docs/modules.md`, "`src/memory/manager/retire.rs`".
 
 use super::MemoryManager;
 use crate::memory::handle::AllocationCell;

@@ -3,12 +3,7 @@
 //! it), the storage (to copy or slide its bytes) and the reservation serial
 //! (when its old place was let go).
 //!
-//! A move claims the allocation with one CAS on its pin word (no pin held
-//! -> moving); a client that pins concurrently (the service's lock-free
-//! resolve) either pinned first, and the move skips the allocation, or sees
-//! it moving and asks the owner instead. The new place is published before
-//! the claim is dropped, so the next pin reads it. A copy that fails leaves
-//! the allocation where it was: no byte is lost.
+//! The long form: `docs/modules.md`, "`src/memory/pool/mover.rs`".
 
 use super::page::{Backing, Placement};
 use crate::memory::error::MemoryError;

@@ -3,12 +3,7 @@
 //! and orphaning are each one CAS on the same word (they are totally
 //! ordered; `loom-tests/` checks the interleavings).
 //!
-//! - A client may use the published address only while it holds a pin.
-//! - The owner moves the bytes only after it took the word from 0 (no pin)
-//!   to [`PinState::Moving`]; a pin refused meanwhile asks the owner.
-//! - An owner that retires with pins held marks the word orphaned; no pin
-//!   is taken afterwards, and the last unpin tells the owner's keeper
-//!   (`manager/retire.rs`).
+//! The long form: `docs/modules.md`, "`src/memory/slot/pin.rs`".
 
 use crate::sync::atomic::{AtomicU64, Ordering};
 

@@ -1,18 +1,7 @@
 //! `StreamActor`: the owner of one stream's `MemoryManager`, and `run`,
 //! the loop of the stream's thread.
 //!
-//! One request is served at a time, in a *turn*: whoever holds the
-//! actor's lock (`in_place.rs`), its thread for each request from the
-//! inbox or a client serving its own in place. Releases arrive on the
-//! manager's release queue, which never blocks a dropper. `handle` is the
-//! step function the loom models drive directly; `run` is the loop around
-//! it: a short spin, then a blocking receive (with a short poll only while
-//! a parked request waits for a deadline). Time is
-//! the service's clock (`clock.rs`): the idle tick comes from the
-//! coordinator (`Control::Idle`), never from a receive timing out, and
-//! every counter a decision on another thread reads is published before
-//! the answer goes out, so a caller that got its answer sees the stream as
-//! it left it.
+//! The long form: `docs/modules.md`, "`src/service/actor/mod.rs`".
 
 mod control;
 mod headroom;

@@ -1,29 +1,6 @@
 //! Running short: what a stream actor does when a reservation finds no page.
 //!
-//! 1. Its own remedy first: an explicit cleanup and a compaction, then once
-//!    more.
-//! 2. Still short: the request is *parked* (the actor keeps serving its
-//!    inbox) and the coordinator is told (`Notice::Short`, which never
-//!    blocks). The coordinator asks the other streams that may give back
-//!    (`StreamHandle::may_give_back`) to return cached
-//!    pages and compact (`Control::GiveBack`), collects their answers, then
-//!    tells this stream to retry (`Control::Retry`).
-//!    When nothing can come of a round (a budget is set, and the others
-//!    hold less beyond their clients' bytes than the request lacks; or they
-//!    hold nothing beyond), the request fails at once instead: a trace that
-//!    does not fit replays as fast as one that does.
-//! 3. The round ends on answers (the coordinator sends `Retry` once every
-//!    stream it asked has answered), and only then is every parked request
-//!    tried again: served, or answered with an `OutOfMemory` breakdown. A
-//!    request that asked to wait (`reserve_timeout`) stays parked and is
-//!    retried on a short poll until its deadline (on the service's clock),
-//!    asking for further rounds (at most one per `ASK_INTERVAL`).
-//!    `RECOVERY_TIMEOUT` is a safety net for a server whose coordinator is
-//!    gone; on a manual clock it never fires while a replay waits.
-//!
-//! No actor ever waits on another actor or on the coordinator, and all
-//! control traffic is on unbounded channels: two streams short at once
-//! cannot deadlock.
+//! The long form: `docs/modules.md`, "`src/service/actor/short.rs`".
 
 use super::StreamActor;
 use crate::memory::{Cleanup, MemoryError, PageUpdate, RelocationReason};

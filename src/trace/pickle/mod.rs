@@ -6,14 +6,7 @@
 //! error, except the few constructors of plain data Python itself uses
 //! (`collections.OrderedDict`, `builtins.set`, `builtins.frozenset`).
 //!
-//! Values live in one arena and refer to each other by index, so a value
-//! shared through the memo is stored once, a structure that contains itself
-//! is no problem, and nothing here recurses: nesting depth costs no stack,
-//! and dropping the arena is one flat free. Every opcode adds at most one
-//! value and lengths are checked against the input before anything is
-//! allocated, so memory stays proportional to the input's size.
-//!
-//! The opcodes are those of CPython's `Lib/pickletools.py`.
+//! The long form: `docs/modules.md`, "`src/trace/pickle/mod.rs`".
 
 /// Why a pickle could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,16 +4,7 @@
 //! planner asks "what lies between block `i` and block `j`" in constant
 //! time instead of walking it.
 //!
-//! The planners used to walk the arena from every candidate start and ask
-//! the slot table about each allocation on the way: work that grew with
-//! the live allocations times the span each start covers, tens of
-//! microseconds a growth with ten thousand allocations live
-//! (`docs/performance.md`, "Planning cost"). With the sums, every window
-//! is found in one pass, and so is a room-gathering run for every start.
-//! The copy is kept with the pool and used again by the next
-//! plan while the arena has not changed (its change count, `arena.rs`):
-//! a growth that no window serves asks the slide planner next, over the
-//! same blocks.
+//! The long form: `docs/modules.md`, "`src/memory/pool/expandable/blocks.rs`".
 
 use super::{ExpandablePool, VOID};
 use crate::memory::pool::page::{align_down, align_up};

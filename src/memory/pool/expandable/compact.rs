@@ -5,23 +5,7 @@
 //! and every one of them has a free block to go to (the plan of
 //! `pool/expandable/window.rs`: nothing moves in vain).
 //!
-//! The cost model counts bytes only (no timings), so the same calls make the
-//! same decisions on every machine: a window of `aligned` bytes is cleared
-//! when the allocations on it come to at most [`MOVE_PER_BYTE_SAVED`] times
-//! what the growth would map. Unmapping comes first
-//! (`unmap_before_growth`): free granules go back before anything moves.
-//! Pinned allocations, guarded ranges and whole-page pools never move; a
-//! move claims its allocation with the pin-word CAS every relocation uses.
-//!
-//! When no window serves, a *slide* may (`pool/expandable/slide.rs`, at
-//! most [`SLIDE_PER_BYTE_SAVED`] bytes moved per byte spared), then an
-//! evacuation of granule groups and slides (when one mapped byte in
-//! [`EVACUATE_WHEN_FREE_ONE_IN`] lies free); a relocation runs the same
-//! evacuation. A growth that would take the pool past its own high-water
-//! mark of bytes in use by more than one byte in
-//! [`HIGH_WATER_SLACK_ONE_IN`] evacuates before anything else: past that
-//! line a growth costs memory the pool never needed, so the holes of the
-//! whole pool are closed first, not only room for this reservation.
+//! The long form: `docs/modules.md`, "`src/memory/pool/expandable/compact.rs`".
 
 use super::moves::Step;
 use super::{ExpandablePool, PlannedMove, Slide};

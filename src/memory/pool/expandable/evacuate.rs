@@ -3,17 +3,7 @@
 //! allocation still touches stays mapped; after a load falls, such
 //! granules are most of what a stream holds beyond its live bytes.
 //!
-//! So an evacuation walks the granules from the top of the address space
-//! down. The allocations that touch the highest granule not yet looked at
-//! form a *group*; the group moves, all of it, into the best-fitting free
-//! blocks below the lowest granule it touches (planned on paper first,
-//! largest first, as a window's), when the granules only its members touch
-//! are worth its bytes: at least one byte released for every
-//! [`MOVE_PER_BYTE_SAVED`](crate::memory::MOVE_PER_BYTE_SAVED) moved.
-//! Moving down only, in one pass, ends and never undoes itself; and
-//! because the walk goes top down, a group whose neighbour above has just
-//! left counts the granule they shared as its own. The granules go back at
-//! the unmapping that follows (`unmap_all_free`).
+//! The long form: `docs/modules.md`, "`src/memory/pool/expandable/evacuate.rs`".
 
 use super::holes::{Hole, Holes};
 use super::{ExpandablePool, PlannedMove, VOID};

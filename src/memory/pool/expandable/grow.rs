@@ -2,20 +2,7 @@
 //! holds a reservation, the pool tries what costs no new memory before it
 //! maps any.
 //!
-//! 1. Unmap first: as many free granules as the growth would map go back
-//!    (the longest idle first), so a growth costs no memory where free
-//!    granules were left (`idle.rs`).
-//! 2. Where the caller lets addresses change (`PageUpdate::Allow`):
-//!    evacuate the whole pool when the growth would pass its high-water
-//!    mark; clear a window; slide a run down; evacuate when much of the
-//!    mapped room lies free (`compact.rs`, which weighs each against the
-//!    bytes it would move).
-//! 3. Map the fewest granules next to the free block that can use them
-//!    ([`ExpandablePool::reserve_new_page`]).
-//!
-//! After a reservation that may change pages, the pool trims its free room
-//! to its slack (`idle.rs`). Nothing here calls back into the service: the
-//! manager decided before it came here that the growth may happen.
+//! The long form: `docs/modules.md`, "`src/memory/pool/expandable/grow.rs`".
 
 use super::ExpandablePool;
 use super::compact::Evacuate;

@@ -4,22 +4,7 @@
 //! pool's slack), and the unmapping before a growth or after a compaction
 //! (`unmap_longest_idle`: as many bytes as asked, the longest idle first).
 //!
-//! A free block's node is no name for "free since": carving keeps the
-//! node for the carved start and names the rest anew, so a block that a
-//! stream carves from and frees into at every step (a backward pass's
-//! gradients, each taking the room the last one left) changes its node at
-//! every step, while the granules at its top have not been touched for
-//! thousands. So the time lives with the granule: the serial its last
-//! allocation was freed (or it was mapped for a slide), written on the
-//! release path, which does nothing more.
-//!
-//! A periodic cleanup sweeps the listed free blocks of a granule or more and
-//! unmaps each run of whole granules idle for a period; what is idle for
-//! less sets when the next sweep is due. A free that leaves whole granules
-//! makes one due a period later. Sweeps come a quarter period apart at
-//! least: each walks the free blocks of a granule or more, which after a
-//! sweep are only those freed within a period, so a churning stream pays
-//! one short walk every few reservations.
+//! The long form: `docs/modules.md`, "`src/memory/pool/expandable/idle.rs`".
 
 use super::ExpandablePool;
 use crate::storage::DeviceStorage;

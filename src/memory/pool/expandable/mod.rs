@@ -2,23 +2,7 @@
 //! mapped behind it a granule at a time as allocations need it, and
 //! unmapped again where whole granules lie free.
 //!
-//! Reserved bytes are mapped bytes. Because the address space is not the
-//! memory, holes in it cost nothing once their granules are unmapped: what a
-//! page-based pool loses to fragmentation (a page it cannot return while one
-//! allocation holds it) an expandable arena loses only inside the granules
-//! that live allocations touch.
-//!
-//! The free space of every range lives in one [`Arena`]. Address space with
-//! no memory behind it is a carved block owned by [`VOID`], so the arena's
-//! carve and coalescing never reach it; such *void* runs always start and end
-//! on granules. A reservation is served from mapped free blocks (best fit);
-//! growth maps the fewest granules next to the free block that can use them
-//! (see [`ExpandablePool::reserve_new_page`]). Each granule remembers when an
-//! allocation last let go of it (the release path only writes that down);
-//! whole free granules are unmapped at the stream's cleanup points: a
-//! periodic cleanup (those idle for the pool's `dealloc_period`, see
-//! `idle.rs`), an explicit one, a relocation, and before every growth, so
-//! that a growth first gives back what lies free ("unmapping first").
+//! The long form: `docs/modules.md`, "`src/memory/pool/expandable/mod.rs`".
 
 use super::page::{Backing, Placement, Sweep, Wanted, align_down, align_up};
 use crate::memory::config::{PoolConfig, PoolKind};

@@ -1,29 +1,7 @@
 //! Sliding compaction: allocations moved down over the free block right
 //! below them, closing it, the way a mark-compact collector slides its heap.
 //!
-//! An evacuation (`evacuate.rs`) needs, for each allocation it moves, a free
-//! block elsewhere that holds all of it. On a heap of many sizes the holes
-//! left are mostly smaller than the allocations above them (random sizes up
-//! to 8 MiB leave holes of under 1 MiB), so no group finds room and the
-//! granules the holes touch stay mapped. A slide needs no room elsewhere:
-//! the allocation moves down by the hole's size, overlapping itself (the
-//! storage's [`slide`](crate::storage::DeviceStorage::slide)), and the hole
-//! moves up above it, merging with the next. Sliding every allocation of a
-//! run in address order gathers all the run's free bytes into one block at
-//! its top, whose whole granules the unmapping that follows gives back.
-//!
-//! Slides are planned two ways, both over a range's blocks in address
-//! order, a run starting above free room (mapped or not) and sliding down to
-//! its start. At a compacting relocation: the run whose slide releases the
-//! most granules beyond those released already among the room it gathers,
-//! when those granules, times the bytes-moved-per-byte-saved rule, come to
-//! at least the bytes it moves. Before a growth: the cheapest run whose room
-//! holds the reservation. Either may cross void runs, mapping them first,
-//! which closes the partial granules at both edges of each: before a
-//! growth, when they come to less than the growth would map (it was to map
-//! that much anyway); at a relocation, while the pool stays within its
-//! high-water mark and no budget is shared (see
-//! [`DeviceStorage::shares_a_budget`]). A pinned allocation ends a run.
+//! The long form: `docs/modules.md`, "`src/memory/pool/expandable/slide.rs`".
 
 use super::blocks::{Block, RangeView, whole_granules};
 use super::{ExpandablePool, VOID};

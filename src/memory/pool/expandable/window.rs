@@ -2,15 +2,7 @@
 //! to clear for a reservation, and the free block each allocation on it
 //! moves to.
 //!
-//! A window is only worth clearing if everything on it has somewhere to go,
-//! so the plan places the window's allocations first, on paper: largest
-//! first, each in the smallest free block outside the window that holds it
-//! (best fit; ties to the lowest address), the rest of that block staying
-//! free for the next one. Windows are tried cheapest first (bytes to move;
-//! ties to the lowest address) until one places completely. A plan that
-//! moves nothing in vain is what makes compaction pay: without it, two
-//! thirds of the windows chosen on the random-allocations family ran out of
-//! room half-way and the growth happened anyway.
+//! The long form: `docs/modules.md`, "`src/memory/pool/expandable/window.rs`".
 
 use super::blocks::RangeView;
 use super::holes::{Hole, Holes};
