@@ -31,7 +31,7 @@ pub struct Page<'a> {
     pub title: String,
     /// The headline figures: (id, label, value); each value is shown in an
     /// element of that id (`fact-<id>`), as the text report writes it.
-    pub facts: Vec<(String, String, String)>,
+    pub facts: Vec<Fact>,
     /// Memory over time.
     pub timeline: &'a Timeline,
     /// The allocations live at sampled moments, where there is a trace.
@@ -184,52 +184,75 @@ pub fn write_html(page: &Page<'_>, path: &Path) -> Result<(), String> {
     std::fs::write(path, render(page)).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// The headline figures of a replay, worded as the text report words them.
-pub fn replay_facts(report: &ReplayReport, recorded: &str) -> Vec<(String, String, String)> {
-    let fact = |id: &str, label: &str, value: String| (id.to_string(), label.to_string(), value);
-    let mut facts = vec![
-        fact("events", "events", report.events.to_string()),
-        fact(
-            "peak-live",
-            "peak live",
-            Bytes(report.peak_live_bytes).to_string(),
-        ),
-        fact(
-            "peak-reserved",
-            "peak reserved (streamalloc)",
-            Bytes(report.peak_reserved_bytes).to_string(),
-        ),
+/// A headline figure: (id, label, value).
+pub type Fact = (String, String, String);
+
+fn fact(id: &str, label: &str, value: impl ToString) -> Fact {
+    (id.to_string(), label.to_string(), value.to_string())
+}
+
+/// The peaks, as every report opens its figures.
+fn peak_facts(live: u64, reserved: u64, reserved_label: &str, ratio: f64) -> [Fact; 3] {
+    [
+        fact("peak-live", "peak live", Bytes(live)),
+        fact("peak-reserved", reserved_label, Bytes(reserved)),
         fact(
             "reserved-over-live",
             "reserved / live",
-            format!("{:.3}", report.reserved_over_live),
+            format!("{ratio:.3}"),
         ),
-    ];
-    if let Some(theirs) = report.recorded_peak_reserved_bytes {
-        facts.push(fact(
-            "recorded-reserved",
-            &format!("{recorded} reserved"),
-            Bytes(theirs).to_string(),
-        ));
-    }
-    facts.extend([
+    ]
+}
+
+/// What the device held once the load fell, the failures, and the driver.
+fn closing_facts(
+    settled: u64,
+    failures: (&str, u64),
+    driver: &crate::storage::DriverReport,
+    per: &str,
+) -> [Fact; 4] {
+    [
         fact(
             "settled-reserved",
             "reserved after the load fell",
-            Bytes(report.settled_reserved_bytes).to_string(),
+            Bytes(settled),
         ),
-        fact("failures", "failures", report.failures.to_string()),
+        fact("failures", failures.0, failures.1),
         fact(
             "driver",
-            "driver, modeled (us per event)",
-            format!("{:.1}", report.driver.modeled_us_per_event),
+            &format!("driver, modeled (us per {per})"),
+            format!("{:.1}", driver.modeled_us_per_event),
         ),
         fact(
             "mapped-over-peak",
             "granules mapped / peak",
-            format!("{:.2}", report.driver.mapped_over_peak),
+            format!("{:.2}", driver.mapped_over_peak),
         ),
-    ]);
+    ]
+}
+
+/// The headline figures of a replay, worded as the text report words them.
+pub fn replay_facts(report: &ReplayReport, recorded: &str) -> Vec<Fact> {
+    let mut facts = vec![fact("events", "events", report.events)];
+    facts.extend(peak_facts(
+        report.peak_live_bytes,
+        report.peak_reserved_bytes,
+        "peak reserved (streamalloc)",
+        report.reserved_over_live,
+    ));
+    if let Some(theirs) = report.recorded_peak_reserved_bytes {
+        facts.push(fact(
+            "recorded-reserved",
+            &format!("{recorded} reserved"),
+            Bytes(theirs),
+        ));
+    }
+    facts.extend(closing_facts(
+        report.settled_reserved_bytes,
+        ("failures", report.failures),
+        &report.driver,
+        "event",
+    ));
     facts
 }
 
@@ -281,51 +304,21 @@ pub fn replay_tables(report: &ReplayReport) -> Vec<Table> {
 }
 
 /// The headline figures of a simulation, worded as its text report.
-pub fn simulation_facts(
-    report: &crate::simulate::SimulationReport,
-) -> Vec<(String, String, String)> {
-    let fact = |id: &str, label: &str, value: String| (id.to_string(), label.to_string(), value);
-    vec![
-        fact("requests", "requests", report.requests.to_string()),
-        fact(
-            "peak-live",
-            "peak live",
-            Bytes(report.peak_live_bytes).to_string(),
-        ),
-        fact(
-            "peak-reserved",
-            "peak reserved",
-            Bytes(report.peak_reserved_bytes).to_string(),
-        ),
-        fact(
-            "reserved-over-live",
-            "reserved / live",
-            format!(
-                "{:.3}",
-                report.peak_reserved_bytes as f64 / report.peak_live_bytes.max(1) as f64
-            ),
-        ),
-        fact(
-            "settled-reserved",
-            "reserved after the load fell",
-            Bytes(report.settled_reserved_bytes).to_string(),
-        ),
-        fact(
-            "failures",
-            "failed requests",
-            report.failed_requests.to_string(),
-        ),
-        fact(
-            "driver",
-            "driver, modeled (us per reservation)",
-            format!("{:.1}", report.driver.modeled_us_per_event),
-        ),
-        fact(
-            "mapped-over-peak",
-            "granules mapped / peak",
-            format!("{:.2}", report.driver.mapped_over_peak),
-        ),
-    ]
+pub fn simulation_facts(report: &crate::simulate::SimulationReport) -> Vec<Fact> {
+    let mut facts = vec![fact("requests", "requests", report.requests)];
+    facts.extend(peak_facts(
+        report.peak_live_bytes,
+        report.peak_reserved_bytes,
+        "peak reserved",
+        report.peak_reserved_bytes as f64 / report.peak_live_bytes.max(1) as f64,
+    ));
+    facts.extend(closing_facts(
+        report.settled_reserved_bytes,
+        ("failed requests", report.failed_requests),
+        &report.driver,
+        "reservation",
+    ));
+    facts
 }
 
 /// The per-stream and per-pool tables of a simulation.

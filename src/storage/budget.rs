@@ -169,9 +169,10 @@ impl<S: DeviceStorage> BudgetedStorage<S> {
 }
 
 impl<S: DeviceStorage> DeviceStorage for BudgetedStorage<S> {
-    fn alignment(&self) -> u64 {
-        self.inner.alignment()
-    }
+    // Address space costs nothing (`reserve_range`): only mapped bytes are
+    // granted. Unmapped bytes go back at the flush that unmaps them.
+    forward_to_inner!(inner: alignment, deallocate, resource, write, read, copy, slide);
+    forward_to_inner!(inner: bytes_allocated, granule, reserve_range, unmap, driver_ops);
 
     fn allocate(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
         if !self.budget.try_reserve(size) {
@@ -193,10 +194,6 @@ impl<S: DeviceStorage> DeviceStorage for BudgetedStorage<S> {
         }
     }
 
-    fn deallocate(&mut self, id: StorageId) {
-        self.inner.deallocate(id)
-    }
-
     fn flush(&mut self) {
         let before = self.inner.bytes_allocated();
         let granules = self.inner.driver_ops().granules_mapped();
@@ -207,43 +204,10 @@ impl<S: DeviceStorage> DeviceStorage for BudgetedStorage<S> {
             .granules_moved(granules, self.inner.driver_ops().granules_mapped());
     }
 
-    fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError> {
-        self.inner.resource(handle)
-    }
-
-    fn write(&mut self, handle: &StorageHandle, data: &[u8]) -> Result<(), StorageError> {
-        self.inner.write(handle, data)
-    }
-
-    fn read(&mut self, handle: &StorageHandle, out: &mut [u8]) -> Result<(), StorageError> {
-        self.inner.read(handle, out)
-    }
-
-    fn copy(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
-        self.inner.copy(from, to)
-    }
-
-    fn slide(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
-        self.inner.slide(from, to)
-    }
-
     /// The budget is the device's, shared by every stream's storage (an
     /// unlimited one refuses nothing).
     fn shares_a_budget(&self) -> bool {
         self.budget.limit() < u64::MAX || self.inner.shares_a_budget()
-    }
-
-    fn bytes_allocated(&self) -> u64 {
-        self.inner.bytes_allocated()
-    }
-
-    fn granule(&self) -> Option<u64> {
-        self.inner.granule()
-    }
-
-    /// Address space costs nothing: only mapped bytes are granted.
-    fn reserve_range(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
-        self.inner.reserve_range(size)
     }
 
     /// Granted before it is mapped, as a page is before it is allocated.
@@ -268,15 +232,6 @@ impl<S: DeviceStorage> DeviceStorage for BudgetedStorage<S> {
                 Err(err)
             }
         }
-    }
-
-    /// The bytes go back at the flush that unmaps them (`flush` counts them).
-    fn unmap(&mut self, range: &StorageHandle) {
-        self.inner.unmap(range)
-    }
-
-    fn driver_ops(&self) -> DriverOps {
-        self.inner.driver_ops()
     }
 }
 

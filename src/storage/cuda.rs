@@ -4,6 +4,7 @@
 //! The long form: `docs/modules.md`, "`src/storage/cuda.rs`".
 
 use super::cuda_vmm::{self, CudaRange};
+use super::give_back::GiveBack;
 use super::id_map::IdMap;
 use super::{
     DeviceStorage, DriverOps, Resource, StorageError, StorageHandle, StorageId, check_range,
@@ -36,11 +37,9 @@ pub struct CudaStorage {
     stream: Arc<CudaStream>,
     /// Live pages.
     pages: IdMap<CudaPage>,
-    /// Pages queued by `deallocate`.
-    pending: Vec<StorageId>,
     /// The next id; never reused.
     next_id: u64,
-    /// Bytes held, pending pages (and unmappings) included.
+    /// Bytes held, those queued to go back included.
     bytes: u64,
     /// The device's ordinal (where physical granules are placed).
     ordinal: i32,
@@ -48,8 +47,8 @@ pub struct CudaStorage {
     granule: Option<u64>,
     /// Reserved ranges of address space.
     ranges: IdMap<CudaRange>,
-    /// Unmappings queued by `unmap`, done at `flush`.
-    pending_unmaps: Vec<StorageHandle>,
+    /// Pages, ranges and granules queued to go back at `flush`.
+    give_back: GiveBack,
     /// The driver calls made so far (`driver.rs`).
     ops: DriverOps,
     /// Work on this storage's memory is queued on streams it does not
@@ -144,13 +143,12 @@ impl CudaStorage {
             context,
             stream,
             pages: IdMap::default(),
-            pending: Vec::new(),
             next_id: 1,
             bytes: 0,
             ordinal,
             granule,
             ranges: IdMap::default(),
-            pending_unmaps: Vec::new(),
+            give_back: GiveBack::default(),
             ops: DriverOps::default(),
             foreign_streams: false,
             in_flight: std::collections::VecDeque::new(),
@@ -220,7 +218,8 @@ impl CudaStorage {
     /// could be recorded (the caller waits instead).
     fn defer_pages(&mut self) -> bool {
         let pages: Vec<StorageId> = self
-            .pending
+            .give_back
+            .frees()
             .iter()
             .copied()
             .filter(|id| self.pages.contains_key(id))
@@ -238,7 +237,7 @@ impl CudaStorage {
             return false;
         }
         self.ops.event_recorded();
-        self.pending.retain(|id| !pages.contains(id));
+        self.give_back.forget_frees(&pages);
         self.in_flight.push_back(InFlight { event, pages });
         true
     }
@@ -394,9 +393,7 @@ impl DeviceStorage for CudaStorage {
 
     fn deallocate(&mut self, id: StorageId) {
         let known = self.pages.contains_key(&id) || self.ranges.contains_key(&id);
-        if known && !self.pending.contains(&id) {
-            self.pending.push(id);
-        }
+        self.give_back.free(id, known);
     }
 
     fn flush(&mut self) {
@@ -407,14 +404,15 @@ impl DeviceStorage for CudaStorage {
             .bytes
             .saturating_sub(std::mem::take(&mut self.freed_uncounted));
         self.reap(false);
-        if self.ordered_reclaim && self.pending_unmaps.is_empty() && !self.foreign_streams {
+        if self.ordered_reclaim && !self.give_back.has_unmaps() && !self.foreign_streams {
             // Pages alone (ranges go back after a wait, below): no wait.
-            let only_pages = self.pending.iter().all(|id| !self.ranges.contains_key(id));
+            let only_pages =
+                (self.give_back.frees().iter()).all(|id| !self.ranges.contains_key(id));
             if only_pages && self.defer_pages() {
                 return;
             }
         }
-        if self.pending.is_empty() && self.pending_unmaps.is_empty() {
+        if self.give_back.is_empty() {
             return;
         }
         // Work queued on the stream (or, for memory others use, on any
@@ -425,14 +423,15 @@ impl DeviceStorage for CudaStorage {
             self.stream.synchronize()
         };
         self.ops.waited();
-        for handle in std::mem::take(&mut self.pending_unmaps) {
+        let (unmaps, frees) = self.give_back.take();
+        for handle in unmaps {
             if let Some(range) = self.ranges.get_mut(&handle.id)
                 && range.unmap(&handle, &mut self.ops)
             {
                 self.bytes = self.bytes.saturating_sub(handle.size);
             }
         }
-        for id in std::mem::take(&mut self.pending) {
+        for id in frees {
             if let Some(page) = self.pages.remove(&id) {
                 self.free_page(page);
             }
@@ -536,9 +535,8 @@ impl DeviceStorage for CudaStorage {
     }
 
     fn unmap(&mut self, handle: &StorageHandle) {
-        if self.ranges.contains_key(&handle.id) {
-            self.pending_unmaps.push(*handle);
-        }
+        let known = self.ranges.contains_key(&handle.id);
+        self.give_back.unmap(handle, known);
     }
 
     fn driver_ops(&self) -> DriverOps {

@@ -93,33 +93,13 @@ impl<S: DeviceStorage> LimitedStorage<S> {
 }
 
 impl<S: DeviceStorage> DeviceStorage for LimitedStorage<S> {
-    fn alignment(&self) -> u64 {
-        self.inner.alignment()
-    }
+    forward_to_inner!(inner: alignment, deallocate, flush, resource, write, read);
+    forward_to_inner!(inner: bytes_allocated, granule, reserve_range, unmap);
+    forward_to_inner!(inner: shares_a_budget, driver_ops);
 
     fn allocate(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
         self.admit(size)?;
         self.inner.allocate(size)
-    }
-
-    fn deallocate(&mut self, id: StorageId) {
-        self.inner.deallocate(id)
-    }
-
-    fn flush(&mut self) {
-        self.inner.flush()
-    }
-
-    fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError> {
-        self.inner.resource(handle)
-    }
-
-    fn write(&mut self, handle: &StorageHandle, data: &[u8]) -> Result<(), StorageError> {
-        self.inner.write(handle, data)
-    }
-
-    fn read(&mut self, handle: &StorageHandle, out: &mut [u8]) -> Result<(), StorageError> {
-        self.inner.read(handle, out)
     }
 
     fn copy(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
@@ -133,34 +113,10 @@ impl<S: DeviceStorage> DeviceStorage for LimitedStorage<S> {
         self.inner.copy(from, to)
     }
 
-    fn bytes_allocated(&self) -> u64 {
-        self.inner.bytes_allocated()
-    }
-
-    fn granule(&self) -> Option<u64> {
-        self.inner.granule()
-    }
-
-    fn reserve_range(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
-        self.inner.reserve_range(size)
-    }
-
     /// A mapping is an allocation: counted, faulted and capped alike.
     fn map(&mut self, range: &StorageHandle) -> Result<(), StorageError> {
         self.admit(range.size)?;
         self.inner.map(range)
-    }
-
-    fn unmap(&mut self, range: &StorageHandle) {
-        self.inner.unmap(range)
-    }
-
-    fn shares_a_budget(&self) -> bool {
-        self.inner.shares_a_budget()
-    }
-
-    fn driver_ops(&self) -> DriverOps {
-        self.inner.driver_ops()
     }
 }
 

@@ -10,12 +10,15 @@
 // debug build would take a stream down for one caller's bad numbers).
 #![warn(clippy::arithmetic_side_effects, clippy::disallowed_methods)]
 
+#[macro_use]
+mod macros;
 mod budget;
 #[cfg(feature = "cuda")]
 mod cuda;
 #[cfg(feature = "cuda")]
 mod cuda_vmm;
 mod driver;
+mod give_back;
 mod granules;
 mod host;
 mod id_map;

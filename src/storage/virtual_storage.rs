@@ -2,6 +2,7 @@
 //! the scaling benches use, so a trace that peaks at 80 GB replays on a
 //! machine with 24 GB (as RMM's replay simulates a GPU of a given size).
 
+use super::give_back::GiveBack;
 use super::id_map::IdMap;
 use super::{
     DeviceStorage, DriverOps, GranuleMap, Resource, StorageError, StorageHandle, StorageId,
@@ -31,11 +32,9 @@ pub struct MapChurn {
 pub struct VirtualStorage {
     /// Size of each live page.
     pages: IdMap<u64>,
-    /// Pages queued by `deallocate`.
-    pending: Vec<StorageId>,
     /// The next id; never reused.
     next_id: u64,
-    /// Bytes held, pending pages included.
+    /// Bytes held, those queued to go back included.
     bytes: u64,
     /// The alignment of page starts this storage reports.
     alignment: u64,
@@ -48,8 +47,8 @@ pub struct VirtualStorage {
     granule: Option<u64>,
     /// Reserved ranges and what is mapped in them.
     ranges: IdMap<GranuleMap>,
-    /// Unmappings queued by `unmap`.
-    pending_unmaps: Vec<StorageHandle>,
+    /// Pages, ranges and granules queued to go back at the next flush.
+    give_back: GiveBack,
     /// What a CUDA device's driver would have been asked (`driver.rs`).
     ops: DriverOps,
 }
@@ -65,7 +64,6 @@ impl VirtualStorage {
     pub fn new() -> Self {
         Self {
             pages: IdMap::default(),
-            pending: Vec::new(),
             next_id: 1,
             bytes: 0,
             alignment: 256,
@@ -73,7 +71,7 @@ impl VirtualStorage {
             churn: MapChurn::default(),
             granule: Some(DEFAULT_GRANULE),
             ranges: IdMap::default(),
-            pending_unmaps: Vec::new(),
+            give_back: GiveBack::default(),
             ops: DriverOps::default(),
         }
     }
@@ -150,18 +148,14 @@ impl DeviceStorage for VirtualStorage {
 
     fn deallocate(&mut self, id: StorageId) {
         let known = self.pages.contains_key(&id) || self.ranges.contains_key(&id);
-        if known && !self.pending.contains(&id) {
-            self.pending.push(id);
-        }
+        self.give_back.free(id, known);
     }
 
     fn flush(&mut self) {
-        if self.pending.is_empty() && self.pending_unmaps.is_empty() {
+        let Some((unmaps, frees)) = self.give_back.take_after_wait(&mut self.ops) else {
             return;
-        }
-        // A device waits for its stream's work before it lets memory go.
-        self.ops.waited();
-        for handle in self.pending_unmaps.drain(..) {
+        };
+        for handle in unmaps {
             if let Some(range) = self.ranges.get_mut(&handle.id)
                 && range.unmap(&handle)
             {
@@ -171,7 +165,7 @@ impl DeviceStorage for VirtualStorage {
                     .unmapped(handle.size.checked_div(range.granule()).unwrap_or(0));
             }
         }
-        for id in self.pending.drain(..) {
+        for id in frees {
             if let Some(size) = self.pages.remove(&id) {
                 self.bytes = self.bytes.saturating_sub(size);
                 self.ops.page_freed(size);
@@ -204,23 +198,14 @@ impl DeviceStorage for VirtualStorage {
         Err(StorageError::NoBacking)
     }
 
-    fn copy(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
-        self.moved(from, to)?;
-        self.ops.copied(from.size);
-        Ok(())
-    }
-
-    /// Nothing is copied: one check of both ranges, counted as the copies
-    /// a device would queue.
-    fn slide(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
-        let distance = super::check_slide(from, to)?;
-        self.moved(from, to)?;
-        self.ops.slid(from.size, distance);
-        Ok(())
-    }
+    copy_and_slide_by!(moved);
 
     fn bytes_allocated(&self) -> u64 {
         self.bytes
+    }
+
+    fn driver_ops(&self) -> DriverOps {
+        self.ops
     }
 
     fn granule(&self) -> Option<u64> {
@@ -254,13 +239,8 @@ impl DeviceStorage for VirtualStorage {
     }
 
     fn unmap(&mut self, handle: &StorageHandle) {
-        if self.ranges.contains_key(&handle.id) {
-            self.pending_unmaps.push(*handle);
-        }
-    }
-
-    fn driver_ops(&self) -> DriverOps {
-        self.ops
+        let known = self.ranges.contains_key(&handle.id);
+        self.give_back.unmap(handle, known);
     }
 }
 

@@ -1,6 +1,7 @@
 //! Pages of real host memory: the default storage, so that everything runs
 //! on a machine without a GPU and every byte written can be read back.
 
+use super::give_back::GiveBack;
 use super::id_map::IdMap;
 use super::{
     DeviceStorage, DriverOps, GranuleMap, Resource, StorageError, StorageHandle, StorageId,
@@ -248,18 +249,15 @@ unsafe impl Send for HostRange {}
 pub struct HostStorage {
     /// Live pages by id.
     pages: IdMap<HostPage>,
-    /// Pages queued by `deallocate`, freed at `flush`.
-    pending: Vec<StorageId>,
     /// The next id to hand out; ids are never reused.
     next_id: u64,
-    /// Bytes held, pending pages included.
+    /// Bytes held, those queued to go back included.
     bytes: u64,
     /// Reserved ranges.
     #[cfg(unix)]
     ranges: IdMap<HostRange>,
-    /// Unmappings queued by `unmap`.
-    #[cfg(unix)]
-    pending_unmaps: Vec<StorageHandle>,
+    /// Pages, ranges and granules queued to go back at `flush`.
+    give_back: GiveBack,
     /// What a CUDA device's driver would have been asked for the same
     /// calls (`driver.rs`): the same counts a `VirtualStorage` keeps.
     ops: DriverOps,
@@ -346,23 +344,17 @@ impl DeviceStorage for HostStorage {
         let known = self.pages.contains_key(&id) || self.ranges.contains_key(&id);
         #[cfg(not(unix))]
         let known = self.pages.contains_key(&id);
-        if known && !self.pending.contains(&id) {
-            self.pending.push(id);
-        }
+        self.give_back.free(id, known);
     }
 
     fn flush(&mut self) {
-        #[cfg(unix)]
-        let idle = self.pending.is_empty() && self.pending_unmaps.is_empty();
-        #[cfg(not(unix))]
-        let idle = self.pending.is_empty();
-        if idle {
+        let Some((unmaps, frees)) = self.give_back.take_after_wait(&mut self.ops) else {
             return;
-        }
-        // A device waits for its stream's work before it lets memory go.
-        self.ops.waited();
+        };
+        #[cfg(not(unix))]
+        drop(unmaps); // no ranges: nothing was queued
         #[cfg(unix)]
-        for handle in std::mem::take(&mut self.pending_unmaps) {
+        for handle in unmaps {
             if let Some(range) = self.ranges.get_mut(&handle.id)
                 && range.unmap(&handle)
             {
@@ -371,7 +363,7 @@ impl DeviceStorage for HostStorage {
                     .unmapped(handle.size.checked_div(range.map.granule()).unwrap_or(0));
             }
         }
-        for id in std::mem::take(&mut self.pending) {
+        for id in frees {
             if let Some(page) = self.pages.remove(&id) {
                 self.bytes = self.bytes.saturating_sub(page.size());
                 self.ops.page_freed(page.size());
@@ -423,23 +415,14 @@ impl DeviceStorage for HostStorage {
         Ok(())
     }
 
-    fn copy(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
-        self.memmove(from, to)?;
-        self.ops.copied(from.size);
-        Ok(())
-    }
-
-    /// `copy` is a `memmove`: one call, overlap and all (counted as the
-    /// copies a device would queue for it).
-    fn slide(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
-        let distance = super::check_slide(from, to)?;
-        self.memmove(from, to)?;
-        self.ops.slid(from.size, distance);
-        Ok(())
-    }
+    copy_and_slide_by!(memmove);
 
     fn bytes_allocated(&self) -> u64 {
         self.bytes
+    }
+
+    fn driver_ops(&self) -> DriverOps {
+        self.ops
     }
 
     #[cfg(unix)]
@@ -474,123 +457,10 @@ impl DeviceStorage for HostStorage {
 
     #[cfg(unix)]
     fn unmap(&mut self, handle: &StorageHandle) {
-        if self.ranges.contains_key(&handle.id) {
-            self.pending_unmaps.push(*handle);
-        }
-    }
-
-    fn driver_ops(&self) -> DriverOps {
-        self.ops
+        let known = self.ranges.contains_key(&handle.id);
+        self.give_back.unmap(handle, known);
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bytes_written_read_back_and_copied() {
-        let mut storage = HostStorage::new();
-        let a = storage.allocate(8192).unwrap();
-        let b = storage.allocate(4096).unwrap();
-        let src = a.sub_range(100, 104).unwrap();
-        storage.write(&src, &[1, 2, 3, 4]).unwrap();
-        let dst = b.sub_range(10, 14).unwrap();
-        storage.copy(&src, &dst).unwrap();
-        let mut out = [0u8; 4];
-        storage.read(&dst, &mut out).unwrap();
-        assert_eq!(out, [1, 2, 3, 4]);
-        // Within one page too, overlapping.
-        let shifted = a.sub_range(102, 106).unwrap();
-        storage.copy(&src, &shifted).unwrap();
-        storage
-            .read(&a.sub_range(100, 106).unwrap(), &mut [0; 6])
-            .unwrap();
-        let mut six = [0u8; 6];
-        storage
-            .read(&a.sub_range(100, 106).unwrap(), &mut six)
-            .unwrap();
-        assert_eq!(six, [1, 2, 1, 2, 3, 4]);
-        assert_eq!(
-            storage.resource(&a).unwrap().addr % HOST_PAGE_ALIGN as u64,
-            0
-        );
-    }
-
-    #[test]
-    fn deallocation_waits_for_flush() {
-        let mut storage = HostStorage::new();
-        let a = storage.allocate(4096).unwrap();
-        storage.deallocate(a.id);
-        storage.deallocate(a.id);
-        assert_eq!(storage.bytes_allocated(), 4096);
-        storage.flush();
-        assert_eq!(storage.bytes_allocated(), 0);
-        assert_eq!(storage.resource(&a), Err(StorageError::UnknownPage(a.id)));
-    }
-
-    #[cfg(unix)]
-    #[test]
-    fn a_range_holds_bytes_where_mapped_and_forgets_them_when_unmapped() {
-        let mut storage = HostStorage::new();
-        let g = HOST_GRANULE;
-        let range = storage.reserve_range(4 * g).unwrap();
-        let base = storage.resource(&range).unwrap().addr;
-        assert_eq!(base % 4096, 0);
-        let second = range.sub_range(g, 2 * g).unwrap();
-        // Not mapped yet: refused, not a fault.
-        let bytes = range.sub_range(g + 10, g + 14).unwrap();
-        assert!(matches!(
-            storage.write(&bytes, &[1, 2, 3, 4]),
-            Err(StorageError::Unmapped { .. })
-        ));
-        storage.map(&second).unwrap();
-        assert_eq!(storage.bytes_allocated(), g);
-        storage.write(&bytes, &[1, 2, 3, 4]).unwrap();
-        let third = range.sub_range(2 * g, 3 * g).unwrap();
-        storage.map(&third).unwrap();
-        let moved = range.sub_range(2 * g + 8, 2 * g + 12).unwrap();
-        storage.copy(&bytes, &moved).unwrap();
-        // A copy across the two mapped granules.
-        let across = range.sub_range(2 * g - 2, 2 * g + 2).unwrap();
-        storage.write(&across, &[9, 8, 7, 6]).unwrap();
-        let mut out = [0u8; 4];
-        storage.read(&moved, &mut out).unwrap();
-        assert_eq!(out, [1, 2, 3, 4]);
-        storage.read(&across, &mut out).unwrap();
-        assert_eq!(out, [9, 8, 7, 6]);
-        storage.unmap(&second);
-        storage.flush();
-        assert_eq!(storage.bytes_allocated(), g);
-        assert!(storage.read(&bytes, &mut out).is_err());
-        // Mapped again: zero, as fresh memory.
-        storage.map(&second).unwrap();
-        storage.read(&bytes, &mut out).unwrap();
-        assert_eq!(out, [0; 4]);
-        storage.read(&moved, &mut out).unwrap();
-        assert_eq!(out, [1, 2, 3, 4]);
-        storage.deallocate(range.id);
-        storage.flush();
-        assert_eq!(storage.bytes_allocated(), 0);
-    }
-
-    #[test]
-    fn out_of_range_is_an_error() {
-        let mut storage = HostStorage::new();
-        let a = storage.allocate(4096).unwrap();
-        let beyond = StorageHandle {
-            id: a.id,
-            offset: 4000,
-            size: 200,
-        };
-        assert!(matches!(
-            storage.write(&beyond, &[0; 10]),
-            Err(StorageError::OutOfRange { .. })
-        ));
-        assert!(matches!(
-            storage.read(&a, &mut vec![0; 5000]),
-            Err(StorageError::OutOfRange { .. })
-        ));
-        assert_eq!(storage.allocate(0), Err(StorageError::InvalidSize(0)));
-    }
-}
+mod tests;

@@ -1,0 +1,104 @@
+//! Methods that several storages implement alike, written once: what a
+//! wrapping storage passes to the storage it wraps unchanged
+//! (`BudgetedStorage`, `LimitedStorage`), and `copy` and `slide` for a
+//! storage that moves overlapping bytes in one call (`HostStorage`,
+//! `VirtualStorage`).
+
+/// Implement the named `DeviceStorage` methods by calling the same method
+/// of the field `$inner`: `forward_to_inner!(inner: alignment, granule);`
+/// inside an `impl DeviceStorage`.
+macro_rules! forward_to_inner {
+    ($inner:ident: $($method:ident),+ $(,)?) => {
+        $(forward_to_inner!(@one $inner $method);)+
+    };
+    (@one $inner:ident alignment) => {
+        fn alignment(&self) -> u64 {
+            self.$inner.alignment()
+        }
+    };
+    (@one $inner:ident deallocate) => {
+        fn deallocate(&mut self, id: StorageId) {
+            self.$inner.deallocate(id)
+        }
+    };
+    (@one $inner:ident flush) => {
+        fn flush(&mut self) {
+            self.$inner.flush()
+        }
+    };
+    (@one $inner:ident resource) => {
+        fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError> {
+            self.$inner.resource(handle)
+        }
+    };
+    (@one $inner:ident write) => {
+        fn write(&mut self, handle: &StorageHandle, data: &[u8]) -> Result<(), StorageError> {
+            self.$inner.write(handle, data)
+        }
+    };
+    (@one $inner:ident read) => {
+        fn read(&mut self, handle: &StorageHandle, out: &mut [u8]) -> Result<(), StorageError> {
+            self.$inner.read(handle, out)
+        }
+    };
+    (@one $inner:ident copy) => {
+        fn copy(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
+            self.$inner.copy(from, to)
+        }
+    };
+    (@one $inner:ident slide) => {
+        fn slide(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
+            self.$inner.slide(from, to)
+        }
+    };
+    (@one $inner:ident bytes_allocated) => {
+        fn bytes_allocated(&self) -> u64 {
+            self.$inner.bytes_allocated()
+        }
+    };
+    (@one $inner:ident granule) => {
+        fn granule(&self) -> Option<u64> {
+            self.$inner.granule()
+        }
+    };
+    (@one $inner:ident reserve_range) => {
+        fn reserve_range(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
+            self.$inner.reserve_range(size)
+        }
+    };
+    (@one $inner:ident unmap) => {
+        fn unmap(&mut self, range: &StorageHandle) {
+            self.$inner.unmap(range)
+        }
+    };
+    (@one $inner:ident shares_a_budget) => {
+        fn shares_a_budget(&self) -> bool {
+            self.$inner.shares_a_budget()
+        }
+    };
+    (@one $inner:ident driver_ops) => {
+        fn driver_ops(&self) -> DriverOps {
+            self.$inner.driver_ops()
+        }
+    };
+}
+
+/// Implement `copy` and `slide` for a storage whose `$move(from, to)`
+/// handles overlapping ranges (a `memmove`): a slide is one call, counted
+/// as the chunked copies a device would queue for it.
+macro_rules! copy_and_slide_by {
+    ($move:ident) => {
+        fn copy(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
+            self.$move(from, to)?;
+            self.ops.copied(from.size);
+            Ok(())
+        }
+
+        fn slide(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
+            let distance = super::check_slide(from, to)?;
+            self.$move(from, to)?;
+            self.ops.slid(from.size, distance);
+            Ok(())
+        }
+    };
+}
