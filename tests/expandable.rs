@@ -7,8 +7,8 @@ mod common;
 use common::MIB;
 use std::sync::Arc;
 use streamalloc::memory::{
-    Allocation, Cleanup, MemoryConfig, MemoryError, MemoryManager, PageUpdate, PoolKind,
-    RelocationReason,
+    Allocation, Cleanup, DeviceProperties, MemoryConfig, MemoryConfiguration, MemoryError,
+    MemoryManager, PageUpdate, PoolKind, RelocationReason,
 };
 use streamalloc::storage::{
     BudgetedStorage, DeviceBudget, DeviceStorage, HOST_GRANULE, HostStorage, StorageError,
@@ -16,6 +16,21 @@ use streamalloc::storage::{
 };
 
 type Memory = MemoryManager<HostStorage>;
+
+/// Reservations a free granule of the default layout stays mapped.
+fn expandable_period() -> u64 {
+    let pools = MemoryConfiguration::Expandable.pools(&DeviceProperties::default());
+    pools[0]
+        .dealloc_period
+        .expect("the default layout unmaps idle granules")
+}
+
+/// The free room a default manager keeps mapped: one byte in this many.
+fn default_slack() -> u64 {
+    MemoryConfig::default()
+        .free_slack_one_in
+        .expect("on by default")
+}
 
 fn memory() -> Memory {
     MemoryManager::new(HostStorage::new(), MemoryConfig::default())
@@ -588,7 +603,7 @@ fn a_growth_past_the_high_water_mark_compacts_the_whole_pool_first() {
 
 #[test]
 fn granules_idle_for_a_period_go_back_while_the_blocks_around_them_churn() {
-    use streamalloc::memory::EXPANDABLE_DEALLOC_PERIOD;
+    let period = expandable_period();
     let mut memory = untrimmed();
     // A forward pass: 64 activations of 2 MiB, each filled with its byte.
     let mut activations: Vec<_> = (0..64u8)
@@ -611,7 +626,7 @@ fn granules_idle_for_a_period_go_back_while_the_blocks_around_them_churn() {
     }
     // At its last call the stream holds what it let go within a period
     // (and the sweep's spacing), not the whole pass.
-    let recent = (EXPANDABLE_DEALLOC_PERIOD + EXPANDABLE_DEALLOC_PERIOD / 4 + 2) * 2 * MIB;
+    let recent = (period + period / 4 + 2) * 2 * MIB;
     assert!(
         memory.bytes_reserved() <= recent,
         "{} MiB still mapped",
@@ -622,7 +637,7 @@ fn granules_idle_for_a_period_go_back_while_the_blocks_around_them_churn() {
 
 #[test]
 fn a_manager_alone_gives_back_what_its_stream_let_go_at_its_next_reservation() {
-    use streamalloc::memory::DEFAULT_FREE_SLACK_ONE_IN;
+    let slack_one_in = default_slack();
     let mut memory = memory();
     let kept: Vec<Allocation> = (0..8)
         .map(|_| memory.reserve(4 * MIB, PageUpdate::Allow).unwrap())
@@ -641,7 +656,7 @@ fn a_manager_alone_gives_back_what_its_stream_let_go_at_its_next_reservation() {
     // What it holds free now is its slack (and a granule past it), not the
     // 96 MiB: a period's wait would keep them mapped until its next call.
     let in_use = memory.bytes_in_use();
-    let slack = (in_use / DEFAULT_FREE_SLACK_ONE_IN).max(HOST_GRANULE);
+    let slack = (in_use / slack_one_in).max(HOST_GRANULE);
     assert!(
         memory.bytes_reserved() <= in_use + slack + HOST_GRANULE,
         "{} MiB mapped for {} MiB in use",
@@ -658,7 +673,8 @@ fn a_manager_alone_gives_back_what_its_stream_let_go_at_its_next_reservation() {
 #[test]
 fn a_service_stream_gives_back_what_it_let_go_at_its_next_reservation() {
     use streamalloc::clock::ManualClock;
-    use streamalloc::memory::{DEFAULT_FREE_SLACK_ONE_IN, StreamId};
+    use streamalloc::memory::StreamId;
+    let slack_one_in = default_slack();
     use streamalloc::service::{ServiceConfig, Supervisor};
     // No policy and no idle tick: only the stream's own trim can give
     // the room back before the period.
@@ -675,7 +691,7 @@ fn a_service_stream_gives_back_what_it_let_go_at_its_next_reservation() {
     drop(activations);
     let last = stream.reserve(MIB).unwrap();
     let in_use = 33 * MIB;
-    let slack = (in_use / DEFAULT_FREE_SLACK_ONE_IN).max(HOST_GRANULE);
+    let slack = (in_use / slack_one_in).max(HOST_GRANULE);
     let reserved = device.device_stats().bytes_reserved;
     assert!(
         reserved <= in_use + slack + HOST_GRANULE,
@@ -689,20 +705,20 @@ fn a_service_stream_gives_back_what_it_let_go_at_its_next_reservation() {
 
 #[test]
 fn a_granule_wanted_again_within_the_period_stays_mapped() {
-    use streamalloc::memory::EXPANDABLE_DEALLOC_PERIOD;
+    let period = expandable_period();
     let mut memory = untrimmed();
     let held = memory.reserve(MIB, PageUpdate::Allow).unwrap();
     // A decode step's activations: 8 MiB freed and wanted again every
     // few reservations, never idle for a period.
-    for _ in 0..4 * EXPANDABLE_DEALLOC_PERIOD {
+    for _ in 0..4 * period {
         drop(memory.reserve(8 * MIB, PageUpdate::Allow).unwrap());
-        for _ in 0..EXPANDABLE_DEALLOC_PERIOD / 4 {
+        for _ in 0..period / 4 {
             drop(memory.reserve(256, PageUpdate::Allow).unwrap());
         }
     }
     assert_eq!(memory.bytes_reserved(), 10 * MIB, "nothing was given back");
     // Left alone a period, it goes.
-    for _ in 0..2 * EXPANDABLE_DEALLOC_PERIOD {
+    for _ in 0..2 * period {
         drop(memory.reserve(256, PageUpdate::Allow).unwrap());
     }
     assert_eq!(memory.bytes_reserved(), 2 * MIB);

@@ -3,9 +3,8 @@
 //! no leak.
 
 use streamalloc::memory::{
-    AllocationMode, Cleanup, DEFAULT_DEALLOC_PERIOD, DeviceProperties, MemoryConfig,
-    MemoryConfiguration, MemoryError, MemoryManager, PageUpdate, PersistentMemory, PoolConfig,
-    PoolKind,
+    AllocationMode, Cleanup, DeviceProperties, MemoryConfig, MemoryConfiguration, MemoryError,
+    MemoryManager, PageUpdate, PersistentMemory, PoolConfig, PoolKind,
 };
 use streamalloc::storage::{
     DeviceStorage, FaultPlan, HostStorage, LimitedStorage, StorageError, VirtualStorage,
@@ -169,7 +168,11 @@ fn default_pools_return_idle_pages_without_an_explicit_cleanup() {
         .collect();
     assert_eq!(memory.bytes_allocated(), 8 * MIB, "four 2 MiB arena pages");
     drop(burst);
-    for _ in 0..DEFAULT_DEALLOC_PERIOD + 1 {
+    let adaptive = MemoryConfiguration::Adaptive.pools(&DeviceProperties::default());
+    let period = adaptive[1]
+        .dealloc_period
+        .expect("the preset returns idle pages");
+    for _ in 0..period + 1 {
         drop(memory.reserve(1024, PageUpdate::Allow).unwrap());
     }
     let report = memory.memory_report();
@@ -359,33 +362,4 @@ fn the_report_displays_every_pool() {
     assert!(text.contains("3.00 MiB in use"), "{text}");
     let usage = memory.memory_report().usage();
     assert_eq!(usage.bytes_reserved, memory.storage().bytes_allocated());
-}
-
-#[test]
-fn a_tight_reservation_takes_a_page_just_large_enough() {
-    use streamalloc::memory::AllocationMode;
-    let mut memory = MemoryManager::new(
-        VirtualStorage::new(),
-        MemoryConfig::with_pools(MemoryConfiguration::Adaptive),
-    );
-    // Below the adaptive arena's 2 MiB first page: one 1 MiB growth step.
-    let small = memory
-        .reserve_tight(300 << 10, AllocationMode::Auto)
-        .unwrap();
-    assert_eq!(memory.bytes_allocated(), MIB);
-    // Above it: the size in steps, not a quarter to spare (8 MiB).
-    let big = memory.reserve_tight(6 * MIB, AllocationMode::Auto).unwrap();
-    assert_eq!(memory.bytes_allocated(), 7 * MIB);
-    // And the pool's page size did not grow: the next ordinary page is
-    // grown from 2 MiB for its own size, as it would have been.
-    assert_eq!(
-        memory.new_page_size(3 * MIB, AllocationMode::Auto).unwrap(),
-        4 * MIB
-    );
-    // What fits in held room is served from it.
-    let again = memory
-        .reserve_tight(512 << 10, AllocationMode::Auto)
-        .unwrap();
-    assert_eq!(memory.bytes_allocated(), 7 * MIB);
-    drop((small, big, again));
 }

@@ -4,12 +4,15 @@
 //! 2 MiB pages and grows in 1 MiB steps with a quarter to spare.
 
 use streamalloc::memory::{
-    AllocationMode, Cleanup, DeviceProperties, METADATA_PAGE_SIZE, MemoryConfig,
-    MemoryConfiguration, MemoryError, MemoryManager, PageUpdate, PoolKind,
+    AllocationMode, Cleanup, DeviceProperties, MemoryConfig, MemoryConfiguration, MemoryError,
+    MemoryManager, PageUpdate, PoolKind,
 };
 use streamalloc::storage::HostStorage;
 
 mod common;
+
+/// The metadata pool's page (the `Adaptive` preset's, as documented).
+const METADATA_PAGE_SIZE: u64 = 8 << 20;
 use common::MIB;
 
 const DEVICE: DeviceProperties = DeviceProperties::new(128 * MIB, 32);

@@ -101,23 +101,23 @@ pub enum MemoryConfiguration {
 }
 
 /// Reservations a page may sit unused before a periodic cleanup returns it.
-pub const DEFAULT_DEALLOC_PERIOD: u64 = 1000;
+pub(crate) const DEFAULT_DEALLOC_PERIOD: u64 = 1000;
 
 /// The default [`MemoryConfig::free_slack_one_in`]: about 3 % of the
 /// bytes in use, as `EVACUATE_WHEN_FREE_ONE_IN`:
 /// the rest of a 5 % bound on peak reserved over peak live is the granules'
 /// rounding.
-pub const DEFAULT_FREE_SLACK_ONE_IN: u64 = 32;
+pub(crate) const DEFAULT_FREE_SLACK_ONE_IN: u64 = 32;
 
 /// The default [`MemoryConfig::compaction_threshold`].
-pub const DEFAULT_COMPACTION_THRESHOLD: f64 = 1.5;
+pub(crate) const DEFAULT_COMPACTION_THRESHOLD: f64 = 1.5;
 
 /// The largest reservation the `Adaptive` preset's metadata pool serves.
-pub const METADATA_MAX_ALLOC: u64 = 64 * KIB;
+pub(crate) const METADATA_MAX_ALLOC: u64 = 64 * KIB;
 /// The page size of the `Adaptive` preset's metadata pool.
-pub const METADATA_PAGE_SIZE: u64 = 8 * MIB;
+pub(crate) const METADATA_PAGE_SIZE: u64 = 8 * MIB;
 /// The first page size of the `Adaptive` preset's arena.
-pub const ADAPTIVE_MIN_PAGE_SIZE: u64 = 2 * MIB;
+pub(crate) const ADAPTIVE_MIN_PAGE_SIZE: u64 = 2 * MIB;
 /// Reservations a free granule of the `Expandable` preset stays mapped
 /// before a periodic cleanup unmaps it. Short, because a stream's freed
 /// granules are memory every other stream could map, and a growth unmaps
@@ -126,11 +126,11 @@ pub const ADAPTIVE_MIN_PAGE_SIZE: u64 = 2 * MIB;
 /// and mapped each time. Measured in `docs/performance.md` (16 against
 /// 1000 took the 4-stream serving trace, managers alone, from 1.374 to
 /// 1.154 peak reserved / peak live).
-pub const EXPANDABLE_DEALLOC_PERIOD: u64 = 16;
+pub(crate) const EXPANDABLE_DEALLOC_PERIOD: u64 = 16;
 /// Bytes of address space an expandable range of the `Expandable` preset
 /// reserves: far more than any stream maps, so one range serves a stream's
 /// life (address space costs nothing until mapped).
-pub const EXPANDABLE_RANGE_SIZE: u64 = 256 * 1024 * MIB;
+pub(crate) const EXPANDABLE_RANGE_SIZE: u64 = 256 * 1024 * MIB;
 
 impl MemoryConfiguration {
     /// The pools this layout stands for on a device with `properties`, in

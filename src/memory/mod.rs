@@ -17,12 +17,10 @@ mod report;
 mod slot;
 mod taint;
 
+pub(crate) use config::{ADAPTIVE_MIN_PAGE_SIZE, DEFAULT_COMPACTION_THRESHOLD};
 pub use config::{
-    ADAPTIVE_MIN_PAGE_SIZE, AllocationMode, ConfigError, DEFAULT_COMPACTION_THRESHOLD,
-    DEFAULT_DEALLOC_PERIOD, DEFAULT_FREE_SLACK_ONE_IN, DeviceProperties, ENV_MEMORY_LOG,
-    ENV_PERSISTENT_MEMORY, EXPANDABLE_DEALLOC_PERIOD, EXPANDABLE_RANGE_SIZE, METADATA_MAX_ALLOC,
-    METADATA_PAGE_SIZE, MemoryConfig, MemoryConfiguration, MemoryLogLevel, PersistentMemory,
-    PoolConfig, PoolKind,
+    AllocationMode, ConfigError, DeviceProperties, ENV_MEMORY_LOG, ENV_PERSISTENT_MEMORY,
+    MemoryConfig, MemoryConfiguration, MemoryLogLevel, PersistentMemory, PoolConfig, PoolKind,
 };
 pub use error::{HandedBack, MemoryError};
 pub(crate) use handle::AllocationCell;

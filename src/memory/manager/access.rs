@@ -43,7 +43,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
 
     /// The storage range of bytes `start..end` of an allocation (`None`:
     /// from its start, to its end).
-    pub fn get_storage_range(
+    pub(crate) fn get_storage_range(
         &mut self,
         allocation: &Allocation,
         start: Option<u64>,

@@ -120,7 +120,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
     }
 
     /// A manager whose allocation ids name `stream`.
-    pub fn for_stream(storage: S, config: MemoryConfig, stream: StreamId) -> Self {
+    pub(crate) fn for_stream(storage: S, config: MemoryConfig, stream: StreamId) -> Self {
         Self::metered(storage, config, stream, None)
     }
 
@@ -238,7 +238,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
     }
 
     /// Tell `observer` of every event from now on (replacing any other).
-    pub fn set_observer(&mut self, observer: Box<dyn MemoryObserver>) {
+    pub(crate) fn set_observer(&mut self, observer: Box<dyn MemoryObserver>) {
         self.observer = Some(observer);
     }
 
@@ -331,11 +331,6 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// The queue this manager's handles release to.
     pub(crate) fn release_queue(&self) -> &Arc<super::release::ReleaseQueue> {
         self.releases.queue()
-    }
-
-    /// Whether dropped handles or guards wait to be processed.
-    pub fn releases_waiting(&self) -> bool {
-        !self.releases.is_empty()
     }
 
     /// Process every release queued by dropped handles and guards.
@@ -442,7 +437,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// The stream had no traffic for a while: move the clock past every
     /// pool's deallocation period and run a periodic cleanup, so pages that
     /// sit unused go back although no reservation drives the clock.
-    pub fn cleanup_idle(&mut self) {
+    pub(crate) fn cleanup_idle(&mut self) {
         self.process_releases();
         self.serial = self.serial.saturating_add(self.longest_period());
         self.cleanup_pools(Cleanup::Periodic);

@@ -70,7 +70,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
     ///
     /// # Errors
     /// [`MemoryError::ZeroSize`], [`MemoryError::TooLarge`].
-    pub fn reserve_held(
+    pub(crate) fn reserve_held(
         &mut self,
         size: u64,
         mode: AllocationMode,
@@ -89,7 +89,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
     ///
     /// # Errors
     /// As [`reserve`](Self::reserve).
-    pub fn reserve_tight(
+    pub(crate) fn reserve_tight(
         &mut self,
         size: u64,
         mode: AllocationMode,
@@ -245,7 +245,11 @@ impl<S: DeviceStorage> MemoryManager<S> {
     ///
     /// # Errors
     /// The reservation's own size and routing errors.
-    pub fn new_page_size(&self, size: u64, mode: AllocationMode) -> Result<u64, MemoryError> {
+    pub(crate) fn new_page_size(
+        &self,
+        size: u64,
+        mode: AllocationMode,
+    ) -> Result<u64, MemoryError> {
         let aligned = self.validate(size)?;
         let pool = self.route(size, aligned, mode)?;
         Ok(self.pools[pool].new_page_size(aligned))
@@ -444,5 +448,35 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_tight_reservation_takes_a_page_just_large_enough() {
+        use crate::memory::MemoryConfiguration;
+        const MIB: u64 = 1 << 20;
+        let mut memory = MemoryManager::new(
+            VirtualStorage::new(),
+            MemoryConfig::with_pools(MemoryConfiguration::Adaptive),
+        );
+        // Below the adaptive arena's 2 MiB first page: one 1 MiB growth step.
+        let small = memory
+            .reserve_tight(300 << 10, AllocationMode::Auto)
+            .unwrap();
+        assert_eq!(memory.bytes_allocated(), MIB);
+        // Above it: the size in steps, not a quarter to spare (8 MiB).
+        let big = memory.reserve_tight(6 * MIB, AllocationMode::Auto).unwrap();
+        assert_eq!(memory.bytes_allocated(), 7 * MIB);
+        // And the pool's page size did not grow: the next ordinary page is
+        // grown from 2 MiB for its own size, as it would have been.
+        assert_eq!(
+            memory.new_page_size(3 * MIB, AllocationMode::Auto).unwrap(),
+            4 * MIB
+        );
+        // What fits in held room is served from it.
+        let again = memory
+            .reserve_tight(512 << 10, AllocationMode::Auto)
+            .unwrap();
+        assert_eq!(memory.bytes_allocated(), 7 * MIB);
+        drop((small, big, again));
     }
 }

@@ -44,7 +44,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// Return every page to the device now, whatever still names it: the
     /// end of a stream. Every handle is stale afterwards (its reads answer
     /// an error), and the storage holds nothing once flushed.
-    pub fn release_everything(&mut self) {
+    pub(crate) fn release_everything(&mut self) {
         self.process_releases();
         let meter = self.meter().cloned();
         self.slots.free_all_but(
@@ -66,7 +66,7 @@ impl<S: DeviceStorage + 'static> MemoryManager<S> {
     /// The end of a stream, first half: return every page that no pin
     /// holds. Every unpinned allocation is freed (its handles are stale
     /// from now on); pinned ones keep their bytes and their pages.
-    pub fn release_unpinned(&mut self) {
+    pub(crate) fn release_unpinned(&mut self) {
         self.process_releases();
         if self.pinned_count() == 0 {
             return self.release_everything();
