@@ -20,7 +20,7 @@ use crossbeam_channel::{Receiver, Sender, bounded};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 use streamalloc::memory::{MemoryConfig, MemoryManager, PageUpdate, StreamId};
-use streamalloc::service::{ServiceConfig, StreamHandle, Supervisor};
+use streamalloc::service::{Calls, ServiceConfig, StreamHandle, Supervisor};
 use streamalloc::storage::VirtualStorage;
 
 type Ping = (u64, Sender<u64>);
@@ -67,8 +67,11 @@ impl Pinger {
 fn device_serving(in_place: bool) -> (Supervisor, StreamHandle) {
     let device = Supervisor::virtual_device(ServiceConfig {
         idle_tick: None,
-        hot_cache: true,
-        serve_in_place: in_place,
+        calls: Calls {
+            hot_cache: true,
+            serve_in_place: in_place,
+            ..Calls::default()
+        },
         ..ServiceConfig::default()
     });
     let stream = device.stream(StreamId(0)).unwrap();

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Waker};
 use std::time::{Duration, Instant};
 use streamalloc::memory::{Allocation, Cleanup, StreamId};
-use streamalloc::service::{ServiceConfig, ServiceError, StreamHandle, Supervisor};
+use streamalloc::service::{Calls, ServiceConfig, ServiceError, StreamHandle, Supervisor};
 
 const MIB: u64 = 1 << 20;
 
@@ -246,7 +246,10 @@ fn main() {
         compaction_threshold: Some(1.5),
         supervise_tick: Duration::from_millis(10),
         pin_wait: Duration::from_millis(50),
-        hot_cache,
+        calls: Calls {
+            hot_cache,
+            ..Calls::default()
+        },
         ..ServiceConfig::default()
     }));
     let counts = Arc::new(Counts::default());

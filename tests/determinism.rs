@@ -4,7 +4,7 @@
 
 use streamalloc::clock::ManualClock;
 use streamalloc::replay::{ReplayReport, Replayer};
-use streamalloc::service::{ServiceConfig, Supervisor};
+use streamalloc::service::{Calls, ServiceConfig, Supervisor};
 use streamalloc::trace::{TraceAction, TraceEvent};
 
 mod common;
@@ -60,7 +60,10 @@ fn replay_with(events: &[TraceEvent], budget: Option<u64>, hot_cache: bool) -> R
         Supervisor::virtual_device(ServiceConfig {
             budget,
             clock: ManualClock::shared(),
-            hot_cache,
+            calls: Calls {
+                hot_cache,
+                ..Calls::default()
+            },
             ..ServiceConfig::default()
         })
     });

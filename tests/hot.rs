@@ -9,14 +9,18 @@ use common::{KIB, MIB, quiet};
 use std::time::Duration;
 use streamalloc::clock::ManualClock;
 use streamalloc::memory::{AllocationMode, PageUpdate, StreamId};
-use streamalloc::service::{ServiceConfig, ServiceError, StreamHandle, Supervisor};
+use streamalloc::service::{Calls, ServiceConfig, ServiceError, StreamHandle, Supervisor};
 
 /// A stream that holds a large allocation, so its cache has room (a cache
 /// holds at most 1/256 of what its stream holds).
 fn hot() -> ServiceConfig {
+    let quiet = quiet();
     ServiceConfig {
-        hot_cache: true,
-        ..quiet()
+        calls: Calls {
+            hot_cache: true,
+            ..quiet.calls.clone()
+        },
+        ..quiet
     }
 }
 
@@ -276,10 +280,14 @@ fn a_cache_running_low_is_refilled_ahead_of_its_misses() {
         repeat(&stream, 4 * KIB, 35);
         stream.stats().hot_misses - before
     };
+    let cached = hot();
     let live = ServiceConfig {
         clock: ServiceConfig::default().clock,
-        serve_in_place: false,
-        ..hot()
+        calls: Calls {
+            serve_in_place: false,
+            ..cached.calls.clone()
+        },
+        ..cached
     };
     assert_eq!(
         sequence(live.clone()),
@@ -288,7 +296,10 @@ fn a_cache_running_low_is_refilled_ahead_of_its_misses() {
     );
     assert!(sequence(hot()) > 2, "a replay's cache waits for its misses");
     let in_place = ServiceConfig {
-        serve_in_place: true,
+        calls: Calls {
+            serve_in_place: true,
+            ..live.calls.clone()
+        },
         ..live
     };
     assert!(sequence(in_place) > 2, "serving in place, misses refill");

@@ -8,7 +8,7 @@ use streamalloc::memory::{
     AllocationMode, Cleanup, MemoryConfig, MemoryConfiguration, MemoryError, MemoryManager,
     PageUpdate, RelocationReason, StreamId,
 };
-use streamalloc::service::{ServiceConfig, ServiceError, StreamState, Supervisor};
+use streamalloc::service::{Calls, ServiceConfig, ServiceError, StreamState, Supervisor};
 use streamalloc::storage::{
     DeviceStorage, HostStorage, Resource, StorageError, StorageHandle, StorageId,
 };
@@ -282,7 +282,10 @@ fn a_lone_client_serves_its_calls_in_place() {
     for serve_in_place in [true, false] {
         let device = Supervisor::host(ServiceConfig {
             clock: streamalloc::clock::ManualClock::shared(),
-            serve_in_place,
+            calls: Calls {
+                serve_in_place,
+                ..Calls::default()
+            },
             ..ServiceConfig::default()
         });
         let stream = device.stream(StreamId(0)).unwrap();
@@ -319,7 +322,10 @@ fn a_panicking_actor_fails_its_stream_without_hanging_clients() {
 fn a_panicking_turn_fails_the_stream(serve_in_place: bool) {
     let device = Supervisor::new(
         ServiceConfig {
-            serve_in_place,
+            calls: Calls {
+                serve_in_place,
+                ..Calls::default()
+            },
             ..ServiceConfig::default()
         },
         Box::new(|_| Ok(Box::new(PanickingStorage(HostStorage::new(), 0)))),

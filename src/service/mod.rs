@@ -26,6 +26,7 @@
 #![warn(clippy::arithmetic_side_effects, clippy::disallowed_methods)]
 
 mod actor;
+mod config;
 mod coordinator;
 mod device;
 mod error;
@@ -45,6 +46,7 @@ mod supervisor;
 mod supervisor_async;
 mod wiring;
 
+pub use config::{Calls, ServiceConfig, StorageFactory};
 pub use device::DeviceStats;
 pub use error::{OutOfMemoryReport, ServiceError, StreamUsage};
 pub use events::{Events, SupervisorEvent};
@@ -53,7 +55,7 @@ pub use headroom::Headroom;
 pub use protocol::ShutdownReport;
 pub use settle::Settle;
 pub use shared::{StreamState, StreamStats};
-pub use supervisor::{ServiceConfig, StorageFactory, Supervisor};
+pub use supervisor::Supervisor;
 
 #[cfg(streamalloc_loom)]
 #[doc(hidden)]

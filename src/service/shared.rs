@@ -68,7 +68,7 @@ pub struct StreamStats {
     /// Cached allocations the actor took back from its clients' handles.
     pub hot_taken_back: u64,
     /// Requests its clients served on their own threads, in the actor's
-    /// turn (`ServiceConfig::serve_in_place`); the rest of `requests` went
+    /// turn (`Calls::serve_in_place`); the rest of `requests` went
     /// to the actor's thread.
     pub served_in_place: u64,
 }

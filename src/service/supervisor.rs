@@ -2,136 +2,25 @@
 //! lifecycles — and spawns one `StreamActor` per stream.
 
 use super::actor::ActorTiming;
+use super::config::{ServiceConfig, StorageFactory};
 use super::coordinator::{Coordinator, CoordinatorSeat, Subscribers, Timers};
 use super::device::{DeviceShared, DeviceStats, Notice};
 use super::error::ServiceError;
 use super::events::{Events, SupervisorEvent};
 use super::handle::StreamHandle;
-use super::headroom::Headroom;
 use super::protocol::ShutdownReport;
 use super::registry::StreamEntry;
 use super::settle::Settle;
 use super::shared::StreamStats;
 use super::wiring::{Wiring, wire};
-use crate::clock::{SharedClock, WallClock};
-use crate::memory::{MemoryConfig, StreamId};
-use crate::storage::{DeviceBudget, DeviceStorage, HostStorage, StorageError, VirtualStorage};
+use crate::clock::SharedClock;
+use crate::memory::StreamId;
+use crate::storage::{DeviceBudget, HostStorage, VirtualStorage};
 use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crate::sync::channel;
 use crate::sync::thread::{self, JoinHandle};
 use crate::sync::{Arc, Mutex};
-use crate::trace::TraceRecorder;
 use std::time::Duration;
-
-/// Makes the storage of each new stream.
-pub type StorageFactory =
-    Box<dyn Fn(StreamId) -> Result<Box<dyn DeviceStorage>, StorageError> + Send + Sync>;
-
-/// How the service runs.
-#[derive(Debug, Clone)]
-pub struct ServiceConfig {
-    /// Each stream's manager.
-    pub memory: MemoryConfig,
-    /// Requests a stream's inbox holds before senders wait.
-    pub inbox_capacity: usize,
-    /// A stream with no request for this long runs an idle cleanup
-    /// (`None`: never). The supervisor tells it, on its tick.
-    pub idle_tick: Option<Duration>,
-    /// How long a shutdown waits for pinned allocations to be unpinned.
-    pub pin_wait: Duration,
-    /// The most receive attempts a waiting thread (an actor for its next
-    /// request, a caller for its answer) spins before it parks; each
-    /// learns how many of them pay from its recent waits (`sync/reply.rs`,
-    /// `docs/service.md`, "Waiting"). 0: park at once.
-    pub spin: u32,
-    /// Client handles keep hot caches: a reserve of a size the client
-    /// asked for lately is served on its own thread, with no round trip
-    /// (`service/hot.rs`). Off by default: the spares change where later
-    /// allocations land, and on the placement corpus that cost up to 1.9 %
-    /// more peak memory on some families (`docs/performance.md`); turn it
-    /// on for decode loops that repeat their sizes. Ignored while a trace
-    /// is recorded (spares are reserved ahead of their hits). A hit that
-    /// leaves a size running low asks the actor for more without waiting,
-    /// except on a manual clock (a replay: there a cache refills only in
-    /// a miss's round trip, so that what it holds at each reserve does not
-    /// depend on when the actor ran) and when clients serve in place (a
-    /// miss is then served in place, and a refill queued for the actor's
-    /// thread would send the next miss through it).
-    pub hot_cache: bool,
-    /// A client whose stream's actor is free serves its own reservation or
-    /// operation on its own thread, under the lock the actor's thread takes
-    /// for each of its turns, instead of a round trip to that thread
-    /// (`docs/service.md`, "Serving in place"). The cost of a lock rather
-    /// than of two thread handoffs, which a busy machine makes 5-10 us.
-    /// Async calls, shutdowns and barriers always go through the inbox.
-    /// `false`: every request goes to the actor's thread.
-    pub serve_in_place: bool,
-    /// Bytes all streams together may hold (`None`: what the storages give).
-    /// For a fraction of a GPU, see [`DeviceBudget::fraction_of`].
-    pub budget: Option<u64>,
-    /// The supervisor asks a stream to compact when its reserved bytes pass
-    /// this many times its bytes in use (and at least 4 MiB would come back);
-    /// `None`: it never asks. The default is the manager's own threshold
-    /// ([`DEFAULT_COMPACTION_THRESHOLD`](crate::memory::DEFAULT_COMPACTION_THRESHOLD),
-    /// 1.5), so one number says when compaction pays, on a stream or device.
-    pub compaction_threshold: Option<f64>,
-    /// How often the supervisor runs its timers (settle, compaction, idle
-    /// cleanups) on the wall clock; on a manual clock they run at
-    /// [`Supervisor::tick`].
-    pub supervise_tick: Duration,
-    /// A recovery round for a short stream ends when every stream asked
-    /// has answered; after this long without all the answers it ends
-    /// anyway (a safety net: a manual clock does not move while a replay
-    /// waits, so there it never fires).
-    pub recovery_timeout: Duration,
-    /// The clock every time-driven policy reads: the wall clock in a
-    /// server, a [`ManualClock`](crate::clock::ManualClock) in a replay or
-    /// a test (see [`clock`](crate::clock)).
-    pub clock: SharedClock,
-    /// Whether a short stream may get memory from the others' cached pages
-    /// (`false` shows what the device needs without that).
-    pub cross_stream_cleanup: bool,
-    /// How far the device's reserved bytes may run ahead of its live bytes
-    /// before a stream that would take a new page first gets cached pages
-    /// back (its own, then the others'); `None`: every stream keeps its
-    /// cache until its periodic cleanup. See [`Headroom`].
-    pub headroom: Option<Headroom>,
-    /// When a stream holds more than it needed lately (the load fell), the
-    /// supervisor tells it to give the excess back; `None`: pages stay
-    /// cached until each pool's periodic cleanup. See [`Settle`].
-    pub settle: Option<Settle>,
-    /// Record every stream's reservations, frees and failures here.
-    pub recorder: Option<Arc<TraceRecorder>>,
-    /// The most streams (each one actor thread) the device runs at once;
-    /// [`Supervisor::stream`] refuses more with
-    /// [`ServiceError::TooManyStreams`], so an id from untrusted input (a
-    /// trace, a request) cannot spawn threads without bound.
-    pub max_streams: usize,
-}
-
-impl Default for ServiceConfig {
-    fn default() -> Self {
-        Self {
-            memory: MemoryConfig::default(),
-            inbox_capacity: 1024,
-            idle_tick: Some(Duration::from_millis(100)),
-            pin_wait: Duration::from_millis(200),
-            spin: 2000,
-            hot_cache: false,
-            serve_in_place: true,
-            budget: None,
-            compaction_threshold: Some(crate::memory::DEFAULT_COMPACTION_THRESHOLD),
-            supervise_tick: Duration::from_millis(50),
-            recovery_timeout: Duration::from_secs(1),
-            clock: WallClock::shared(),
-            cross_stream_cleanup: true,
-            headroom: Some(Headroom::default()),
-            settle: Some(Settle::default()),
-            recorder: None,
-            max_streams: 256,
-        }
-    }
-}
 
 /// Owns a device's streams.
 pub struct Supervisor {
@@ -401,12 +290,12 @@ impl Supervisor {
         })?;
         let wiring = Wiring {
             timing: ActorTiming {
-                spin: self.config.spin,
+                spin: self.config.calls.spin,
                 pin_wait: self.config.pin_wait,
             },
-            inbox_capacity: self.config.inbox_capacity,
-            hot_cache: self.config.hot_cache,
-            serve_in_place: self.config.serve_in_place,
+            inbox_capacity: self.config.calls.inbox_capacity,
+            hot_cache: self.config.calls.hot_cache,
+            serve_in_place: self.config.calls.serve_in_place,
             refill_ahead: self.config.clock.as_manual().is_none(),
             wake_for_timers: self.config.clock.as_manual().is_none(),
         };

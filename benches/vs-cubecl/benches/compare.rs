@@ -227,7 +227,7 @@ fn threads(c: &mut Criterion) {
 /// One group: every contender at 1, 2, 4 and 8 client threads.
 fn clients_group(c: &mut Criterion, workload: &'static str, group_name: &str) {
     use parking_lot::Mutex;
-    use streamalloc::service::{ServiceConfig, Supervisor};
+    use streamalloc::service::{Calls, ServiceConfig, Supervisor};
     let mut group = c.benchmark_group(group_name);
     group.sample_size(10);
     for threads in [1usize, 2, 4, 8] {
@@ -271,15 +271,18 @@ fn clients_group(c: &mut Criterion, workload: &'static str, group_name: &str) {
         let device_with = |serve_in_place| {
             Arc::new(Supervisor::virtual_device(ServiceConfig {
                 idle_tick: None,
-                spin: std::env::var("SPIN")
-                    .ok()
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or(2000),
                 memory: MemoryConfig {
                     device: DeviceProperties::new(128 * MIB, 32),
                     ..MemoryConfig::default()
                 },
-                serve_in_place,
+                calls: Calls {
+                    serve_in_place,
+                    spin: std::env::var("SPIN")
+                        .ok()
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(2000),
+                    ..Calls::default()
+                },
                 ..ServiceConfig::default()
             }))
         };
@@ -361,7 +364,10 @@ fn hot_contenders(
     use streamalloc::service::{ServiceConfig, Supervisor};
     let device = Arc::new(Supervisor::virtual_device(ServiceConfig {
         idle_tick: None,
-        hot_cache: true,
+        calls: streamalloc::service::Calls {
+            hot_cache: true,
+            ..Default::default()
+        },
         memory: MemoryConfig {
             device: DeviceProperties::new(128 * MIB, 32),
             ..MemoryConfig::default()

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 use streamalloc::memory::{Bytes, DeviceProperties, MemoryConfig, MemoryConfiguration};
 use streamalloc::plot::{Timeline, check_output, write_svg};
-use streamalloc::service::{Headroom, ServiceConfig, Settle, StorageFactory, Supervisor};
+use streamalloc::service::{Calls, Headroom, ServiceConfig, Settle, StorageFactory, Supervisor};
 use streamalloc::storage::{DeviceStorage, DriverCosts, DriverReport, HostStorage, VirtualStorage};
 use streamalloc::trace::{TraceFormat, TraceRecorder};
 
@@ -275,7 +275,10 @@ pub(crate) fn service_config(common: &Common, device: DeviceProperties) -> Servi
         budget: common.budget,
         headroom: common.headroom.0,
         settle: common.settle.0,
-        hot_cache: common.hot_cache,
+        calls: Calls {
+            hot_cache: common.hot_cache,
+            ..Calls::default()
+        },
         ..ServiceConfig::default()
     }
 }
