@@ -8,11 +8,12 @@
 use super::device::{DeviceShared, Notice};
 use super::events::SupervisorEvent;
 use super::protocol::Control;
+use super::seat::Seat;
 use super::settle::{Settle, SettleWatch};
 use crate::clock::SharedClock;
 use crate::memory::StreamId;
 use crate::sync::channel::{self, Receiver, RecvError, Sender};
-use crate::sync::{Arc, Mutex, TurnLock};
+use crate::sync::{Arc, Mutex};
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
@@ -348,29 +349,21 @@ impl Coordinator {
 }
 
 /// The coordinator behind the lock its turns are taken under: by its
-/// thread ([`run`]) and by a tick in place ([`tick`](Self::tick)).
-#[derive(Debug)]
-pub(crate) struct CoordinatorSeat(TurnLock<Coordinator>);
+/// thread ([`run`]) and by a tick in place ([`tick`](Seat::tick)).
+pub(crate) type CoordinatorSeat = Seat<Coordinator>;
 
-impl CoordinatorSeat {
-    pub(crate) fn new(coordinator: Coordinator) -> Self {
-        Self(TurnLock::new(coordinator))
-    }
-
+impl Seat<Coordinator> {
     /// Run the timers once, after every notice sent before: on this
     /// thread, as the coordinator's thread would at a `Notice::Tick`, when
     /// none waits for it; else as a `Notice::Tick` behind them, waiting for
     /// the coordinator's thread to get to it.
     pub(crate) fn tick(&self) {
-        let device = {
-            let mut coordinator = self.0.lock();
-            // Under the lock: a notice counted here is not handled yet.
-            if !coordinator.device.notices_waiting() {
-                coordinator.tick();
-                return;
-            }
-            coordinator.device.clone()
-        };
+        // In one turn: a notice counted here is not handled yet.
+        let idle = |coordinator: &Coordinator| !coordinator.device.notices_waiting();
+        if (self.serve_in_turn((), idle, |coordinator, ()| coordinator.tick())).is_ok() {
+            return;
+        }
+        let device = self.turn().device.clone();
         let (done, told) = channel::bounded(1);
         device.notify(Notice::Tick { done });
         // Dropped unanswered only if the coordinator is gone.
@@ -382,7 +375,7 @@ impl CoordinatorSeat {
 /// clock it wakes itself every `tick` to run the timers; on a manual clock
 /// it only serves notices (the timers run at `Notice::Tick`, or in place).
 pub(crate) fn run(seat: Arc<CoordinatorSeat>, notices: Receiver<Notice>, tick: Duration) {
-    let clock = seat.0.lock().timers.clock.clone();
+    let clock = seat.turn().timers.clock.clone();
     let ticks_itself = clock.as_manual().is_none();
     let mut last_tick = clock.now();
     loop {
@@ -393,7 +386,7 @@ pub(crate) fn run(seat: Arc<CoordinatorSeat>, notices: Receiver<Notice>, tick: D
         };
         match received {
             Ok(notice) => {
-                let mut coordinator = seat.0.lock();
+                let mut coordinator = seat.turn();
                 let goes_on = coordinator.handle(notice);
                 coordinator.device.notice_handled();
                 if !goes_on {
@@ -405,7 +398,7 @@ pub(crate) fn run(seat: Arc<CoordinatorSeat>, notices: Receiver<Notice>, tick: D
         }
         if ticks_itself && clock.now().saturating_sub(last_tick) >= tick {
             last_tick = clock.now();
-            seat.0.lock().tick();
+            seat.turn().tick();
         }
     }
 }

@@ -6,10 +6,11 @@
 use super::actor::{Flow, StreamActor};
 use super::handle::{Connection, ServeInPlace};
 use super::message::Request;
+use super::seat::Seat;
+use crate::sync::Arc;
 use crate::sync::atomic::Ordering;
 use crate::sync::channel::{Receiver, RecvError};
 use crate::sync::reply::AdaptiveSpin;
-use crate::sync::{Arc, TurnLock};
 use std::time::Duration;
 
 /// How often an actor whose parked requests wait for a deadline (or for a
@@ -18,25 +19,7 @@ const PARK_POLL: Duration = Duration::from_millis(2);
 
 /// A stream's actor, shared by its thread and its clients; `None` once the
 /// thread took it to end the stream.
-#[derive(Debug)]
-pub(crate) struct SharedActor(TurnLock<Option<StreamActor>>);
-
-impl SharedActor {
-    pub(crate) fn new(actor: StreamActor) -> Self {
-        Self(TurnLock::new(Some(actor)))
-    }
-
-    /// Take the actor's turn: the actor, or `None` once the stream ended.
-    pub(crate) fn turn(&self) -> impl std::ops::DerefMut<Target = Option<StreamActor>> + '_ {
-        self.0.lock()
-    }
-
-    /// The lock itself, for a loom model that holds a turn across calls.
-    #[cfg(streamalloc_loom)]
-    pub(crate) fn turn_guard(&self) -> loom::sync::MutexGuard<'_, Option<StreamActor>> {
-        self.0.lock()
-    }
-}
+pub(crate) type SharedActor = Seat<Option<StreamActor>>;
 
 impl ServeInPlace for Arc<SharedActor> {
     /// Serve `request` on this thread, as the actor's thread would, when it
@@ -53,29 +36,29 @@ impl ServeInPlace for Arc<SharedActor> {
         ) {
             return Err(request);
         }
-        let mut turn = self.0.lock();
-        let Some(actor) = turn.as_mut() else {
-            return Err(request);
-        };
-        // Both under the lock. A shutdown marks the stream stopping in its
-        // own turn, so no turn after it serves anything; and a request this
+        // In one turn. A shutdown marks the stream stopping in its own
+        // turn, so no turn after it serves anything; and a request this
         // client sent before (a refill ahead) is counted until the turn
         // that served it, so this one goes after it, through the inbox.
-        let shared = actor.shared();
-        if !shared.is_running() || shared.queued.load(Ordering::Relaxed) > 0 {
-            return Err(request);
-        }
-        let parked = actor.parked();
-        let served = guarded(actor, |actor| {
-            actor.drain_control();
-            if !matches!(request, Request::Barrier { .. }) {
-                super::shared::bump(&actor.shared().served_in_place, 1);
-            }
-            actor.serve(request);
-            actor.drain_control();
-            actor.parked() > parked
-        });
-        drop(turn);
+        let idle = |actor: &Option<StreamActor>| {
+            actor.as_ref().is_some_and(|actor| {
+                let shared = actor.shared();
+                shared.is_running() && shared.queued.load(Ordering::Relaxed) == 0
+            })
+        };
+        let served = self.serve_in_turn(request, idle, |actor, request| {
+            let actor = actor.as_mut().expect("idle: the actor is there");
+            let parked = actor.parked();
+            guarded(actor, |actor| {
+                actor.drain_control();
+                if !matches!(request, Request::Barrier { .. }) {
+                    super::shared::bump(&actor.shared().served_in_place, 1);
+                }
+                actor.serve(request);
+                actor.drain_control();
+                actor.parked() > parked
+            })
+        })?;
         if served != Some(false) {
             // Parked: the thread polls the request's deadline from now on.
             // Failed: the thread ends the stream.

@@ -39,6 +39,7 @@ mod message;
 mod operations;
 mod protocol;
 mod registry;
+mod seat;
 mod settle;
 mod shared;
 mod supervisor;

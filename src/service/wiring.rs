@@ -72,7 +72,7 @@ pub(crate) fn wire(
         device.clone(),
         control_rx,
     );
-    let seat = Arc::new(SharedActor::new(actor));
+    let seat = Arc::new(SharedActor::new(Some(actor)));
     let connection = Arc::new(Connection {
         inbox: inbox_tx,
         shared: shared.clone(),

@@ -21,7 +21,7 @@ pub use window::ModeWindow;
 use super::error::ServiceError;
 use super::hot::HotCache;
 use super::message::{ActorTurn, Request, job};
-use super::protocol::{Reply, ShutdownReport};
+use super::protocol::ShutdownReport;
 use super::shared::StreamStats;
 use crate::memory::{Allocation, AllocationMode, StreamId};
 use crate::sync::atomic::AtomicU64;
@@ -142,16 +142,6 @@ impl StreamHandle {
             owner: allocation.cell.stream,
             used_on: self.stream(),
         })
-    }
-
-    /// Ask the stream to shut down without waiting for its answer (what a
-    /// cancelled awaitable shutdown leaves behind).
-    #[cfg(not(streamalloc_loom))]
-    pub(crate) fn shutdown_detached(&self) {
-        let (tx, _rx) = crate::sync::channel::bounded(1);
-        let _ = self.connection.send(Request::Shutdown {
-            reply: Reply::Channel(tx),
-        });
     }
 
     /// Shut the stream down: queued requests are refused, pins get a

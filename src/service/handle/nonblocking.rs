@@ -31,6 +31,15 @@ impl std::future::Future for YieldNow {
 }
 
 impl StreamHandle {
+    /// Ask the stream to shut down without waiting for its answer (what a
+    /// cancelled awaitable shutdown leaves behind).
+    pub(crate) fn shutdown_detached(&self) {
+        let (tx, _rx) = crate::sync::channel::bounded(1);
+        let _ = self.connection.send(Request::Shutdown {
+            reply: Reply::Channel(tx),
+        });
+    }
+
     pub(crate) async fn call_async<T>(
         &self,
         make: impl FnOnce(Answer<T>) -> Request,
