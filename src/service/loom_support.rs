@@ -191,14 +191,14 @@ impl ActorUnderTest {
 
     /// Publish the counters handles and the coordinator read.
     pub fn publish(&mut self) {
-        self.with(StreamActor::publish)
+        self.with(|actor| ActorTurn::publish(actor))
     }
 
     /// Free what clients dropped, then publish the counters.
     pub fn process_and_publish(&mut self) {
         self.with(|actor| {
             ActorTurn::memory(actor).process_releases();
-            actor.publish();
+            ActorTurn::publish(actor);
         })
     }
 

@@ -4,43 +4,49 @@
 //! when its own round ends, settle, compact.
 
 use super::StreamActor;
+use super::stream::Stream;
 use crate::memory::{Cleanup, RelocationReason};
 use crate::service::device::Notice;
 use crate::service::protocol::Control;
+use crate::service::shared::bump;
 
 impl StreamActor {
     /// Serve what the coordinator sent.
     pub(crate) fn handle_control(&mut self, control: Control) {
+        let stream = &mut self.stream;
         match control {
-            Control::GiveBack { episode } => {
-                self.take_back_hot();
-                let before = self.memory.bytes_allocated();
-                self.memory.cleanup(Cleanup::Explicit);
-                if let Ok(report) = self.memory.relocate(RelocationReason::Short) {
-                    crate::service::shared::bump(&self.shared.relocated, report.moved);
-                }
-                self.memory.flush();
-                let freed = before.saturating_sub(self.memory.bytes_allocated());
-                self.publish();
-                self.shared.gave_back_all();
-                self.device.notify(Notice::GaveBack {
-                    stream: self.shared.stream,
-                    episode,
-                    freed,
-                });
-            }
-            Control::Retry => {
-                self.short_pending = false;
-                self.retry_parked(true);
-            }
-            Control::Settle { keep } => self.settle(keep),
-            Control::Idle => self.idle_tick(),
+            Control::GiveBack { episode } => stream.give_back(episode),
+            Control::Retry => self.short.round_over(stream),
+            Control::Settle { keep } => stream.settle(keep),
+            Control::Idle => stream.idle_tick(),
             Control::Compact => {
-                if let Ok(report) = self.memory.relocate(RelocationReason::Compaction) {
-                    crate::service::shared::bump(&self.shared.relocated, report.moved);
+                if let Ok(report) = stream.memory.relocate(RelocationReason::Compaction) {
+                    bump(&stream.shared.relocated, report.moved);
                 }
             }
         }
+        stream.publish();
+    }
+}
+
+impl Stream {
+    /// Another stream's recovery round (`episode`) asks: give back every
+    /// cached page and compact, then tell the coordinator how much went.
+    fn give_back(&mut self, episode: u64) {
+        self.take_back_hot();
+        let before = self.memory.bytes_allocated();
+        self.memory.cleanup(Cleanup::Explicit);
+        if let Ok(report) = self.memory.relocate(RelocationReason::Short) {
+            bump(&self.shared.relocated, report.moved);
+        }
+        self.memory.flush();
+        let freed = before.saturating_sub(self.memory.bytes_allocated());
         self.publish();
+        self.shared.gave_back_all();
+        self.device.notify(Notice::GaveBack {
+            stream: self.shared.stream,
+            episode,
+            freed,
+        });
     }
 }

@@ -2,53 +2,60 @@
 //! `Headroom`, is `service/headroom.rs`): serve a growth from the room held
 //! first, park it for the others to give back, trim past the stream's share.
 
-use super::StreamActor;
+use super::short::RunningShort;
+use super::stream::Stream;
 use crate::memory::{AllocationMode, Cleanup, RelocationReason};
 use crate::service::headroom::MIN_ROUND_GAIN;
 use crate::service::message::{Pending, PendingState};
 
-impl StreamActor {
+impl RunningShort {
     /// The device holds more than its headroom above what is live: serve
     /// from the room this stream holds if it can, else trim this stream's
     /// pages, else ask the others to give back before growing (see
     /// `headroom.rs`).
-    pub(crate) fn serve_within_headroom(&mut self, mut pending: Pending) {
+    pub(super) fn serve_within_headroom(&mut self, stream: &mut Stream, mut pending: Pending) {
         for trimmed in [false, true] {
             if trimmed {
-                self.memory.cleanup(Cleanup::Explicit);
-                let _ = self.memory.relocate(RelocationReason::Short);
-                self.memory.flush();
-                self.publish();
+                stream.memory.cleanup(Cleanup::Explicit);
+                let _ = stream.memory.relocate(RelocationReason::Short);
+                stream.memory.flush();
+                stream.publish();
             }
-            match self.try_reserve_held(&pending) {
-                Ok(Some(batch)) => return self.answer_served(pending, batch, false),
+            match stream.try_reserve_held(&pending) {
+                Ok(Some(batch)) => return stream.answer_served(pending, batch, false),
                 Ok(None) => {}
                 Err(err) => return pending.answer(Err(err.into())),
             }
         }
-        if self.short_pending {
+        if self.round_out() {
             // A round for this stream is under way: its `Retry` serves this.
-            pending.state = PendingState::ParkedForHeadroom { since: self.now() };
-            return self.parked.push_back(pending);
+            pending.state = PendingState::ParkedForHeadroom {
+                since: stream.now(),
+            };
+            return self.park_for_round(pending);
         }
         // A round is worth its wake-ups only if the others hold at least
         // this request's worth of room they do not use.
         let requested = pending.requested();
-        if self.device.has_coordinator()
-            && self.over_headroom(&pending)
-            && self.device.others_excess(self.shared.stream) >= requested.max(MIN_ROUND_GAIN)
+        if stream.device.has_coordinator()
+            && stream.over_headroom(&pending)
+            && stream.device.others_excess(stream.shared.stream) >= requested.max(MIN_ROUND_GAIN)
         {
-            pending.state = PendingState::ParkedForHeadroom { since: self.now() };
-            self.parked.push_back(pending);
-            return self.ask_now(requested, true);
+            pending.state = PendingState::ParkedForHeadroom {
+                since: stream.now(),
+            };
+            self.park_for_round(pending);
+            return self.ask_now(stream, requested, true);
         }
-        pending.state = self.growth_state(&pending);
-        self.serve_growing(pending);
+        pending.state = stream.growth_state(&pending);
+        self.serve_growing(stream, pending);
     }
+}
 
+impl Stream {
     /// How a request that grows the device is served: in pages just large
     /// enough while the device is past its headroom.
-    pub(crate) fn growth_state(&self, pending: &Pending) -> PendingState {
+    pub(super) fn growth_state(&self, pending: &Pending) -> PendingState {
         if self.over_headroom(pending) {
             PendingState::ServingTight
         } else {
@@ -58,13 +65,13 @@ impl StreamActor {
 
     /// Whether growing for `pending` would carry the device past its
     /// headroom (counting a new page for each size, the most it could take).
-    pub(crate) fn over_headroom(&self, pending: &Pending) -> bool {
+    pub(super) fn over_headroom(&self, pending: &Pending) -> bool {
         self.over_headroom_for(&pending.sizes, pending.mode)
     }
 
     /// [`over_headroom`](Self::over_headroom) for reserving `sizes` in
     /// `mode`.
-    pub(crate) fn over_headroom_for(&self, sizes: &[u64], mode: AllocationMode) -> bool {
+    pub(super) fn over_headroom_for(&self, sizes: &[u64], mode: AllocationMode) -> bool {
         if self.device.headroom.is_none() {
             return false;
         }
@@ -100,7 +107,7 @@ impl StreamActor {
     /// pages now. The cheap half of the headroom policy (no round, no
     /// wake-up): streams that keep serving keep themselves trim, and a
     /// growing stream asks the others only for what is left.
-    pub(crate) fn trim_to_headroom(&mut self) {
+    pub(super) fn trim_to_headroom(&mut self) {
         let Some(headroom) = self.device.headroom else {
             return;
         };

@@ -7,20 +7,23 @@ mod control;
 mod headroom;
 mod settle;
 mod short;
+mod stream;
+
+use short::RunningShort;
+use stream::Stream;
 
 use super::device::{DeviceShared, Notice};
 use super::error::ServiceError;
 use super::events::SupervisorEvent;
 use super::hot::HotCache;
-use super::message::{ActorTurn, Pending, Request};
+use super::message::{ActorTurn, Request};
 use super::protocol::{Control, ShutdownReport};
 use super::shared::StreamShared;
-use crate::memory::{AllocationMode, MemoryManager, RelocationNeed, RelocationReason};
+use crate::memory::{AllocationMode, MemoryManager};
 use crate::storage::DeviceStorage;
 use crate::sync::Arc;
 use crate::sync::atomic::Ordering;
 use crate::sync::channel::Receiver;
-use std::collections::VecDeque;
 use std::time::Duration;
 
 /// Whether the loop goes on after a request.
@@ -42,30 +45,23 @@ pub(crate) struct ActorTiming {
     pub(crate) pin_wait: Duration,
 }
 
-/// The owner of one stream's pools.
+/// The owner of one stream's pools: the stream its policies work on, the
+/// state of running short, and the coordinator's control traffic.
 pub(crate) struct StreamActor {
-    /// The pools.
-    memory: MemoryManager<Box<dyn DeviceStorage>>,
-    /// What handles and the supervisor read.
-    shared: Arc<StreamShared>,
+    /// The pools and the shared state the policies read and publish.
+    stream: Stream,
+    /// Reservations parked for memory and the round asked for.
+    short: RunningShort,
     /// Timing.
     timing: ActorTiming,
-    /// What the device's streams share (budget, registry, coordinator).
-    device: Arc<DeviceShared>,
     /// Control traffic from the coordinator.
     control: Receiver<Control>,
-    /// Reservations waiting for memory, oldest first.
-    parked: VecDeque<Pending>,
-    /// A `Short` notice is out and its `Retry` has not come.
-    short_pending: bool,
-    /// When the last `Short` notice went out.
-    last_ask: Option<Duration>,
 }
 
 impl std::fmt::Debug for StreamActor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StreamActor")
-            .field("stream", &self.shared.stream)
+            .field("stream", &self.stream.shared.stream)
             .finish_non_exhaustive()
     }
 }
@@ -80,20 +76,15 @@ impl StreamActor {
     ) -> Self {
         memory.set_cache_share(super::hot::HOT_SHARE);
         Self {
-            memory,
-            shared,
+            stream: Stream {
+                memory,
+                shared,
+                device,
+            },
+            short: RunningShort::default(),
             timing,
-            device,
             control,
-            parked: VecDeque::new(),
-            short_pending: false,
-            last_ask: None,
         }
-    }
-
-    /// The service's clock now.
-    pub(crate) fn now(&self) -> Duration {
-        self.device.clock.now()
     }
 
     /// Serve whatever control traffic is waiting (every turn does, before
@@ -112,10 +103,10 @@ impl StreamActor {
     /// in place next is served after it. (A wake-up never counted.)
     pub(crate) fn handle(&mut self, request: Request, inbox: &Receiver<Request>) -> Flow {
         if !matches!(request, Request::Wake) {
-            self.shared.queued.fetch_sub(1, Ordering::Relaxed);
+            self.stream.shared.queued.fetch_sub(1, Ordering::Relaxed);
         }
         if let Request::Shutdown { reply } = request {
-            super::shared::bump(&self.shared.requests, 1);
+            super::shared::bump(&self.stream.shared.requests, 1);
             let report = self.shutdown(inbox);
             reply.send(Ok(report));
             return Flow::Stop;
@@ -128,43 +119,28 @@ impl StreamActor {
     /// the loop: `handle`), on the actor's thread or in place.
     pub(crate) fn serve(&mut self, request: Request) {
         if !matches!(request, Request::Wake | Request::Barrier { .. }) {
-            super::shared::bump(&self.shared.requests, 1);
+            super::shared::bump(&self.stream.shared.requests, 1);
         }
         match request {
             Request::ReserveMany(mut pending) => {
-                pending.start(self.now());
-                self.serve_reserve(pending);
+                pending.start(self.stream.now());
+                self.short.serve_reserve(&mut self.stream, pending);
             }
             Request::Run(job) => job.run(Ok(self)),
             Request::Shutdown { .. } => unreachable!("a shutdown is served by `handle`"),
             Request::Wake => {}
             Request::Barrier { reply } => reply.send(Ok(())),
         }
-        self.publish();
-    }
-
-    /// No request for a whole tick: run the cleanup a reservation would,
-    /// with the clock moved past every pool's period (an idle stream gives
-    /// back what sits unused), and empty outdated pages.
-    pub(crate) fn idle_tick(&mut self) {
-        self.take_back_hot();
-        self.memory.cleanup_idle();
-        if self.memory.relocation_need() != RelocationNeed::None
-            && let Ok(report) = self.memory.relocate(RelocationReason::Compaction)
-        {
-            super::shared::bump(&self.shared.relocated, report.moved);
-        }
-        super::shared::bump(&self.shared.idle_cleanups, 1);
-        self.publish();
+        self.stream.publish();
     }
 
     /// Stop: refuse what is queued, wait a bounded time for pins, return
     /// every page.
     pub(crate) fn shutdown(&mut self, inbox: &Receiver<Request>) -> ShutdownReport {
-        self.shared.set_stopping();
-        let stream = self.shared.stream;
+        self.stream.shared.set_stopping();
+        let stream = self.stream.shared.stream;
         let mut rejected: u64 = 0;
-        for pending in std::mem::take(&mut self.parked) {
+        for pending in self.short.take_parked() {
             rejected = rejected.saturating_add(1);
             pending.answer(Err(ServiceError::StreamStopped(stream)));
         }
@@ -172,15 +148,15 @@ impl StreamActor {
             rejected = rejected.saturating_add(1);
             request.reject(ServiceError::StreamStopped(stream));
         }
-        self.take_back_hot();
+        self.stream.take_back_hot();
         self.wait_for_pins();
-        let pinned_at_exit = self.memory.pinned_count();
+        let pinned_at_exit = self.stream.memory.pinned_count();
         // Pages under a pin that outlived the wait stay until it drops
         // (`run` hands them to the pins as the thread ends).
-        self.memory.release_unpinned();
-        let bytes_left = self.memory.bytes_allocated();
-        self.publish();
-        self.shared.set_stopped();
+        self.stream.memory.release_unpinned();
+        let bytes_left = self.stream.memory.bytes_allocated();
+        self.stream.publish();
+        self.stream.shared.set_stopped();
         ShutdownReport {
             stream,
             rejected,
@@ -193,23 +169,12 @@ impl StreamActor {
     /// manual clock does not move while the actor waits (nor does time
     /// under loom): one look, then on.
     fn wait_for_pins(&mut self) {
-        if self.device.clock.as_manual().is_some() {
+        if self.stream.device.clock.as_manual().is_some() {
             return;
         }
-        let deadline = crate::clock::deadline(self.now(), self.timing.pin_wait);
-        while self.memory.pinned_count() > 0 && self.now() < deadline {
+        let deadline = crate::clock::deadline(self.stream.now(), self.timing.pin_wait);
+        while self.stream.memory.pinned_count() > 0 && self.stream.now() < deadline {
             crate::sync::thread::sleep(Duration::from_millis(1));
-        }
-    }
-
-    /// Take back every allocation the stream's clients keep in their hot
-    /// caches (`hot.rs`): swapped out of their slots without their threads,
-    /// dropped here, processed as releases at once.
-    pub(crate) fn take_back_hot(&mut self) {
-        let taken = self.shared.hot.take_back();
-        if taken > 0 {
-            super::shared::bump(&self.shared.hot_taken_back, taken);
-            self.memory.process_releases();
         }
     }
 
@@ -220,50 +185,30 @@ impl StreamActor {
     /// is past its headroom or a recovery round is out, or once the cache's
     /// handle has ended.
     pub(crate) fn refill_hot(&mut self, cache: &HotCache, size: u64, mode: AllocationMode) {
-        if self.short_pending || cache.is_closed() {
+        if self.short.round_out() || cache.is_closed() {
             return;
         }
-        let caches = self.shared.hot.refilling(cache);
+        let caches = self.stream.shared.hot.refilling(cache);
         // Running low now, not when the client sent it: sizes that ran low
         // meanwhile missed without spares of their own (one refill is out).
         for size in cache.running_low(size) {
-            let reserved = self.memory.bytes_reserved();
+            let reserved = self.stream.memory.bytes_reserved();
             let count = cache.refill(size, reserved, caches);
             let wanted: smallvec::SmallVec<[u64; 32]> = std::iter::repeat_n(size, count).collect();
-            if count == 0 || self.over_headroom_for(&wanted, mode) {
+            if count == 0 || self.stream.over_headroom_for(&wanted, mode) {
                 continue;
             }
             for _ in 0..count {
-                let Ok(Some(spare)) = self.memory.reserve_for_cache(size, mode) else {
+                let Ok(Some(spare)) = self.stream.memory.reserve_for_cache(size, mode) else {
                     break;
                 };
                 if let Some(unkept) = cache.offer(spare) {
                     // Filled meanwhile by its client's own refill: back now.
                     drop(unkept);
-                    self.memory.process_releases();
+                    self.stream.memory.process_releases();
                     break;
                 }
             }
-        }
-    }
-
-    /// Publish what handles and the other streams' decisions read without
-    /// a round trip: the pages held (bytes in use are counted as they
-    /// change, `memory/live.rs`). The actor is the only writer: plain
-    /// stores, and none when nothing changed.
-    pub(crate) fn publish(&mut self) {
-        let reserved = self.memory.bytes_reserved();
-        // Its own last store: what it published is what the counter holds.
-        if reserved == self.shared.bytes_reserved.load(Ordering::Relaxed) {
-            return;
-        }
-        self.shared
-            .bytes_reserved
-            .store(reserved, Ordering::Release);
-        if reserved > self.shared.peak_bytes_reserved.load(Ordering::Relaxed) {
-            self.shared
-                .peak_bytes_reserved
-                .store(reserved, Ordering::Relaxed);
         }
     }
 
@@ -274,11 +219,11 @@ impl StreamActor {
     /// with the last pin (a failed stream's too: a pinned address never
     /// dangles).
     pub(crate) fn end(mut self, in_hand: Option<Request>, inbox: Receiver<Request>) {
-        let shared = self.shared.clone();
+        let shared = self.stream.shared.clone();
         if shared.is_running() {
             // Every handle dropped: only pins can reach the pages.
-            self.memory.release_unpinned();
-            self.publish();
+            self.stream.memory.release_unpinned();
+            self.stream.publish();
         }
         // A failed stream stays failed.
         shared.set_stopped();
@@ -303,18 +248,17 @@ impl StreamActor {
         if let Some(request) = in_hand {
             request.reject(refusal.clone());
         }
-        for pending in std::mem::take(&mut self.parked) {
+        for pending in self.short.take_parked() {
             pending.answer(Err(refusal.clone()));
         }
         shared.set_exited(Box::new(inbox), &refusal);
-        self.device.notify(Notice::Event(event));
-        let StreamActor { memory, .. } = self;
-        memory.retire();
+        self.stream.device.notify(Notice::Event(event));
+        self.stream.memory.retire();
     }
 
     /// What handles and the supervisor read.
     pub(crate) fn shared(&self) -> &Arc<StreamShared> {
-        &self.shared
+        &self.stream.shared
     }
 
     /// How long its thread spins for a request before it parks.
@@ -322,34 +266,53 @@ impl StreamActor {
         self.timing.spin
     }
 
+    /// Take the clients' hot caches back, as the policies do (a loom
+    /// model's step).
+    #[cfg(streamalloc_loom)]
+    pub(crate) fn take_back_hot(&mut self) {
+        self.stream.take_back_hot();
+    }
+
     /// The stream's pools, for a loom model to look at.
     #[cfg(streamalloc_loom)]
     pub(crate) fn manager(&self) -> &MemoryManager<Box<dyn DeviceStorage>> {
-        &self.memory
+        &self.stream.memory
     }
 
     /// End as the stream's thread does after a shutdown, for a loom
     /// model: return what no pin holds, then hand the manager to the pins.
     #[cfg(streamalloc_loom)]
     pub(crate) fn retire_manager(self) {
-        let mut memory = self.memory;
+        let mut memory = self.stream.memory;
         memory.release_unpinned();
         memory.retire();
     }
 
     /// Requests parked for memory now.
     pub(crate) fn parked(&self) -> usize {
-        self.parked.len()
+        self.short.parked()
+    }
+
+    /// Whether the thread should poll its parked requests
+    /// (`RunningShort::polls_parked`).
+    pub(crate) fn polls_parked(&self) -> bool {
+        self.short.polls_parked(&self.stream)
+    }
+
+    /// Try the parked requests again, between requests (`round_over`: as
+    /// at the end of the stream's round).
+    pub(crate) fn retry_parked(&mut self, round_over: bool) {
+        self.short.retry_parked(&mut self.stream, round_over);
     }
 }
 
 impl ActorTurn for StreamActor {
     fn memory(&mut self) -> &mut MemoryManager<Box<dyn DeviceStorage>> {
-        &mut self.memory
+        &mut self.stream.memory
     }
 
     fn shared(&self) -> &StreamShared {
-        &self.shared
+        &self.stream.shared
     }
 
     fn refill_hot(&mut self, cache: &HotCache, size: u64, mode: AllocationMode) {
@@ -357,6 +320,6 @@ impl ActorTurn for StreamActor {
     }
 
     fn publish(&mut self) {
-        StreamActor::publish(self);
+        self.stream.publish();
     }
 }

@@ -2,14 +2,12 @@
 //!
 //! The long form: `docs/modules.md`, "`src/service/actor/short.rs`".
 
-use super::StreamActor;
+use super::stream::Stream;
 use crate::memory::{Cleanup, MemoryError, PageUpdate, RelocationReason};
 use crate::service::device::Notice;
-use crate::service::error::ServiceError;
-use crate::service::events::SupervisorEvent;
 use crate::service::message::{Pending, PendingState};
-use crate::service::protocol::Allocations;
 use crate::storage::StorageError;
+use std::collections::VecDeque;
 use std::time::Duration;
 
 /// How often a stream with waiting requests asks for another recovery round.
@@ -22,26 +20,66 @@ fn is_out_of_memory(err: &MemoryError) -> bool {
     matches!(err, MemoryError::Storage(StorageError::OutOfMemory { .. }))
 }
 
-impl StreamActor {
+/// Running short: the reservations parked for memory and the recovery
+/// round asked for, as one stream keeps them.
+#[derive(Debug, Default)]
+pub(crate) struct RunningShort {
+    /// Reservations waiting for memory, oldest first.
+    parked: VecDeque<Pending>,
+    /// A `Short` notice is out and its `Retry` has not come.
+    asked: bool,
+    /// When the last `Short` notice went out.
+    last_ask: Option<Duration>,
+}
+
+impl RunningShort {
+    /// Whether a recovery round for this stream is under way.
+    pub(crate) fn round_out(&self) -> bool {
+        self.asked
+    }
+
+    /// Requests parked for memory now.
+    pub(crate) fn parked(&self) -> usize {
+        self.parked.len()
+    }
+
+    /// Every parked request, taken to be answered (the stream's end).
+    pub(crate) fn take_parked(&mut self) -> VecDeque<Pending> {
+        std::mem::take(&mut self.parked)
+    }
+
+    /// Park `pending` to be served when the round ends (headroom).
+    pub(super) fn park_for_round(&mut self, pending: Pending) {
+        self.parked.push_back(pending);
+    }
+
+    /// The coordinator's round for this stream ended (`Control::Retry`):
+    /// every parked request gets tried, and those that did not ask to
+    /// wait get their final answer.
+    pub(crate) fn round_over(&mut self, stream: &mut Stream) {
+        self.asked = false;
+        self.retry_parked(stream, true);
+    }
+
     /// Serve a reservation, or park it if the device is short.
-    pub(crate) fn serve_reserve(&mut self, mut pending: Pending) {
-        if pending.for_cache > 0 && (self.over_headroom(&pending) || self.short_pending) {
+    pub(crate) fn serve_reserve(&mut self, stream: &mut Stream, mut pending: Pending) {
+        if pending.for_cache > 0 && (stream.over_headroom(&pending) || self.asked) {
             // No spare allocations for a cache on a device that is tight.
             let asked = pending.sizes.len().saturating_sub(pending.for_cache);
             pending.sizes.truncate(asked);
             pending.for_cache = 0;
         }
-        if pending.update != PageUpdate::Forbidden && self.over_headroom(&pending) {
-            return self.serve_within_headroom(pending);
+        if pending.update != PageUpdate::Forbidden && stream.over_headroom(&pending) {
+            return self.serve_within_headroom(stream, pending);
         }
-        self.serve_growing(pending);
+        self.serve_growing(stream, pending);
     }
 
     /// Serve a reservation, taking pages as needed; park it if the device
     /// is short.
-    pub(crate) fn serve_growing(&mut self, pending: Pending) {
-        match self.try_reserve(&pending) {
-            Ok(batch) => return self.answer_served(pending, batch, false),
+    pub(super) fn serve_growing(&mut self, stream: &mut Stream, pending: Pending) {
+        match stream.try_reserve(&pending) {
+            Ok(batch) => return stream.answer_served(pending, batch, false),
             Err(err) if !is_out_of_memory(&err) || pending.update == PageUpdate::Forbidden => {
                 return pending.answer(Err(err.into()));
             }
@@ -49,154 +87,59 @@ impl StreamActor {
         }
         // Our own cached pages (and our clients' hot allocations) and
         // fragmentation first.
-        self.take_back_hot();
-        self.memory.cleanup(Cleanup::Explicit);
-        let _ = self.memory.relocate(RelocationReason::Short);
-        match self.try_reserve(&pending) {
-            Ok(batch) => self.answer_served(pending, batch, false),
-            Err(err) if is_out_of_memory(&err) => self.park(pending),
+        stream.take_back_hot();
+        stream.memory.cleanup(Cleanup::Explicit);
+        let _ = stream.memory.relocate(RelocationReason::Short);
+        match stream.try_reserve(&pending) {
+            Ok(batch) => stream.answer_served(pending, batch, false),
+            Err(err) if is_out_of_memory(&err) => self.park(stream, pending),
             Err(err) => pending.answer(Err(err.into())),
         }
     }
 
-    /// All of the sizes or none (in pages just large enough when the
-    /// device is past its headroom).
-    fn try_reserve(&mut self, pending: &Pending) -> Result<Allocations, MemoryError> {
-        let tight =
-            pending.state == PendingState::ServingTight && pending.update == PageUpdate::Allow;
-        let asked = pending.sizes.len().saturating_sub(pending.for_cache);
-        let mut batch = Allocations::with_capacity(pending.sizes.len());
-        for &size in &pending.sizes[..asked] {
-            let reserved =
-                self.memory
-                    .reserve_within_caches(size, pending.update, pending.mode, tight)?;
-            let allocation = match reserved {
-                Some(allocation) => allocation,
-                // It would grow past what the stream needed while clients'
-                // caches hold room: that room first.
-                None => {
-                    self.take_back_hot();
-                    if tight {
-                        self.memory.reserve_tight(size, pending.mode)?
-                    } else {
-                        self.memory.reserve_in(size, pending.update, pending.mode)?
-                    }
-                }
-            };
-            batch.push(allocation);
-        }
-        // Spares for the caller's cache: as many as the room held has.
-        for &size in &pending.sizes[asked..] {
-            match self.memory.reserve_for_cache(size, pending.mode)? {
-                Some(spare) => batch.push(spare),
-                None => break,
-            }
-        }
-        Ok(batch)
-    }
-
-    /// All of the sizes from the room held, or `None` (what was served
-    /// goes back when the partial batch drops).
-    pub(crate) fn try_reserve_held(
-        &mut self,
-        pending: &Pending,
-    ) -> Result<Option<Allocations>, MemoryError> {
-        let mut batch = Allocations::with_capacity(pending.sizes.len());
-        for &size in &pending.sizes {
-            match self.memory.reserve_held(size, pending.mode)? {
-                Some(allocation) => batch.push(allocation),
-                None => return Ok(None),
-            }
-        }
-        Ok(Some(batch))
-    }
-
-    pub(crate) fn answer_served(&mut self, pending: Pending, batch: Allocations, recovered: bool) {
-        crate::service::shared::bump(&self.shared.reservations, batch.len() as u64);
-        if recovered {
-            self.device.tell(SupervisorEvent::Recovered {
-                stream: self.shared.stream,
-                requested: pending.requested(),
-            });
-        }
-        // Everything another stream's decision reads is in place before
-        // the caller hears back (`actor.rs`).
-        self.trim_to_headroom();
-        self.publish();
-        pending.answer(Ok(batch));
-    }
-
-    fn fail(&mut self, pending: Pending) {
-        let requested = pending.requested();
-        let stream = self.shared.stream;
-        self.publish();
-        self.device
-            .tell(SupervisorEvent::OutOfMemory { stream, requested });
-        let needed = self
-            .memory
-            .new_page_size(requested, crate::memory::AllocationMode::Auto)
-            .ok();
-        let report = self.device.out_of_memory(stream, requested, needed);
-        pending.answer(Err(ServiceError::OutOfMemory(Box::new(report))));
-    }
-
-    fn park(&mut self, mut pending: Pending) {
-        if pending.deadline.is_none() && (!self.device.has_coordinator() || self.hopeless(&pending))
+    fn park(&mut self, stream: &mut Stream, mut pending: Pending) {
+        if pending.deadline.is_none()
+            && (!stream.device.has_coordinator() || hopeless(stream, &pending))
         {
-            return self.fail(pending);
+            return stream.fail(pending);
         }
-        pending.state = PendingState::ParkedShort { since: self.now() };
+        pending.state = PendingState::ParkedShort {
+            since: stream.now(),
+        };
         let requested = pending.requested();
         let waits = pending.deadline.is_some();
         self.parked.push_back(pending);
         if waits {
-            self.ask_for_memory(requested);
+            self.ask_for_memory(stream, requested);
         } else {
-            self.ask_now(requested, false);
+            self.ask_now(stream, requested, false);
         }
-    }
-
-    /// Whether no round could make `pending` fit: the others hold nothing
-    /// beyond their clients' bytes, or (under a budget) less than the
-    /// budget lacks for its smallest size. Both counts are exact at this
-    /// moment (`memory/live.rs`), so the outcome is the same on every run.
-    fn hopeless(&self, pending: &Pending) -> bool {
-        let others = self.device.others_excess(self.shared.stream);
-        if others == 0 {
-            return true;
-        }
-        let Some(budget) = &self.device.budget else {
-            return false;
-        };
-        let room = budget.limit().saturating_sub(budget.granted());
-        let smallest = pending.sizes.iter().copied().min().unwrap_or(0);
-        others < smallest.saturating_sub(room)
     }
 
     /// Tell the coordinator we are short, unless a round is under way or
     /// one was asked for just now (a request waiting for a deadline asks
     /// again as it polls).
-    fn ask_for_memory(&mut self, requested: u64) {
-        let now = self.now();
+    fn ask_for_memory(&mut self, stream: &Stream, requested: u64) {
+        let now = stream.now();
         if self
             .last_ask
             .is_some_and(|at| now.saturating_sub(at) < ASK_INTERVAL)
         {
             return;
         }
-        self.ask_now(requested, false);
+        self.ask_now(stream, requested, false);
     }
 
     /// Tell the coordinator we are short (or, with `headroom`, about to grow
     /// past the device's headroom), unless a round is under way.
-    pub(crate) fn ask_now(&mut self, requested: u64, headroom: bool) {
-        if self.short_pending || !self.device.has_coordinator() {
+    pub(super) fn ask_now(&mut self, stream: &Stream, requested: u64, headroom: bool) {
+        if self.asked || !stream.device.has_coordinator() {
             return;
         }
-        self.short_pending = true;
-        self.last_ask = Some(self.now());
-        self.device.notify(Notice::Short {
-            stream: self.shared.stream,
+        self.asked = true;
+        self.last_ask = Some(stream.now());
+        stream.device.notify(Notice::Short {
+            stream: stream.shared.stream,
             requested,
             headroom,
         });
@@ -206,20 +149,20 @@ impl StreamActor {
     /// deadline, or (on the wall clock) a round's safety net may run out.
     /// On a manual clock a request parked for a round waits for its
     /// `Retry` alone.
-    pub(crate) fn polls_parked(&self) -> bool {
+    pub(crate) fn polls_parked(&self, stream: &Stream) -> bool {
         self.parked.iter().any(|pending| pending.deadline.is_some())
-            || (!self.parked.is_empty() && self.device.clock.as_manual().is_none())
+            || (!self.parked.is_empty() && stream.device.clock.as_manual().is_none())
     }
 
     /// Try every parked request again. `round_over`: the coordinator's
     /// recovery round for us ended, so requests that did not ask to wait
     /// get their final answer.
-    pub(crate) fn retry_parked(&mut self, round_over: bool) {
+    pub(crate) fn retry_parked(&mut self, stream: &mut Stream, round_over: bool) {
         if self.parked.is_empty() {
             return;
         }
-        self.memory.process_releases();
-        let now = self.now();
+        stream.memory.process_releases();
+        let now = stream.now();
         let mut still_short = None;
         for mut pending in std::mem::take(&mut self.parked) {
             let waited_out = pending
@@ -227,14 +170,14 @@ impl StreamActor {
                 .parked_since()
                 .is_some_and(|at| now.saturating_sub(at) >= RECOVERY_TIMEOUT);
             if let PendingState::ParkedForHeadroom { .. } = pending.state {
-                if !round_over && self.short_pending && !waited_out {
+                if !round_over && self.asked && !waited_out {
                     self.parked.push_back(pending);
                     continue;
                 }
                 // The others have given back what they could: grow (or, if
                 // the device is really short, go the running-short way).
-                pending.state = self.growth_state(&pending);
-                self.serve_growing(pending);
+                pending.state = stream.growth_state(&pending);
+                self.serve_growing(stream, pending);
                 continue;
             }
             // A request that waits for its round's answers is tried only
@@ -245,8 +188,8 @@ impl StreamActor {
                 self.parked.push_back(pending);
                 continue;
             }
-            match self.try_reserve(&pending) {
-                Ok(batch) => self.answer_served(pending, batch, true),
+            match stream.try_reserve(&pending) {
+                Ok(batch) => stream.answer_served(pending, batch, true),
                 Err(err) if !is_out_of_memory(&err) => pending.answer(Err(err.into())),
                 Err(_) => {
                     let waiting = pending.deadline.is_some_and(|deadline| now < deadline);
@@ -254,13 +197,30 @@ impl StreamActor {
                         still_short.get_or_insert(pending.requested());
                         self.parked.push_back(pending);
                     } else {
-                        self.fail(pending);
+                        stream.fail(pending);
                     }
                 }
             }
         }
         if let Some(requested) = still_short {
-            self.ask_for_memory(requested);
+            self.ask_for_memory(stream, requested);
         }
     }
+}
+
+/// Whether no round could make `pending` fit: the others hold nothing
+/// beyond their clients' bytes, or (under a budget) less than the
+/// budget lacks for its smallest size. Both counts are exact at this
+/// moment (`memory/live.rs`), so the outcome is the same on every run.
+fn hopeless(stream: &Stream, pending: &Pending) -> bool {
+    let others = stream.device.others_excess(stream.shared.stream);
+    if others == 0 {
+        return true;
+    }
+    let Some(budget) = &stream.device.budget else {
+        return false;
+    };
+    let room = budget.limit().saturating_sub(budget.granted());
+    let smallest = pending.sizes.iter().copied().min().unwrap_or(0);
+    others < smallest.saturating_sub(room)
 }
