@@ -4,8 +4,7 @@
 //! The long form: `docs/modules.md`, "`src/service/actor/mod.rs`".
 
 mod control;
-mod headroom;
-mod settle;
+mod reserve;
 mod short;
 mod stream;
 

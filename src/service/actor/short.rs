@@ -2,11 +2,9 @@
 //!
 //! The long form: `docs/modules.md`, "`src/service/actor/short.rs`".
 
-use super::stream::Stream;
-use crate::memory::{Cleanup, MemoryError, PageUpdate, RelocationReason};
+use super::stream::{Stream, is_out_of_memory};
 use crate::service::device::Notice;
 use crate::service::message::{Pending, PendingState};
-use crate::storage::StorageError;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -15,10 +13,6 @@ const ASK_INTERVAL: Duration = Duration::from_millis(20);
 /// A parked request that did not ask to wait is answered at the latest
 /// after this long, even if no `Retry` came (the coordinator is gone).
 const RECOVERY_TIMEOUT: Duration = Duration::from_secs(2);
-
-fn is_out_of_memory(err: &MemoryError) -> bool {
-    matches!(err, MemoryError::Storage(StorageError::OutOfMemory { .. }))
-}
 
 /// Running short: the reservations parked for memory and the recovery
 /// round asked for, as one stream keeps them.
@@ -61,43 +55,7 @@ impl RunningShort {
         self.retry_parked(stream, true);
     }
 
-    /// Serve a reservation, or park it if the device is short.
-    pub(crate) fn serve_reserve(&mut self, stream: &mut Stream, mut pending: Pending) {
-        if pending.for_cache > 0 && (stream.over_headroom(&pending) || self.asked) {
-            // No spare allocations for a cache on a device that is tight.
-            let asked = pending.sizes.len().saturating_sub(pending.for_cache);
-            pending.sizes.truncate(asked);
-            pending.for_cache = 0;
-        }
-        if pending.update != PageUpdate::Forbidden && stream.over_headroom(&pending) {
-            return self.serve_within_headroom(stream, pending);
-        }
-        self.serve_growing(stream, pending);
-    }
-
-    /// Serve a reservation, taking pages as needed; park it if the device
-    /// is short.
-    pub(super) fn serve_growing(&mut self, stream: &mut Stream, pending: Pending) {
-        match stream.try_reserve(&pending) {
-            Ok(batch) => return stream.answer_served(pending, batch, false),
-            Err(err) if !is_out_of_memory(&err) || pending.update == PageUpdate::Forbidden => {
-                return pending.answer(Err(err.into()));
-            }
-            Err(_) => {}
-        }
-        // Our own cached pages (and our clients' hot allocations) and
-        // fragmentation first.
-        stream.take_back_hot();
-        stream.memory.cleanup(Cleanup::Explicit);
-        let _ = stream.memory.relocate(RelocationReason::Short);
-        match stream.try_reserve(&pending) {
-            Ok(batch) => stream.answer_served(pending, batch, false),
-            Err(err) if is_out_of_memory(&err) => self.park(stream, pending),
-            Err(err) => pending.answer(Err(err.into())),
-        }
-    }
-
-    fn park(&mut self, stream: &mut Stream, mut pending: Pending) {
+    pub(super) fn park(&mut self, stream: &mut Stream, mut pending: Pending) {
         if pending.deadline.is_none()
             && (!stream.device.has_coordinator() || hopeless(stream, &pending))
         {

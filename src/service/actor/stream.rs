@@ -3,17 +3,21 @@
 //! The steps that need nothing more live here; running short
 //! (`short.rs`) keeps state of its own.
 
-use crate::memory::{MemoryError, MemoryManager, PageUpdate, RelocationNeed, RelocationReason};
+use crate::memory::{Cleanup, MemoryError, MemoryManager, RelocationNeed, RelocationReason};
 use crate::service::device::DeviceShared;
 use crate::service::error::ServiceError;
 use crate::service::events::SupervisorEvent;
-use crate::service::message::{Pending, PendingState};
-use crate::service::protocol::Allocations;
+use crate::service::message::Pending;
 use crate::service::shared::{StreamShared, bump};
-use crate::storage::DeviceStorage;
+use crate::storage::{DeviceStorage, StorageError};
 use crate::sync::Arc;
 use crate::sync::atomic::Ordering;
 use std::time::Duration;
+
+/// Whether the device refused memory (what running short is about).
+pub(super) fn is_out_of_memory(err: &MemoryError) -> bool {
+    matches!(err, MemoryError::Storage(StorageError::OutOfMemory { .. }))
+}
 
 /// A stream's pools and the shared state its policies read and publish.
 pub(crate) struct Stream {
@@ -77,74 +81,6 @@ impl Stream {
         self.publish();
     }
 
-    /// All of the sizes or none (in pages just large enough when the
-    /// device is past its headroom).
-    pub(super) fn try_reserve(&mut self, pending: &Pending) -> Result<Allocations, MemoryError> {
-        let tight =
-            pending.state == PendingState::ServingTight && pending.update == PageUpdate::Allow;
-        let asked = pending.sizes.len().saturating_sub(pending.for_cache);
-        let mut batch = Allocations::with_capacity(pending.sizes.len());
-        for &size in &pending.sizes[..asked] {
-            let reserved =
-                self.memory
-                    .reserve_within_caches(size, pending.update, pending.mode, tight)?;
-            let allocation = match reserved {
-                Some(allocation) => allocation,
-                // It would grow past what the stream needed while clients'
-                // caches hold room: that room first.
-                None => {
-                    self.take_back_hot();
-                    if tight {
-                        self.memory.reserve_tight(size, pending.mode)?
-                    } else {
-                        self.memory.reserve_in(size, pending.update, pending.mode)?
-                    }
-                }
-            };
-            batch.push(allocation);
-        }
-        // Spares for the caller's cache: as many as the room held has.
-        for &size in &pending.sizes[asked..] {
-            match self.memory.reserve_for_cache(size, pending.mode)? {
-                Some(spare) => batch.push(spare),
-                None => break,
-            }
-        }
-        Ok(batch)
-    }
-
-    /// All of the sizes from the room held, or `None` (what was served
-    /// goes back when the partial batch drops).
-    pub(super) fn try_reserve_held(
-        &mut self,
-        pending: &Pending,
-    ) -> Result<Option<Allocations>, MemoryError> {
-        let mut batch = Allocations::with_capacity(pending.sizes.len());
-        for &size in &pending.sizes {
-            match self.memory.reserve_held(size, pending.mode)? {
-                Some(allocation) => batch.push(allocation),
-                None => return Ok(None),
-            }
-        }
-        Ok(Some(batch))
-    }
-
-    /// Answer `pending` with `batch`; `recovered`: it waited for memory.
-    pub(super) fn answer_served(&mut self, pending: Pending, batch: Allocations, recovered: bool) {
-        bump(&self.shared.reservations, batch.len() as u64);
-        if recovered {
-            self.device.tell(SupervisorEvent::Recovered {
-                stream: self.shared.stream,
-                requested: pending.requested(),
-            });
-        }
-        // Everything another stream's decision reads is in place before
-        // the caller hears back (`actor.rs`).
-        self.trim_to_headroom();
-        self.publish();
-        pending.answer(Ok(batch));
-    }
-
     /// Answer `pending` with an `OutOfMemory` breakdown of the device.
     pub(super) fn fail(&mut self, pending: Pending) {
         let requested = pending.requested();
@@ -158,5 +94,20 @@ impl Stream {
             .ok();
         let report = self.device.out_of_memory(stream, requested, needed);
         pending.answer(Err(ServiceError::OutOfMemory(Box::new(report))));
+    }
+
+    /// Give back what this stream did not need lately: every empty page,
+    /// then, if it still holds more than `keep`, a compaction that also
+    /// moves sparse pages into smaller ones.
+    pub(super) fn settle(&mut self, keep: u64) {
+        self.take_back_hot();
+        self.memory.cleanup(Cleanup::Explicit);
+        if self.memory.bytes_reserved() > keep
+            && let Ok(report) = self.memory.relocate(RelocationReason::Settle)
+        {
+            crate::service::shared::bump(&self.shared.relocated, report.moved);
+        }
+        self.memory.flush();
+        crate::service::shared::bump(&self.shared.settles, 1);
     }
 }

@@ -1,0 +1,232 @@
+//! How the actor serves a reservation, top to bottom: from the room the
+//! stream holds, within the device's headroom (`service/headroom.rs`),
+//! growing, or parked while the device runs short (`short.rs`).
+
+use super::short::RunningShort;
+use super::stream::{Stream, is_out_of_memory};
+use crate::memory::{AllocationMode, Cleanup, MemoryError, PageUpdate, RelocationReason};
+use crate::service::events::SupervisorEvent;
+use crate::service::headroom::MIN_ROUND_GAIN;
+use crate::service::message::{Pending, PendingState};
+use crate::service::protocol::Allocations;
+use crate::service::shared::bump;
+
+impl RunningShort {
+    /// Serve a reservation, or park it if the device is short.
+    pub(crate) fn serve_reserve(&mut self, stream: &mut Stream, mut pending: Pending) {
+        if pending.for_cache > 0 && (stream.over_headroom(&pending) || self.round_out()) {
+            // No spare allocations for a cache on a device that is tight.
+            let asked = pending.sizes.len().saturating_sub(pending.for_cache);
+            pending.sizes.truncate(asked);
+            pending.for_cache = 0;
+        }
+        if pending.update != PageUpdate::Forbidden && stream.over_headroom(&pending) {
+            return self.serve_within_headroom(stream, pending);
+        }
+        self.serve_growing(stream, pending);
+    }
+
+    /// Serve a reservation, taking pages as needed; park it if the device
+    /// is short.
+    pub(super) fn serve_growing(&mut self, stream: &mut Stream, pending: Pending) {
+        match stream.try_reserve(&pending) {
+            Ok(batch) => return stream.answer_served(pending, batch, false),
+            Err(err) if !is_out_of_memory(&err) || pending.update == PageUpdate::Forbidden => {
+                return pending.answer(Err(err.into()));
+            }
+            Err(_) => {}
+        }
+        // Our own cached pages (and our clients' hot allocations) and
+        // fragmentation first.
+        stream.take_back_hot();
+        stream.memory.cleanup(Cleanup::Explicit);
+        let _ = stream.memory.relocate(RelocationReason::Short);
+        match stream.try_reserve(&pending) {
+            Ok(batch) => stream.answer_served(pending, batch, false),
+            Err(err) if is_out_of_memory(&err) => self.park(stream, pending),
+            Err(err) => pending.answer(Err(err.into())),
+        }
+    }
+
+    /// The device holds more than its headroom above what is live: serve
+    /// from the room this stream holds if it can, else trim this stream's
+    /// pages, else ask the others to give back before growing (see
+    /// `headroom.rs`).
+    pub(super) fn serve_within_headroom(&mut self, stream: &mut Stream, mut pending: Pending) {
+        for trimmed in [false, true] {
+            if trimmed {
+                stream.memory.cleanup(Cleanup::Explicit);
+                let _ = stream.memory.relocate(RelocationReason::Short);
+                stream.memory.flush();
+                stream.publish();
+            }
+            match stream.try_reserve_held(&pending) {
+                Ok(Some(batch)) => return stream.answer_served(pending, batch, false),
+                Ok(None) => {}
+                Err(err) => return pending.answer(Err(err.into())),
+            }
+        }
+        if self.round_out() {
+            // A round for this stream is under way: its `Retry` serves this.
+            pending.state = PendingState::ParkedForHeadroom {
+                since: stream.now(),
+            };
+            return self.park_for_round(pending);
+        }
+        // A round is worth its wake-ups only if the others hold at least
+        // this request's worth of room they do not use.
+        let requested = pending.requested();
+        if stream.device.has_coordinator()
+            && stream.over_headroom(&pending)
+            && stream.device.others_excess(stream.shared.stream) >= requested.max(MIN_ROUND_GAIN)
+        {
+            pending.state = PendingState::ParkedForHeadroom {
+                since: stream.now(),
+            };
+            self.park_for_round(pending);
+            return self.ask_now(stream, requested, true);
+        }
+        pending.state = stream.growth_state(&pending);
+        self.serve_growing(stream, pending);
+    }
+}
+
+impl Stream {
+    /// All of the sizes or none (in pages just large enough when the
+    /// device is past its headroom).
+    pub(super) fn try_reserve(&mut self, pending: &Pending) -> Result<Allocations, MemoryError> {
+        let tight =
+            pending.state == PendingState::ServingTight && pending.update == PageUpdate::Allow;
+        let asked = pending.sizes.len().saturating_sub(pending.for_cache);
+        let mut batch = Allocations::with_capacity(pending.sizes.len());
+        for &size in &pending.sizes[..asked] {
+            let reserved =
+                self.memory
+                    .reserve_within_caches(size, pending.update, pending.mode, tight)?;
+            let allocation = match reserved {
+                Some(allocation) => allocation,
+                // It would grow past what the stream needed while clients'
+                // caches hold room: that room first.
+                None => {
+                    self.take_back_hot();
+                    if tight {
+                        self.memory.reserve_tight(size, pending.mode)?
+                    } else {
+                        self.memory.reserve_in(size, pending.update, pending.mode)?
+                    }
+                }
+            };
+            batch.push(allocation);
+        }
+        // Spares for the caller's cache: as many as the room held has.
+        for &size in &pending.sizes[asked..] {
+            match self.memory.reserve_for_cache(size, pending.mode)? {
+                Some(spare) => batch.push(spare),
+                None => break,
+            }
+        }
+        Ok(batch)
+    }
+
+    /// All of the sizes from the room held, or `None` (what was served
+    /// goes back when the partial batch drops).
+    pub(super) fn try_reserve_held(
+        &mut self,
+        pending: &Pending,
+    ) -> Result<Option<Allocations>, MemoryError> {
+        let mut batch = Allocations::with_capacity(pending.sizes.len());
+        for &size in &pending.sizes {
+            match self.memory.reserve_held(size, pending.mode)? {
+                Some(allocation) => batch.push(allocation),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(batch))
+    }
+
+    /// Answer `pending` with `batch`; `recovered`: it waited for memory.
+    pub(super) fn answer_served(&mut self, pending: Pending, batch: Allocations, recovered: bool) {
+        bump(&self.shared.reservations, batch.len() as u64);
+        if recovered {
+            self.device.tell(SupervisorEvent::Recovered {
+                stream: self.shared.stream,
+                requested: pending.requested(),
+            });
+        }
+        // Everything another stream's decision reads is in place before
+        // the caller hears back (`actor.rs`).
+        self.trim_to_headroom();
+        self.publish();
+        pending.answer(Ok(batch));
+    }
+
+    /// How a request that grows the device is served: in pages just large
+    /// enough while the device is past its headroom.
+    pub(super) fn growth_state(&self, pending: &Pending) -> PendingState {
+        if self.over_headroom(pending) {
+            PendingState::ServingTight
+        } else {
+            PendingState::Serving
+        }
+    }
+
+    /// Whether growing for `pending` would carry the device past its
+    /// headroom (counting a new page for each size, the most it could take).
+    pub(super) fn over_headroom(&self, pending: &Pending) -> bool {
+        self.over_headroom_for(&pending.sizes, pending.mode)
+    }
+
+    /// [`over_headroom`](Self::over_headroom) for reserving `sizes` in
+    /// `mode`.
+    pub(super) fn over_headroom_for(&self, sizes: &[u64], mode: AllocationMode) -> bool {
+        if self.device.headroom.is_none() {
+            return false;
+        }
+        let requested = crate::service::message::requested(sizes);
+        let pages = |exact: bool| {
+            sizes
+                .iter()
+                .map(|&size| {
+                    let page = if exact {
+                        self.memory.new_page_size(size, mode)
+                    } else {
+                        self.memory.new_page_size_at_most(size, mode)
+                    };
+                    page.unwrap_or(size)
+                })
+                .fold(0u64, u64::saturating_add)
+        };
+        // The test only turns true as the pages grow: within the headroom
+        // with the most they could take, it is within; past it with none,
+        // past. Only between does the exact page count matter (it searches
+        // an expandable pool's voids).
+        if !self.device.over_headroom(requested, pages(false)) {
+            return false;
+        }
+        if self.device.over_headroom(requested, 0) {
+            return true;
+        }
+        self.device.over_headroom(requested, pages(true))
+    }
+
+    /// The device holds more than its headroom above what is live, and this
+    /// stream holds more than its share of that excess: give back its empty
+    /// pages now. The cheap half of the headroom policy (no round, no
+    /// wake-up): streams that keep serving keep themselves trim, and a
+    /// growing stream asks the others only for what is left.
+    pub(super) fn trim_to_headroom(&mut self) {
+        let Some(headroom) = self.device.headroom else {
+            return;
+        };
+        // The stream's own pools, against what its clients hold now.
+        let in_use = self.shared.bytes_in_use();
+        let excess = self.memory.bytes_reserved().saturating_sub(in_use);
+        if excess < headroom.share(in_use) || !self.device.over_headroom(0, 0) {
+            return;
+        }
+        self.take_back_hot();
+        self.memory.cleanup(crate::memory::Cleanup::Explicit);
+        self.memory.flush();
+        self.publish();
+    }
+}
