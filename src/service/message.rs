@@ -15,7 +15,7 @@ use std::time::Duration;
 /// a variant of its own: reservations (served, parked, retried), shutdown
 /// (it ends the loop) and wake-ups. Every other operation is a [`Job`]: the
 /// handle's one generic call ([`StreamHandle::run`](super::StreamHandle))
-/// builds it, so adding an operation touches one place (`handle.rs`).
+/// builds it, so adding an operation touches one place (`handle/`).
 pub(crate) enum Request {
     /// `reserve` (one size) and `reserve_many`: all of the sizes or none,
     /// already in the form the actor serves, parks and retries.

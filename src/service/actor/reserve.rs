@@ -154,7 +154,7 @@ impl Stream {
             });
         }
         // Everything another stream's decision reads is in place before
-        // the caller hears back (`actor.rs`).
+        // the caller hears back (`docs/service.md`).
         self.trim_to_headroom();
         self.publish();
         pending.answer(Ok(batch));
