@@ -53,7 +53,7 @@ fn tensor(sizes: &mut Sizes) -> u64 {
 /// Reserve + release where the live set is fragmented: each step replaces
 /// a random one of `live` allocations of 256 B .. 256 KiB, so most
 /// reservations miss the room held and plan a compaction before growing
-/// (the planners' cost with the pool's size: `docs/performance.md`,
+/// (the planners' cost with the pool's size: `git show d502a2e:docs/performance.md`,
 /// "Planning cost").
 fn fragmented_live_set(c: &mut Criterion) {
     let mut group = c.benchmark_group("fragmented_live_set");

@@ -123,7 +123,7 @@ pub(crate) const ADAPTIVE_MIN_PAGE_SIZE: u64 = 2 * MIB;
 /// granules are memory every other stream could map, and a growth unmaps
 /// them anyway; not zero, because a granule freed and wanted again at the
 /// next reservation (a decode step's activations) should not be unmapped
-/// and mapped each time. Measured in `docs/performance.md` (16 against
+/// and mapped each time. Measured in `git show d502a2e:docs/performance.md` (16 against
 /// 1000 took the 4-stream serving trace, managers alone, from 1.374 to
 /// 1.154 peak reserved / peak live).
 pub(crate) const EXPANDABLE_DEALLOC_PERIOD: u64 = 16;
@@ -259,7 +259,7 @@ pub struct MemoryConfig {
     /// slack, and what it leaves, parts of granules, every growth would
     /// evacuate again. The price is mapping again what a churning stream
     /// wants back soon: on the benches' mixed ring, 1.04 times the
-    /// instructions (`docs/performance.md`). `None`: free granules wait
+    /// instructions (`git show d502a2e:docs/performance.md`). `None`: free granules wait
     /// for the period, and growths evacuate.
     pub free_slack_one_in: Option<u64>,
 }

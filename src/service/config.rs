@@ -103,7 +103,7 @@ pub struct Calls {
     /// asked for lately is served on its own thread, with no round trip
     /// (`service/hot.rs`). Off by default: the spares change where later
     /// allocations land, and on the placement corpus that cost up to 1.9 %
-    /// more peak memory on some families (`docs/performance.md`); turn it
+    /// more peak memory on some families (`git show d502a2e:docs/performance.md`); turn it
     /// on for decode loops that repeat their sizes. Ignored while a trace
     /// is recorded (spares are reserved ahead of their hits). A hit that
     /// leaves a size running low asks the actor for more without waiting,

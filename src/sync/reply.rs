@@ -57,7 +57,7 @@ pub(crate) struct ReplyTo<T> {
 /// waits. Measured against halving on a park and doubling on a catch
 /// (which never recovers once the typical wait is longer than the floor:
 /// a hot-cache client's actor, whose requests come every few microseconds,
-/// parked after each one) in `docs/performance.md`.
+/// parked after each one) in `git show d502a2e:docs/performance.md`.
 #[derive(Debug)]
 pub(crate) struct AdaptiveSpin {
     budget: AtomicU32,

@@ -56,7 +56,8 @@ impl<T> Mutex<T> {
 /// hundred times and then sleeps on a futex. `parking_lot`'s spins with
 /// `sched_yield` between attempts before it parks; for a stream's turns,
 /// taken by several clients at once, that cost 1.6x the time idle
-/// (`service/in_place.rs`; `docs/performance.md`, "Serving in place").
+/// (`service/in_place.rs`; `git show d502a2e:docs/performance.md`,
+/// "Serving in place").
 #[derive(Debug, Default)]
 pub(crate) struct TurnLock<T>(std::sync::Mutex<T>);
 

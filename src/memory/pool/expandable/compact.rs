@@ -17,7 +17,7 @@ use crate::memory::relocation::{RelocationReason, RelocationReport};
 /// Bytes a compaction before growth may copy for each byte of memory it
 /// saves mapping. Four: a device-to-device copy runs at memory bandwidth
 /// (microseconds a MiB), while a byte not mapped is a byte another stream
-/// can use. Measured on the fragmentation family (`docs/performance.md`):
+/// can use. Measured on the fragmentation family (`git show d502a2e:docs/performance.md`):
 /// 1.113 peak ratio at one, 1.066 at four, no better at sixteen.
 pub(crate) const MOVE_PER_BYTE_SAVED: u64 = 4;
 
@@ -28,7 +28,7 @@ pub(crate) const MOVE_PER_BYTE_SAVED: u64 = 4;
 /// still costs far less than the memory. On the random-allocations family
 /// (seeds 1, 2, 4, through the service) 4 left 1.081-1.089 peak reserved
 /// over live, 16 gave 1.050-1.066, 24 gave 1.050-1.058, 32 no better
-/// (`docs/performance.md`).
+/// (`git show d502a2e:docs/performance.md`).
 pub(crate) const SLIDE_PER_BYTE_SAVED: u64 = 24;
 
 /// A growth that no window or slide could spare evacuates first when at
@@ -47,7 +47,7 @@ pub(crate) const EVACUATE_WHEN_FREE_ONE_IN: u64 = 32;
 /// (not swept): on the random-allocations family (seeds 1, 2, 3, 7) the
 /// manager alone went from 1.042-1.050 peak reserved / peak live to
 /// 1.027-1.031, and through the service from 1.035 to 1.027-1.031
-/// (`docs/performance.md`).
+/// (`git show d502a2e:docs/performance.md`).
 pub(crate) const HIGH_WATER_SLACK_ONE_IN: u64 = 32;
 
 /// When a growth evacuates its expandable pool before it maps
@@ -105,7 +105,7 @@ pub(crate) enum Voids {
     /// other streams may be at theirs: voids of 178 and 418 MiB mapped
     /// for a moment (a headroom trim; a growth of 12 MiB) made a held-out
     /// 8-stream serving trace's device peak 1.048-1.080 times its peak
-    /// live, 1.040 without them (`docs/performance.md`).
+    /// live, 1.040 without them (`git show d502a2e:docs/performance.md`).
     Below(u64),
 }
 

@@ -175,7 +175,7 @@ impl ExpandablePool {
             // what the trim leaves lies in parts of granules, which every
             // growth would evacuate again (the mixed ring: 1.21 bytes moved
             // per byte reserved with it, 0.76 without; random traces'
-            // managers alone 0.006-0.019 higher, `docs/performance.md`).
+            // managers alone 0.006-0.019 higher, `git show d502a2e:docs/performance.md`).
             Evacuate::MostlyFree => {
                 self.free_slack_one_in.is_none()
                     && self.free_mapped().saturating_mul(EVACUATE_WHEN_FREE_ONE_IN) >= mapped
