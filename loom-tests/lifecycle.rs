@@ -18,19 +18,22 @@ use common::run_model_with;
 use loom::sync::Arc;
 use std::time::Duration;
 use streamalloc::memory::StreamId;
-use streamalloc::service::{ServiceConfig, ServiceError, Supervisor};
+use streamalloc::service::{Calls, ServiceConfig, ServiceError, Supervisor};
 
 /// A device whose policies never act on time (time is not modelled).
 fn quiet() -> ServiceConfig {
     ServiceConfig {
         idle_tick: None,
-        spin: 0,
+        calls: Calls {
+            spin: 0,
+            inbox_capacity: 2,
+            ..Calls::default()
+        },
         pin_wait: Duration::ZERO,
         settle: None,
         headroom: None,
         compaction_threshold: None,
         supervise_tick: Duration::from_secs(3600),
-        inbox_capacity: 2,
         ..ServiceConfig::default()
     }
 }
