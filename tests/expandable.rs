@@ -725,6 +725,177 @@ fn a_granule_wanted_again_within_the_period_stays_mapped() {
     assert_holds_first(&mut memory, &held);
 }
 
+/// A manager that keeps free granules mapped up to its peak
+/// (`MemoryConfig::keep_peak_mapped`), with `slack_one_in` as its slack.
+fn keeping(slack_one_in: Option<u64>) -> Memory {
+    MemoryManager::new(
+        HostStorage::new(),
+        MemoryConfig {
+            keep_peak_mapped: true,
+            free_slack_one_in: slack_one_in,
+            ..MemoryConfig::default()
+        },
+    )
+}
+
+/// Granules the pool has mapped so far (what a device's driver created).
+fn granules_mapped(memory: &mut Memory) -> u64 {
+    memory.storage().driver_ops().granules_mapped()
+}
+
+#[test]
+fn a_second_pass_to_the_same_peak_maps_nothing() {
+    let mut memory = keeping(None);
+    let pass = |memory: &mut Memory| {
+        // A forward pass: 64 activations of 2 MiB, each filled with its byte.
+        let mut activations: Vec<_> = (0..64u8)
+            .map(|i| {
+                let a = memory.reserve(2 * MIB, PageUpdate::Allow).unwrap();
+                memory.write(&a, 0, &[i; 64]).unwrap();
+                a
+            })
+            .collect();
+        // The backward pass: each step's gradient is taken, then the step's
+        // activation and the gradient are freed, so the free room grows down
+        // and is merged, carved and merged again at every step.
+        while let Some(activation) = activations.pop() {
+            let gradient = memory.reserve(2 * MIB, PageUpdate::Allow).unwrap();
+            memory.write(&gradient, 0, &[0xFF; 64]).unwrap();
+            let byte = activations.len() as u8;
+            assert_eq!(memory.read(&activation, 0, 64).unwrap(), vec![byte; 64]);
+            drop((activation, gradient));
+        }
+    };
+    pass(&mut memory);
+    let (mapped, peak) = (granules_mapped(&mut memory), memory.bytes_reserved());
+    // The room the pass needed stays mapped, however long it sits free...
+    for _ in 0..4 * expandable_period() {
+        drop(memory.reserve(256, PageUpdate::Allow).unwrap());
+    }
+    assert_eq!(memory.bytes_reserved(), peak, "kept for the next pass");
+    // ... so the next pass to the same peak maps nothing.
+    pass(&mut memory);
+    assert_eq!(
+        granules_mapped(&mut memory),
+        mapped,
+        "no granule mapped again"
+    );
+    assert_eq!(memory.bytes_reserved(), peak);
+    // Asked (a give-back, a settle, the caller), it goes.
+    memory.cleanup(Cleanup::Explicit);
+    assert_eq!(memory.bytes_reserved(), 0);
+    assert_eq!(memory.bytes_reserved(), memory.bytes_allocated());
+}
+
+#[test]
+fn a_manager_alone_keeps_the_room_its_peak_needed_and_no_more() {
+    let slack_one_in = default_slack();
+    let mut memory = keeping(Some(default_slack()));
+    let kept: Vec<Allocation> = (0..8)
+        .map(|_| memory.reserve(4 * MIB, PageUpdate::Allow).unwrap())
+        .collect();
+    // The end of a backward pass: 96 MiB of activations let go at once.
+    let activations = |memory: &mut Memory| -> Vec<Allocation> {
+        (0..24)
+            .map(|i| {
+                let a = memory.reserve(4 * MIB, PageUpdate::Allow).unwrap();
+                memory.write(&a, 0, &[i; 64]).unwrap();
+                a
+            })
+            .collect()
+    };
+    drop(activations(&mut memory));
+    let peak = 128 * MIB;
+    let last = memory.reserve(MIB, PageUpdate::Allow).unwrap();
+    // What it holds is what its peak needed, with the peak's slack: no more.
+    let slack = (peak / slack_one_in).max(HOST_GRANULE);
+    assert!(
+        memory.bytes_reserved() <= peak + slack,
+        "{} MiB mapped for a peak of {} MiB",
+        memory.bytes_reserved() / MIB,
+        peak / MIB
+    );
+    for a in kept.iter().chain([&last]) {
+        memory.write(a, 0, &[7; 64]).unwrap();
+        assert_eq!(memory.read(a, 0, 64).unwrap(), vec![7; 64]);
+    }
+    // The next pass to the same peak maps nothing.
+    drop(last);
+    let mapped = granules_mapped(&mut memory);
+    drop(activations(&mut memory));
+    assert_eq!(granules_mapped(&mut memory), mapped);
+    assert_eq!(memory.bytes_reserved(), memory.bytes_allocated());
+}
+
+#[test]
+fn room_one_stream_keeps_for_its_peak_goes_to_another_that_grows() {
+    use streamalloc::clock::ManualClock;
+    use streamalloc::memory::StreamId;
+    use streamalloc::service::{ServiceConfig, Supervisor};
+    // The default headroom; no settle and no idle tick: only the headroom's
+    // round can win back the room stream 0 keeps for its peak.
+    let device = Supervisor::host(ServiceConfig {
+        clock: ManualClock::shared(),
+        idle_tick: None,
+        settle: None,
+        memory: MemoryConfig {
+            keep_peak_mapped: true,
+            ..MemoryConfig::default()
+        },
+        ..ServiceConfig::default()
+    });
+    let (s0, s1) = (
+        device.stream(StreamId(0)).unwrap(),
+        device.stream(StreamId(1)).unwrap(),
+    );
+    let kept: Vec<Allocation> = (0..8).map(|_| s0.reserve(4 * MIB).unwrap()).collect();
+    drop(
+        (0..24)
+            .map(|_| s0.reserve(4 * MIB).unwrap())
+            .collect::<Vec<_>>(),
+    );
+    // Stream 0 keeps its 96 MiB free; stream 1 now needs as much.
+    let before = s0.stats().bytes_reserved;
+    assert!(before >= 128 * MIB, "kept for stream 0's peak");
+    let taken: Vec<Allocation> = (0..24).map(|_| s1.reserve(4 * MIB).unwrap()).collect();
+    let stats = device.device_stats();
+    // The device never held much more than its peak live (128 MiB): stream
+    // 0 gave its room back before stream 1 mapped its own.
+    assert!(
+        stats.peak_bytes_reserved <= 128 * MIB + 128 * MIB / 25 + 2 * HOST_GRANULE,
+        "{} MiB at the peak for 128 MiB live",
+        stats.peak_bytes_reserved / MIB
+    );
+    assert!(s0.stats().bytes_reserved < before, "stream 0 gave back");
+    drop((kept, taken));
+    device.shutdown();
+}
+
+#[test]
+fn a_granule_wanted_again_stays_mapped_until_asked_for() {
+    let period = expandable_period();
+    let mut memory = keeping(None);
+    let held = memory.reserve(MIB, PageUpdate::Allow).unwrap();
+    // A decode step's activations: 8 MiB freed and wanted again every
+    // few reservations.
+    for _ in 0..4 * period {
+        drop(memory.reserve(8 * MIB, PageUpdate::Allow).unwrap());
+        for _ in 0..period / 4 {
+            drop(memory.reserve(256, PageUpdate::Allow).unwrap());
+        }
+    }
+    assert_eq!(memory.bytes_reserved(), 10 * MIB, "nothing was given back");
+    // Left alone for periods, it stays: the stream's peak needed it.
+    for _ in 0..2 * period {
+        drop(memory.reserve(256, PageUpdate::Allow).unwrap());
+    }
+    assert_eq!(memory.bytes_reserved(), 10 * MIB);
+    // Asked, it goes.
+    memory.cleanup(Cleanup::Explicit);
+    assert_eq!(memory.bytes_reserved(), 2 * MIB);
+    assert_holds_first(&mut memory, &held);
+}
+
 fn assert_holds_first(memory: &mut Memory, a: &Allocation) {
     memory.write(a, 0, &[7; 16]).unwrap();
     assert_eq!(memory.read(a, 0, 16).unwrap(), vec![7; 16]);

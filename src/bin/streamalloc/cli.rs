@@ -91,6 +91,11 @@ pub(crate) struct Common {
     /// (served with no round trip; can move the peak by a percent or two).
     #[arg(long)]
     pub(crate) hot_cache: bool,
+    /// Keep free granules mapped up to each pool's peak until memory is
+    /// asked for back (far fewer driver calls; multi-stream devices then
+    /// sit at their headroom).
+    #[arg(long)]
+    pub(crate) keep_peak_mapped: bool,
     /// Draw live and reserved bytes over time to this SVG file.
     #[arg(long)]
     pub(crate) plot: Option<PathBuf>,
@@ -270,6 +275,7 @@ pub(crate) fn service_config(common: &Common, device: DeviceProperties) -> Servi
         memory: MemoryConfig {
             name: "cli".into(),
             device,
+            keep_peak_mapped: common.keep_peak_mapped,
             ..MemoryConfig::with_pools(pools)
         },
         budget: common.budget,

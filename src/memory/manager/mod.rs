@@ -11,7 +11,7 @@ use super::live::LiveMeter;
 use super::observer::MemoryObserver;
 use super::policy::{Cleanup, PageUpdate};
 use super::pool::mover::Mover;
-use super::pool::{Growth, Placement, Pool, Sweep, Wanted, WholePagePool, align_up};
+use super::pool::{FreeRoom, Growth, Placement, Pool, Sweep, Wanted, WholePagePool, align_up};
 use super::release::{Release, ReleaseInbox};
 use super::report::MemoryReport;
 use super::slot::{Live, PinWord, SlotKey, SlotTable};
@@ -153,7 +153,10 @@ impl<S: DeviceStorage> MemoryManager<S> {
                 alignment,
                 device.max_page_size,
                 granule,
-                config.free_slack_one_in,
+                FreeRoom {
+                    slack_one_in: config.free_slack_one_in,
+                    keep_peak: config.keep_peak_mapped,
+                },
             ));
         }
         let base_mode = config.mode.unwrap_or(match config.persistent {
@@ -440,7 +443,10 @@ impl<S: DeviceStorage> MemoryManager<S> {
     pub(crate) fn cleanup_idle(&mut self) {
         self.process_releases();
         self.serial = self.serial.saturating_add(self.longest_period());
-        self.cleanup_pools(Cleanup::Periodic);
+        self.sweep_pools(Sweep::Idle {
+            serial: self.serial,
+            quiet: true,
+        });
     }
 
     fn longest_period(&self) -> u64 {
@@ -452,12 +458,16 @@ impl<S: DeviceStorage> MemoryManager<S> {
     }
 
     fn cleanup_pools(&mut self, cleanup: Cleanup) {
-        let sweep = match cleanup {
+        self.sweep_pools(match cleanup {
             Cleanup::Periodic => Sweep::Idle {
                 serial: self.serial,
+                quiet: false,
             },
             Cleanup::Explicit => Sweep::All,
-        };
+        });
+    }
+
+    fn sweep_pools(&mut self, sweep: Sweep) {
         let mut released = false;
         for pool in &mut self.pools {
             released |= pool.cleanup(&mut self.storage, sweep);

@@ -73,7 +73,7 @@ pub(crate) trait IdleSweep {
                     released |= self.release_page(storage, page);
                 }
             }
-            Sweep::Idle { serial } => {
+            Sweep::Idle { serial, .. } => {
                 let Some(period) = self.idle_period() else {
                     return false;
                 };

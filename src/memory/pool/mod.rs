@@ -14,7 +14,7 @@ mod sliced;
 mod whole;
 
 pub(crate) use expandable::ExpandablePool;
-pub(crate) use page::{Growth, Placement, Sweep, Wanted, align_up};
+pub(crate) use page::{FreeRoom, Growth, Placement, Sweep, Wanted, align_up};
 pub(crate) use sliced::SlicedPool;
 pub(crate) use whole::WholePagePool;
 
@@ -51,14 +51,13 @@ impl Pool {
     /// A dynamic pool from its configuration, on a storage whose virtual
     /// memory maps `granule` bytes at a time (`None`: it has none, and an
     /// expandable pool is an adaptive arena instead); an expandable pool
-    /// trims its free room to one in `free_slack_one_in` of its bytes in
-    /// use.
+    /// keeps free room as `free_room` says.
     pub(crate) fn dynamic(
         config: &PoolConfig,
         alignment: u64,
         max_page: u64,
         granule: Option<u64>,
-        free_slack_one_in: Option<u64>,
+        free_room: FreeRoom,
     ) -> Self {
         match config.kind {
             // Allocations start on the alignment, and so do granules: the
@@ -75,7 +74,7 @@ impl Pool {
                         range_size,
                         granule,
                         config,
-                        free_slack_one_in,
+                        free_room,
                     )),
                     None => Pool::Sliced(SlicedPool::new(
                         PoolKind::Adaptive {

@@ -36,9 +36,24 @@ pub(crate) enum Sweep {
     Idle {
         /// Reservations so far.
         serial: u64,
+        /// The stream went quiet: what is idle goes back even where a pool
+        /// keeps free room mapped for its next peak.
+        quiet: bool,
     },
     /// Everything nothing holds.
     All,
+}
+
+/// What an expandable pool keeps mapped of the room its allocations let
+/// go (`MemoryConfig::free_slack_one_in`, `MemoryConfig::keep_peak_mapped`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FreeRoom {
+    /// One in this many of the bytes in use stays mapped free after a
+    /// reservation; `None`: free granules wait for the period.
+    pub(crate) slack_one_in: Option<u64>,
+    /// Free granules stay mapped up to the most the pool has had in use
+    /// (and its slack) until memory is asked for back.
+    pub(crate) keep_peak: bool,
 }
 
 /// What a growth is for: the bytes asked for and taken, and the slot.

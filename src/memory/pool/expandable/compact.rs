@@ -217,7 +217,8 @@ impl ExpandablePool {
             Some(_) => 0,
             None => self.new_page_size(aligned),
         };
-        self.unmap_past(mover.storage, before.saturating_sub(still_to_map));
+        let level = before.max(self.kept_mapped()).saturating_sub(still_to_map);
+        self.unmap_past(mover.storage, level);
         placed
     }
 
@@ -243,7 +244,13 @@ impl ExpandablePool {
             self.evacuate_granules(mover, report, voids)
         };
         let before = self.mapped();
-        self.unmap_all_free(mover.storage);
+        if self.keep_peak && reason == RelocationReason::Compaction {
+            // Fragmentation, not a want of memory: the free room the pool
+            // keeps for its next peak stays mapped.
+            self.unmap_past(mover.storage, self.kept_mapped());
+        } else {
+            self.unmap_all_free(mover.storage);
+        }
         report.bytes_released += before - self.mapped();
         evacuated
     }
@@ -314,7 +321,7 @@ impl ExpandablePool {
             // and made the device's peak 1.050 times its peak live for a
             // moment that no growth was needed).
             if matches!(voids, Voids::Below(_)) {
-                self.unmap_past(mover.storage, before);
+                self.unmap_past(mover.storage, before.max(self.kept_mapped()));
             }
             match run.ended {
                 Ended::Done => {}

@@ -41,7 +41,10 @@ impl ExpandablePool {
     /// Before the pool maps more for `aligned` bytes, unmap as many free
     /// granules as it is about to map.
     fn unmap_before_growth(&mut self, storage: &mut dyn DeviceStorage, aligned: u64) {
-        let level = self.mapped().saturating_sub(self.new_page_size(aligned));
+        let level = self
+            .mapped()
+            .max(self.kept_mapped())
+            .saturating_sub(self.new_page_size(aligned));
         self.unmap_past(storage, level);
     }
 

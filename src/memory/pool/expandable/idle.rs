@@ -23,6 +23,9 @@ impl ExpandablePool {
             return false;
         };
         let slack = self.used.checked_div(one_in).unwrap_or(0).max(self.granule);
+        // Up to the most the pool has held at once, free granules stay
+        // mapped: a stream that rises to its peak again maps nothing.
+        let slack = slack.max(self.kept_mapped().saturating_sub(self.used));
         let free = self.free_mapped();
         self.untrimmable = self.untrimmable.min(free);
         if free <= slack.max(self.untrimmable) + self.granule {

@@ -4,7 +4,7 @@
 //!
 //! The long form: `docs/modules.md`, "`src/memory/pool/expandable/mod.rs`".
 
-use super::page::{Backing, Placement, Sweep, Wanted, align_down, align_up};
+use super::page::{Backing, FreeRoom, Placement, Sweep, Wanted, align_down, align_up};
 use crate::memory::config::{PoolConfig, PoolKind};
 use crate::memory::pool::arena::{Arena, NONE};
 use crate::memory::report::{PoolReport, PoolStats};
@@ -94,6 +94,9 @@ pub(crate) struct ExpandablePool {
     /// allocations hold (`MemoryConfig::free_slack_one_in`); `None`: no
     /// trim.
     free_slack_one_in: Option<u64>,
+    /// Free granules stay mapped up to the pool's peak in use and its
+    /// slack (`kept_mapped`) until memory is asked for back.
+    keep_peak: bool,
     /// Free mapped bytes the last trim left (parts of granules), lowered as
     /// the free room falls: the next trim waits until the room passes them.
     untrimmable: u64,
@@ -128,7 +131,7 @@ impl ExpandablePool {
         range_size: u64,
         granule: u64,
         config: &PoolConfig,
-        free_slack_one_in: Option<u64>,
+        free_room: FreeRoom,
     ) -> Self {
         let granule = granule.max(1);
         Self {
@@ -143,7 +146,8 @@ impl ExpandablePool {
             voids: BTreeMap::new(),
             idle_due: None,
             sweep: Vec::new(),
-            free_slack_one_in,
+            free_slack_one_in: free_room.slack_one_in,
+            keep_peak: free_room.keep_peak,
             untrimmable: 0,
             stats: PoolStats::default(),
             used: 0,
@@ -157,7 +161,9 @@ impl ExpandablePool {
     /// times and by a granule at least: worth a relocation's evacuation.
     pub(crate) fn wants_compaction(&self, threshold: f64) -> bool {
         let mapped = self.mapped();
-        self.free_mapped() >= self.granule && mapped as f64 > self.used as f64 * threshold
+        self.free_mapped() >= self.granule
+            && mapped as f64 > self.used as f64 * threshold
+            && mapped > self.kept_mapped()
     }
 
     /// Whether a growth for `aligned` bytes evacuates this pool first,
@@ -181,6 +187,19 @@ impl ExpandablePool {
                     && self.free_mapped().saturating_mul(EVACUATE_WHEN_FREE_ONE_IN) >= mapped
             }
         }
+    }
+
+    /// What the pool keeps mapped while nothing asks for memory back: the
+    /// most its allocations have held at once, and its slack.
+    pub(crate) fn kept_mapped(&self) -> u64 {
+        if !self.keep_peak {
+            return 0;
+        }
+        let peak = self.stats.peak_in_use;
+        let slack = self
+            .free_slack_one_in
+            .map_or(0, |one_in| peak.checked_div(one_in).unwrap_or(0));
+        peak.saturating_add(slack.max(self.granule))
     }
 
     /// Bytes mapped, all ranges.
@@ -329,10 +348,13 @@ impl ExpandablePool {
                 self.idle_due = None;
                 released |= self.unmap_all_free(storage);
             }
-            Sweep::Idle { serial } => {
+            Sweep::Idle { serial, quiet } => {
                 let Some(period) = self.dealloc_period else {
                     return false;
                 };
+                if self.keep_peak && !quiet && self.mapped() <= self.kept_mapped() {
+                    return self.give_back_void_ranges(storage);
+                }
                 if self.idle_due.is_some_and(|due| serial >= due) {
                     released |= self.unmap_idle(storage, serial, period);
                 }

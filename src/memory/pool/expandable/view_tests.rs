@@ -4,6 +4,7 @@
 
 use super::ExpandablePool;
 use crate::memory::config::{PoolConfig, PoolKind};
+use crate::memory::pool::FreeRoom;
 use crate::storage::VirtualStorage;
 
 const GRANULE: u64 = 2 << 20;
@@ -22,7 +23,11 @@ fn holed() -> (ExpandablePool, VirtualStorage) {
         max_alloc_size: 64 * GRANULE,
         dealloc_period: None,
     };
-    let mut pool = ExpandablePool::new(kind, 64 * GRANULE, GRANULE, &config, None);
+    let free_room = FreeRoom {
+        slack_one_in: None,
+        keep_peak: false,
+    };
+    let mut pool = ExpandablePool::new(kind, 64 * GRANULE, GRANULE, &config, free_room);
     let mut storage = VirtualStorage::new();
     let first = pool
         .reserve_new_page(
