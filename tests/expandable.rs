@@ -601,11 +601,12 @@ fn a_growth_past_the_high_water_mark_compacts_the_whole_pool_first() {
     }
 }
 
-#[test]
-fn granules_idle_for_a_period_go_back_while_the_blocks_around_them_churn() {
-    let period = expandable_period();
-    let mut memory = untrimmed();
-    // A forward pass: 64 activations of 2 MiB, each filled with its byte.
+/// A forward pass of 64 activations of 2 MiB, each filled with its byte,
+/// then the backward pass: each step's gradient is taken, then the step's
+/// activation and the gradient are freed. The free room grows down and is
+/// merged, carved and merged again at every step, so no free block stays
+/// the same block; what lies at its top was let go long ago.
+fn training_pass(memory: &mut Memory) {
     let mut activations: Vec<_> = (0..64u8)
         .map(|i| {
             let a = memory.reserve(2 * MIB, PageUpdate::Allow).unwrap();
@@ -613,10 +614,6 @@ fn granules_idle_for_a_period_go_back_while_the_blocks_around_them_churn() {
             a
         })
         .collect();
-    // The backward pass: each step's gradient is taken, then the step's
-    // activation and the gradient are freed. The free room grows down and
-    // is merged, carved and merged again at every step, so no free block
-    // stays the same block; what lies at its top was let go long ago.
     while let Some(activation) = activations.pop() {
         let gradient = memory.reserve(2 * MIB, PageUpdate::Allow).unwrap();
         memory.write(&gradient, 0, &[0xFF; 64]).unwrap();
@@ -624,6 +621,13 @@ fn granules_idle_for_a_period_go_back_while_the_blocks_around_them_churn() {
         assert_eq!(memory.read(&activation, 0, 64).unwrap(), vec![byte; 64]);
         drop((activation, gradient));
     }
+}
+
+#[test]
+fn granules_idle_for_a_period_go_back_while_the_blocks_around_them_churn() {
+    let period = expandable_period();
+    let mut memory = untrimmed();
+    training_pass(&mut memory);
     // At its last call the stream holds what it let go within a period
     // (and the sweep's spacing), not the whole pass.
     let recent = (period + period / 4 + 2) * 2 * MIB;
@@ -703,24 +707,31 @@ fn a_service_stream_gives_back_what_it_let_go_at_its_next_reservation() {
     device.shutdown();
 }
 
+/// A decode step's activations, `4 * period` times: 8 MiB freed and wanted
+/// again every few reservations, never idle for a period.
+fn decode_steps(memory: &mut Memory, period: u64) {
+    for _ in 0..4 * period {
+        drop(memory.reserve(8 * MIB, PageUpdate::Allow).unwrap());
+        small_reservations(memory, period / 4);
+    }
+}
+
+/// `count` reservations of 256 bytes, each dropped at once.
+fn small_reservations(memory: &mut Memory, count: u64) {
+    for _ in 0..count {
+        drop(memory.reserve(256, PageUpdate::Allow).unwrap());
+    }
+}
+
 #[test]
 fn a_granule_wanted_again_within_the_period_stays_mapped() {
     let period = expandable_period();
     let mut memory = untrimmed();
     let held = memory.reserve(MIB, PageUpdate::Allow).unwrap();
-    // A decode step's activations: 8 MiB freed and wanted again every
-    // few reservations, never idle for a period.
-    for _ in 0..4 * period {
-        drop(memory.reserve(8 * MIB, PageUpdate::Allow).unwrap());
-        for _ in 0..period / 4 {
-            drop(memory.reserve(256, PageUpdate::Allow).unwrap());
-        }
-    }
+    decode_steps(&mut memory, period);
     assert_eq!(memory.bytes_reserved(), 10 * MIB, "nothing was given back");
     // Left alone a period, it goes.
-    for _ in 0..2 * period {
-        drop(memory.reserve(256, PageUpdate::Allow).unwrap());
-    }
+    small_reservations(&mut memory, 2 * period);
     assert_eq!(memory.bytes_reserved(), 2 * MIB);
     assert_holds_first(&mut memory, &held);
 }
@@ -746,35 +757,13 @@ fn granules_mapped(memory: &mut Memory) -> u64 {
 #[test]
 fn a_second_pass_to_the_same_peak_maps_nothing() {
     let mut memory = keeping(None);
-    let pass = |memory: &mut Memory| {
-        // A forward pass: 64 activations of 2 MiB, each filled with its byte.
-        let mut activations: Vec<_> = (0..64u8)
-            .map(|i| {
-                let a = memory.reserve(2 * MIB, PageUpdate::Allow).unwrap();
-                memory.write(&a, 0, &[i; 64]).unwrap();
-                a
-            })
-            .collect();
-        // The backward pass: each step's gradient is taken, then the step's
-        // activation and the gradient are freed, so the free room grows down
-        // and is merged, carved and merged again at every step.
-        while let Some(activation) = activations.pop() {
-            let gradient = memory.reserve(2 * MIB, PageUpdate::Allow).unwrap();
-            memory.write(&gradient, 0, &[0xFF; 64]).unwrap();
-            let byte = activations.len() as u8;
-            assert_eq!(memory.read(&activation, 0, 64).unwrap(), vec![byte; 64]);
-            drop((activation, gradient));
-        }
-    };
-    pass(&mut memory);
+    training_pass(&mut memory);
     let (mapped, peak) = (granules_mapped(&mut memory), memory.bytes_reserved());
     // The room the pass needed stays mapped, however long it sits free...
-    for _ in 0..4 * expandable_period() {
-        drop(memory.reserve(256, PageUpdate::Allow).unwrap());
-    }
+    small_reservations(&mut memory, 4 * expandable_period());
     assert_eq!(memory.bytes_reserved(), peak, "kept for the next pass");
     // ... so the next pass to the same peak maps nothing.
-    pass(&mut memory);
+    training_pass(&mut memory);
     assert_eq!(
         granules_mapped(&mut memory),
         mapped,
@@ -876,19 +865,10 @@ fn a_granule_wanted_again_stays_mapped_until_asked_for() {
     let period = expandable_period();
     let mut memory = keeping(None);
     let held = memory.reserve(MIB, PageUpdate::Allow).unwrap();
-    // A decode step's activations: 8 MiB freed and wanted again every
-    // few reservations.
-    for _ in 0..4 * period {
-        drop(memory.reserve(8 * MIB, PageUpdate::Allow).unwrap());
-        for _ in 0..period / 4 {
-            drop(memory.reserve(256, PageUpdate::Allow).unwrap());
-        }
-    }
+    decode_steps(&mut memory, period);
     assert_eq!(memory.bytes_reserved(), 10 * MIB, "nothing was given back");
     // Left alone for periods, it stays: the stream's peak needed it.
-    for _ in 0..2 * period {
-        drop(memory.reserve(256, PageUpdate::Allow).unwrap());
-    }
+    small_reservations(&mut memory, 2 * period);
     assert_eq!(memory.bytes_reserved(), 10 * MIB);
     // Asked, it goes.
     memory.cleanup(Cleanup::Explicit);
