@@ -250,8 +250,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
         size: u64,
         mode: AllocationMode,
     ) -> Result<u64, MemoryError> {
-        let aligned = self.validate(size)?;
-        let pool = self.route(size, aligned, mode)?;
+        let (pool, aligned) = self.routed(size, mode)?;
         Ok(self.pools[pool].new_page_size(aligned))
     }
 
@@ -263,9 +262,15 @@ impl<S: DeviceStorage> MemoryManager<S> {
         size: u64,
         mode: AllocationMode,
     ) -> Result<u64, MemoryError> {
-        let aligned = self.validate(size)?;
-        let pool = self.route(size, aligned, mode)?;
+        let (pool, aligned) = self.routed(size, mode)?;
         Ok(self.pools[pool].new_page_size_at_most(aligned))
+    }
+
+    /// The pool a reservation of `size` in `mode` goes to, and its size
+    /// aligned.
+    fn routed(&self, size: u64, mode: AllocationMode) -> Result<(usize, u64), MemoryError> {
+        let aligned = self.validate(size)?;
+        Ok((self.route(size, aligned, mode)?, aligned))
     }
 
     /// The pool a reservation goes to.
