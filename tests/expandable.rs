@@ -36,6 +36,19 @@ fn memory() -> Memory {
     MemoryManager::new(HostStorage::new(), MemoryConfig::default())
 }
 
+/// A manager that trims its free room after every reservation and gives
+/// back all a relocation frees (`keep_peak_mapped` off: what every release
+/// before it was the default did), for the tests of that mechanism.
+fn trimming() -> Memory {
+    MemoryManager::new(
+        HostStorage::new(),
+        MemoryConfig {
+            keep_peak_mapped: false,
+            ..MemoryConfig::default()
+        },
+    )
+}
+
 /// A manager that keeps no slack to trim to: free granules wait for the
 /// period (the sweep's own tests).
 fn untrimmed() -> Memory {
@@ -43,6 +56,7 @@ fn untrimmed() -> Memory {
         HostStorage::new(),
         MemoryConfig {
             free_slack_one_in: None,
+            keep_peak_mapped: false,
             ..MemoryConfig::default()
         },
     )
@@ -382,7 +396,7 @@ fn three_left(memory: &mut Memory) -> Vec<(Allocation, u8)> {
 
 #[test]
 fn a_relocation_moves_allocations_down_out_of_granules_they_alone_keep() {
-    let mut memory = memory();
+    let mut memory = trimming();
     let kept = three_left(&mut memory);
     let report = memory.compact().unwrap();
     // The top one moves into the hole after the first; the middle one has
@@ -399,7 +413,7 @@ fn a_relocation_moves_allocations_down_out_of_granules_they_alone_keep() {
 
 #[test]
 fn a_pinned_allocation_is_left_where_it_is_and_the_next_one_moves() {
-    let mut memory = memory();
+    let mut memory = trimming();
     let kept = three_left(&mut memory);
     let pinned = memory.pin(&kept[2].0).unwrap();
     let address = pinned.addr();
@@ -448,7 +462,7 @@ fn a_growth_nothing_could_spare_evacuates_first() {
 
 #[test]
 fn allocations_that_share_the_top_granule_leave_it_together() {
-    let mut memory = memory();
+    let mut memory = trimming();
     let (half, quarter) = (MIB / 2, MIB / 4);
     // Granules 0 and 1: 1.5 MiB kept, half a MiB free; granule 2: two
     // quarters kept. Neither quarter frees granule 2 alone; both do.
@@ -463,7 +477,7 @@ fn allocations_that_share_the_top_granule_leave_it_together() {
 
 #[test]
 fn a_relocation_slides_what_no_hole_can_take_and_gives_back_the_granule_gathered() {
-    let mut memory = memory();
+    let mut memory = trimming();
     let all = small_holes(&mut memory);
     // Four half-MiB holes: no granule lies free and nothing above a hole
     // fits in another, so only sliding every allocation above the first
@@ -522,7 +536,7 @@ fn gap_below_the_high_water_mark<S: DeviceStorage>(
 
 #[test]
 fn a_relocation_slides_across_a_gap_below_the_high_water_mark() {
-    let mut memory = memory();
+    let mut memory = trimming();
     // In MiB: a .5, b 3.5, f 1, c 2, g 1, then 4 more to raise the high-water
     // mark to 12; all but a and c go. The granule 2..4 and the top ones are
     // unmapped: a at 0..0.5, a gap, c at 5..7 across two granules. No hole
@@ -642,7 +656,7 @@ fn granules_idle_for_a_period_go_back_while_the_blocks_around_them_churn() {
 #[test]
 fn a_manager_alone_gives_back_what_its_stream_let_go_at_its_next_reservation() {
     let slack_one_in = default_slack();
-    let mut memory = memory();
+    let mut memory = trimming();
     let kept: Vec<Allocation> = (0..8)
         .map(|_| memory.reserve(4 * MIB, PageUpdate::Allow).unwrap())
         .collect();
@@ -687,6 +701,10 @@ fn a_service_stream_gives_back_what_it_let_go_at_its_next_reservation() {
         idle_tick: None,
         headroom: None,
         settle: None,
+        memory: MemoryConfig {
+            keep_peak_mapped: false,
+            ..MemoryConfig::default()
+        },
         ..ServiceConfig::default()
     });
     let stream = device.stream(StreamId(0)).unwrap();

@@ -264,15 +264,16 @@ pub struct MemoryConfig {
     pub free_slack_one_in: Option<u64>,
     /// An expandable pool keeps free granules mapped up to the most its
     /// allocations have held at once (and its slack): a stream that rises
-    /// to its peak again maps nothing, and the trim, the periodic sweep
-    /// and the unmapping around a growth stop at that level. Memory below
-    /// it goes back only when asked for: an explicit cleanup (a give-back
-    /// round, the headroom, settle, the caller), a relocation other than a
-    /// compaction, or the stream going quiet (the service's idle tick).
-    /// Off by default: it cuts the modeled driver time of the corpus's
-    /// single-stream traces 10-700x, but multi-stream devices then sit at
-    /// their headroom (peak reserved / live up to 1.036 where it was 1.007,
-    /// `docs/performance.md`, "Keeping the peak mapped").
+    /// to its peak again maps nothing, and the trim, the periodic sweep,
+    /// the unmapping before a growth and a compaction stop at that level.
+    /// Memory below it goes back only when asked for: an explicit cleanup
+    /// (a give-back round, the headroom, settle, the caller), a relocation
+    /// other than a compaction, or the stream going quiet (the service's
+    /// idle tick). On by default, with the service's 1 % headroom
+    /// (`Headroom::for_memory`): the modeled driver time of the placement
+    /// corpus falls 2-700x at the same peaks (`docs/performance.md`,
+    /// "Keeping the peak mapped"). `false`: the trim after every
+    /// reservation keeps only `free_slack_one_in` free.
     pub keep_peak_mapped: bool,
 }
 
@@ -288,7 +289,7 @@ impl Default for MemoryConfig {
             persistent_dealloc_period: None,
             compaction_threshold: Some(DEFAULT_COMPACTION_THRESHOLD),
             free_slack_one_in: Some(DEFAULT_FREE_SLACK_ONE_IN),
-            keep_peak_mapped: false,
+            keep_peak_mapped: true,
         }
     }
 }

@@ -53,6 +53,8 @@ pub struct ServiceConfig {
     /// before a stream that would take a new page first gets cached pages
     /// back (its own, then the others'); `None`: every stream keeps its
     /// cache until its periodic cleanup. See [`Headroom`].
+    /// The default (1 %) suits the default memory; for another layout,
+    /// `Some(Headroom::for_memory(&memory))`.
     pub headroom: Option<Headroom>,
     /// When a stream holds more than it needed lately (the load fell), the
     /// supervisor tells it to give the excess back; `None`: pages stay

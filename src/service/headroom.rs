@@ -3,12 +3,12 @@
 //!
 //! The long form: `docs/modules.md`, "`src/service/headroom.rs`".
 
-use crate::memory::ADAPTIVE_MIN_PAGE_SIZE;
+use crate::memory::{ADAPTIVE_MIN_PAGE_SIZE, MemoryConfig, MemoryConfiguration};
 
 /// How far reserved bytes may run ahead of live bytes (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Headroom {
-    /// Reserved may pass live by this fraction of live (0.04: 4 %).
+    /// Reserved may pass live by this fraction of live (0.01: 1 %).
     pub fraction: f64,
     /// ... or by this many bytes, whichever is more: below a few pages,
     /// trimming costs more than it wins back.
@@ -16,15 +16,40 @@ pub struct Headroom {
 }
 
 impl Default for Headroom {
+    /// 1 %, for the default memory: expandable arenas that keep the room
+    /// their peak needed (`MemoryConfig::keep_peak_mapped`), which another
+    /// stream's growth wins back once the device passes its peak live by
+    /// this much. See [`for_memory`](Self::for_memory) for other layouts.
     fn default() -> Self {
         Self {
-            fraction: 0.04,
+            fraction: 0.01,
             slack: 2 * ADAPTIVE_MIN_PAGE_SIZE,
         }
     }
 }
 
 impl Headroom {
+    /// 4 %, for streams whose pools cache whole pages (the `Adaptive` and
+    /// `ExclusivePages` layouts) or trim their arenas after every
+    /// reservation (`keep_peak_mapped` off): rounds sooner than that cost
+    /// those layouts more memory than they win (`docs/performance.md`,
+    /// "Keeping the peak mapped").
+    pub fn for_pages() -> Self {
+        Self {
+            fraction: 0.04,
+            ..Self::default()
+        }
+    }
+
+    /// The headroom that suits streams whose pools are `memory`'s.
+    pub fn for_memory(memory: &MemoryConfig) -> Self {
+        if memory.keep_peak_mapped && memory.pools == MemoryConfiguration::Expandable {
+            Self::default()
+        } else {
+            Self::for_pages()
+        }
+    }
+
     /// The excess a stream with `live` bytes in use may keep while the
     /// device is past its headroom: its fraction, and at least one minimum
     /// adaptive page.

@@ -80,8 +80,10 @@ pub(crate) struct Common {
     /// How far the device's reserved bytes may run ahead of its peak live
     /// bytes before a growing stream first gets cached pages back, as a
     /// fraction (0.04 is 4 %), or `off` to let every stream keep its cache.
-    #[arg(long, default_value = "0.04", value_parser = parse_headroom)]
-    pub(crate) headroom: HeadroomArg,
+    /// By default 0.01 on the expandable preset, 0.04 on the page presets
+    /// (`Headroom::for_memory`).
+    #[arg(long, value_parser = parse_headroom)]
+    pub(crate) headroom: Option<HeadroomArg>,
     /// The ratio of reserved to recently used bytes past which a stream
     /// gives the excess back when its load falls (1.04), or `off` to keep
     /// pages cached until each pool's periodic cleanup.
@@ -91,11 +93,11 @@ pub(crate) struct Common {
     /// (served with no round trip; can move the peak by a percent or two).
     #[arg(long)]
     pub(crate) hot_cache: bool,
-    /// Keep free granules mapped up to each pool's peak until memory is
-    /// asked for back (far fewer driver calls; multi-stream devices then
-    /// sit at their headroom).
+    /// Trim each expandable pool's free granules after every reservation
+    /// instead of keeping them mapped up to the pool's peak (more driver
+    /// calls; what every release before this one did).
     #[arg(long)]
-    pub(crate) keep_peak_mapped: bool,
+    pub(crate) trim_to_live: bool,
     /// Draw live and reserved bytes over time to this SVG file.
     #[arg(long)]
     pub(crate) plot: Option<PathBuf>,
@@ -271,15 +273,19 @@ pub(crate) fn service_config(common: &Common, device: DeviceProperties) -> Servi
         Preset::Adaptive => MemoryConfiguration::Adaptive,
         Preset::Exclusive => MemoryConfiguration::ExclusivePages,
     };
+    let memory = MemoryConfig {
+        name: "cli".into(),
+        device,
+        keep_peak_mapped: !common.trim_to_live,
+        ..MemoryConfig::with_pools(pools)
+    };
     ServiceConfig {
-        memory: MemoryConfig {
-            name: "cli".into(),
-            device,
-            keep_peak_mapped: common.keep_peak_mapped,
-            ..MemoryConfig::with_pools(pools)
-        },
+        headroom: common.headroom.map_or_else(
+            || Some(Headroom::for_memory(&memory)),
+            |headroom| headroom.0,
+        ),
+        memory,
         budget: common.budget,
-        headroom: common.headroom.0,
         settle: common.settle.0,
         calls: Calls {
             hot_cache: common.hot_cache,

@@ -247,15 +247,16 @@ fn manager_alone(events: &[TraceEvent], pools: MemoryConfiguration) -> Figures {
 
 fn ours(events: &[TraceEvent], pools: MemoryConfiguration, policies: bool) -> Figures {
     let defaults = ServiceConfig::default();
+    let memory = MemoryConfig {
+        device: DeviceProperties::new(MAX_PAGE, 256),
+        ..MemoryConfig::with_pools(pools)
+    };
     let supervisor = Supervisor::virtual_device(ServiceConfig {
-        memory: MemoryConfig {
-            device: DeviceProperties::new(MAX_PAGE, 256),
-            ..MemoryConfig::with_pools(pools)
-        },
+        headroom: policies.then(|| streamalloc::service::Headroom::for_memory(&memory)),
+        memory,
         // On the trace's clock, as the CLI replays: the same figures on
         // every run.
         clock: streamalloc::clock::ManualClock::shared(),
-        headroom: if policies { defaults.headroom } else { None },
         settle: if policies { defaults.settle } else { None },
         ..defaults
     });

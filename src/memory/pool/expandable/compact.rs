@@ -217,8 +217,7 @@ impl ExpandablePool {
             Some(_) => 0,
             None => self.new_page_size(aligned),
         };
-        let level = before.max(self.kept_mapped()).saturating_sub(still_to_map);
-        self.unmap_past(mover.storage, level);
+        self.unmap_past(mover.storage, before.saturating_sub(still_to_map));
         placed
     }
 
@@ -321,7 +320,7 @@ impl ExpandablePool {
             // and made the device's peak 1.050 times its peak live for a
             // moment that no growth was needed).
             if matches!(voids, Voids::Below(_)) {
-                self.unmap_past(mover.storage, before.max(self.kept_mapped()));
+                self.unmap_past(mover.storage, before);
             }
             match run.ended {
                 Ended::Done => {}
