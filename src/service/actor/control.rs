@@ -5,7 +5,7 @@
 
 use super::StreamActor;
 use super::stream::Stream;
-use crate::memory::{Cleanup, RelocationReason};
+use crate::memory::{Cleanup, RelocationNeed, RelocationReason};
 use crate::service::device::Notice;
 use crate::service::protocol::Control;
 use crate::service::shared::bump;
@@ -19,11 +19,18 @@ impl StreamActor {
             Control::Retry => self.short.round_over(stream),
             Control::Settle { keep } => stream.settle(keep),
             Control::Idle => stream.idle_tick(),
-            Control::Compact => {
+            // The coordinator reads the stream's totals; where the pools
+            // keep their peak's room mapped, they decide (that room is no
+            // fragmentation, and a compaction would give it back).
+            Control::Compact
+                if !stream.memory.keeps_peak_mapped()
+                    || stream.memory.relocation_need() != RelocationNeed::None =>
+            {
                 if let Ok(report) = stream.memory.relocate(RelocationReason::Compaction) {
                     bump(&stream.shared.relocated, report.moved);
                 }
             }
+            Control::Compact => {}
         }
         stream.publish();
     }

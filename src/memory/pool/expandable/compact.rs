@@ -243,13 +243,7 @@ impl ExpandablePool {
             self.evacuate_granules(mover, report, voids)
         };
         let before = self.mapped();
-        if self.keep_peak && reason == RelocationReason::Compaction {
-            // Fragmentation, not a want of memory: the free room the pool
-            // keeps for its next peak stays mapped.
-            self.unmap_past(mover.storage, self.kept_mapped());
-        } else {
-            self.unmap_all_free(mover.storage);
-        }
+        self.unmap_all_free(mover.storage);
         report.bytes_released += before - self.mapped();
         evacuated
     }
