@@ -483,10 +483,10 @@ impl<S: DeviceStorage> MemoryManager<S> {
         }
     }
 
-    /// Whether the expandable pools keep the room their peak needed mapped
-    /// until it is asked for (`MemoryConfig::keep_peak_mapped`).
+    /// Whether pools keep the room their peak needed mapped until it is
+    /// asked for: expandable ones, under `MemoryConfig::keep_peak_mapped`.
     pub fn keeps_peak_mapped(&self) -> bool {
-        self.keep_peak_mapped
+        self.keep_peak_mapped && self.pools.iter().any(Pool::is_expandable)
     }
 
     /// Return queued page deallocations to the driver now.

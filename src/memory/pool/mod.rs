@@ -256,6 +256,12 @@ impl Pool {
         each!(self, pool => pool.report())
     }
 
+    /// Whether this is an expandable arena (address space mapped a
+    /// granule at a time).
+    pub(crate) fn is_expandable(&self) -> bool {
+        matches!(self, Pool::Expandable(_))
+    }
+
     /// Reservations an unused page waits before a periodic cleanup returns it.
     pub(crate) fn dealloc_period(&self) -> Option<u64> {
         each!(self, pool => pool.dealloc_period)
