@@ -264,12 +264,14 @@ pub struct MemoryConfig {
     pub free_slack_one_in: Option<u64>,
     /// An expandable pool keeps free granules mapped up to the most its
     /// allocations have held at once (and its slack): a stream that rises
-    /// to its peak again maps nothing, and the trim, the periodic sweep,
-    /// the unmapping before a growth and a compaction stop at that level.
+    /// to its peak again maps nothing, and the trim, the periodic sweep and
+    /// the unmapping before a growth stop at that level (nor does the pool
+    /// want a compaction below it).
     /// Memory below it goes back only when asked for: an explicit cleanup
     /// (a give-back round, the headroom, settle, the caller), a relocation
-    /// other than a compaction, or the stream going quiet (the service's
-    /// idle tick). On by default, with the service's 1 % headroom
+    /// or compaction the caller asks for, or the stream going quiet (the
+    /// service's idle tick); the service's compaction timer asks such a
+    /// stream only when its pools want compacting (`relocation_need`). On by default, with the service's 1 % headroom
     /// (`Headroom::for_memory`): the modeled driver time of the placement
     /// corpus falls 2-700x at the same peaks (`docs/performance.md`,
     /// "Keeping the peak mapped"). `false`: the trim after every

@@ -3,7 +3,7 @@
 //!
 //! The long form: `docs/modules.md`, "`src/service/headroom.rs`".
 
-use crate::memory::{ADAPTIVE_MIN_PAGE_SIZE, MemoryConfig, MemoryConfiguration};
+use crate::memory::{ADAPTIVE_MIN_PAGE_SIZE, MemoryConfig, PoolKind};
 
 /// How far reserved bytes may run ahead of live bytes (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -43,7 +43,12 @@ impl Headroom {
 
     /// The headroom that suits streams whose pools are `memory`'s.
     pub fn for_memory(memory: &MemoryConfig) -> Self {
-        if memory.keep_peak_mapped && memory.pools == MemoryConfiguration::Expandable {
+        let arenas = memory
+            .pools
+            .pools(&memory.device)
+            .iter()
+            .any(|pool| matches!(pool.kind, PoolKind::Expandable { .. }));
+        if memory.keep_peak_mapped && arenas {
             Self::default()
         } else {
             Self::for_pages()

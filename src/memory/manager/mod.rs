@@ -95,9 +95,6 @@ pub struct MemoryManager<S> {
     failures: ErrorGraph,
     /// Reserved / carved ratio past which a sliced pool wants compaction.
     compaction_threshold: Option<f64>,
-    /// Whether expandable pools keep their peak's room mapped
-    /// (`MemoryConfig::keep_peak_mapped`).
-    keep_peak_mapped: bool,
     /// The serial of the last relocation that could do nothing.
     futile_at: Option<u64>,
     /// Told of every reservation, free, rebind and failure.
@@ -194,7 +191,6 @@ impl<S: DeviceStorage> MemoryManager<S> {
             // share a scope: the counter wraps only after that many).
             failures: ErrorGraph::scoped(owner as u32),
             compaction_threshold: config.compaction_threshold,
-            keep_peak_mapped: config.keep_peak_mapped,
             futile_at: None,
             observer: None,
             deferred_frees: Vec::new(),
@@ -486,7 +482,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// Whether pools keep the room their peak needed mapped until it is
     /// asked for: expandable ones, under `MemoryConfig::keep_peak_mapped`.
     pub fn keeps_peak_mapped(&self) -> bool {
-        self.keep_peak_mapped && self.pools.iter().any(Pool::is_expandable)
+        self.pools.iter().any(Pool::keeps_peak_mapped)
     }
 
     /// Return queued page deallocations to the driver now.

@@ -256,10 +256,10 @@ impl Pool {
         each!(self, pool => pool.report())
     }
 
-    /// Whether this is an expandable arena (address space mapped a
-    /// granule at a time).
-    pub(crate) fn is_expandable(&self) -> bool {
-        matches!(self, Pool::Expandable(_))
+    /// Whether this is an expandable arena that keeps the room its peak
+    /// needed mapped until asked for (`FreeRoom::keep_peak`).
+    pub(crate) fn keeps_peak_mapped(&self) -> bool {
+        matches!(self, Pool::Expandable(pool) if pool.keeps_peak_mapped())
     }
 
     /// Reservations an unused page waits before a periodic cleanup returns it.

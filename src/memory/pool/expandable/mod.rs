@@ -189,6 +189,11 @@ impl ExpandablePool {
         }
     }
 
+    /// Whether the pool keeps the room its peak needed mapped.
+    pub(crate) fn keeps_peak_mapped(&self) -> bool {
+        self.keep_peak
+    }
+
     /// What the pool keeps mapped while nothing asks for memory back: the
     /// most its allocations have held at once, and its slack.
     pub(crate) fn kept_mapped(&self) -> u64 {
