@@ -224,7 +224,7 @@ fn the_service_runs_on_the_device() {
 #[test]
 fn pages_go_back_in_stream_order_without_a_wait() {
     let Some(storage) = device() else { return };
-    let mut storage = storage.with_ordered_reclaim();
+    let mut storage = storage;
     // Work queued on the stream before the free: a long device copy.
     let big = 512 << 20;
     let (a, b) = (

@@ -25,6 +25,19 @@ const COMPACTION_INTERVAL: Duration = Duration::from_secs(1);
 /// Where events go.
 pub(crate) type Subscribers = Arc<Mutex<Vec<Sender<SupervisorEvent>>>>;
 
+/// A stream waiting for its recovery round.
+#[derive(Debug)]
+struct Asker {
+    stream: StreamId,
+    /// Bytes it asked for.
+    #[allow(dead_code)] // read in debug output
+    requested: u64,
+    /// Short of memory (not only past the headroom): the givers wait for
+    /// what they give back to be gone before they answer, since this is
+    /// the asker's last try before `OutOfMemory`.
+    short: bool,
+}
+
 /// One recovery round for a short stream.
 #[derive(Debug)]
 struct Episode {
@@ -71,8 +84,8 @@ pub(crate) struct Coordinator {
     /// The device, whose registry reaches every stream.
     device: Arc<DeviceShared>,
     subscribers: Subscribers,
-    /// Short streams waiting for an episode (stream, bytes asked).
-    queue: VecDeque<(StreamId, u64)>,
+    /// Streams waiting for an episode, in the order they asked.
+    queue: VecDeque<Asker>,
     /// The episode under way.
     active: Option<Episode>,
     next_episode: u64,
@@ -125,10 +138,16 @@ impl Coordinator {
                 } else {
                     SupervisorEvent::RanShort { stream, requested }
                 });
-                let known = self.active.as_ref().is_some_and(|e| e.stream == stream)
-                    || self.queue.iter().any(|(s, _)| *s == stream);
-                if !known {
-                    self.queue.push_back((stream, requested));
+                let active = self.active.as_ref().is_some_and(|e| e.stream == stream);
+                match self.queue.iter_mut().find(|asker| asker.stream == stream) {
+                    // One episode per stream: a short one if either was.
+                    Some(queued) => queued.short |= !headroom,
+                    None if !active => self.queue.push_back(Asker {
+                        stream,
+                        requested,
+                        short: !headroom,
+                    }),
+                    None => {}
                 }
                 self.start_next();
             }
@@ -179,7 +198,7 @@ impl Coordinator {
 
     fn start_next(&mut self) {
         while self.active.is_none() {
-            let Some((stream, _)) = self.queue.pop_front() else {
+            let Some(Asker { stream, short, .. }) = self.queue.pop_front() else {
                 return;
             };
             let streams = self.device.registry.lock();
@@ -198,7 +217,7 @@ impl Coordinator {
                 .map(|(other, _)| *other)
                 .collect();
             for other in &others {
-                streams[other].send(Control::GiveBack { episode: id });
+                streams[other].send(Control::GiveBack { episode: id, short });
             }
             drop(streams);
             self.active = Some(Episode {
@@ -273,7 +292,13 @@ impl Coordinator {
                 continue;
             }
             let quiet = now.saturating_sub(watch.since) >= idle;
-            let news = watch.told.is_none_or(|seen| released != seen);
+            // New releases to tidy, or memory it gave back still behind
+            // fences: a quiet stream polls them only when told.
+            let news = watch.told.is_none_or(|seen| released != seen)
+                || shared
+                    .bytes_in_reclaim
+                    .load(crate::sync::atomic::Ordering::Relaxed)
+                    > 0;
             if quiet && news && link.handle.is_running() {
                 link.send(Control::Idle);
                 watch.told = Some(released);

@@ -71,6 +71,11 @@ pub(crate) enum Control {
     GiveBack {
         /// The recovery episode this answers.
         episode: u64,
+        /// The asker is short of memory, not only past the headroom: this
+        /// is its last try before `OutOfMemory`, so what goes back is
+        /// waited for (`MemoryManager::drain`) rather than left behind a
+        /// fence.
+        short: bool,
     },
     /// The recovery round for this stream is over: retry what is parked.
     Retry,

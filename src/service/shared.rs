@@ -101,6 +101,10 @@ pub(crate) struct StreamShared {
     pub(crate) bytes_reserved: AtomicU64,
     /// Peak bytes reserved.
     pub(crate) peak_bytes_reserved: AtomicU64,
+    /// Bytes its storage gave back that still wait behind fences for the
+    /// stream's work (the actor publishes; the coordinator's idle tick
+    /// asks a quiet stream to look again while any do).
+    pub(crate) bytes_in_reclaim: AtomicU64,
     /// Allocations moved.
     pub(crate) relocated: AtomicU64,
     /// Idle cleanups.
@@ -147,6 +151,7 @@ impl StreamShared {
             reservations: AtomicU64::new(0),
             bytes_reserved: AtomicU64::new(0),
             peak_bytes_reserved: AtomicU64::new(0),
+            bytes_in_reclaim: AtomicU64::new(0),
             relocated: AtomicU64::new(0),
             idle_cleanups: AtomicU64::new(0),
             settles: AtomicU64::new(0),

@@ -168,20 +168,54 @@ impl<S: DeviceStorage> BudgetedStorage<S> {
     }
 }
 
+impl<S: DeviceStorage> BudgetedStorage<S> {
+    /// Reserve `bytes` of the budget for an allocation or a map about to
+    /// be made. Refused, while bytes this storage gave back still wait
+    /// behind fences: the last try before running out waits for them.
+    /// `bytes` says how many, asked again after a drain (a map's granules
+    /// that were on their way back are gone then); the bytes reserved.
+    fn reserve(&mut self, bytes: impl Fn(&S) -> u64) -> Result<u64, StorageError> {
+        let asked = bytes(&self.inner);
+        if self.budget.try_reserve(asked) {
+            return Ok(asked);
+        }
+        if self.inner.bytes_in_reclaim() > 0 {
+            self.drain();
+            let asked = bytes(&self.inner);
+            if self.budget.try_reserve(asked) {
+                return Ok(asked);
+            }
+        }
+        let bytes = bytes(&self.inner);
+        Err(StorageError::OutOfMemory {
+            requested: bytes,
+            held: self.budget.granted(),
+            capacity: self.budget.limit(),
+        })
+    }
+
+    /// Run `give_back` on the storage, and give the budget the bytes it
+    /// freed.
+    fn settle(&mut self, give_back: impl FnOnce(&mut S)) {
+        let before = self.inner.bytes_allocated();
+        let granules = self.inner.driver_ops().granules_mapped();
+        give_back(&mut self.inner);
+        let freed = before.saturating_sub(self.inner.bytes_allocated());
+        self.budget.give_back(freed);
+        self.budget
+            .granules_moved(granules, self.inner.driver_ops().granules_mapped());
+    }
+}
+
 impl<S: DeviceStorage> DeviceStorage for BudgetedStorage<S> {
     // Address space costs nothing (`reserve_range`): only mapped bytes are
-    // granted. Unmapped bytes go back at the flush that unmaps them.
+    // granted. Unmapped bytes go back when the storage has let them go.
     forward_to_inner!(inner: alignment, deallocate, resource, write, read, copy, slide);
     forward_to_inner!(inner: bytes_allocated, granule, reserve_range, unmap, driver_ops);
+    forward_to_inner!(inner: bytes_in_reclaim, bytes_a_map_adds);
 
     fn allocate(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
-        if !self.budget.try_reserve(size) {
-            return Err(StorageError::OutOfMemory {
-                requested: size,
-                held: self.budget.granted(),
-                capacity: self.budget.limit(),
-            });
-        }
+        self.reserve(|_| size)?;
         match self.inner.allocate(size) {
             Ok(handle) => {
                 self.budget.commit(size);
@@ -195,13 +229,11 @@ impl<S: DeviceStorage> DeviceStorage for BudgetedStorage<S> {
     }
 
     fn flush(&mut self) {
-        let before = self.inner.bytes_allocated();
-        let granules = self.inner.driver_ops().granules_mapped();
-        self.inner.flush();
-        let freed = before.saturating_sub(self.inner.bytes_allocated());
-        self.budget.give_back(freed);
-        self.budget
-            .granules_moved(granules, self.inner.driver_ops().granules_mapped());
+        self.settle(S::flush);
+    }
+
+    fn drain(&mut self) {
+        self.settle(S::drain);
     }
 
     /// The budget is the device's, shared by every stream's storage (an
@@ -210,19 +242,19 @@ impl<S: DeviceStorage> DeviceStorage for BudgetedStorage<S> {
         self.budget.limit() < u64::MAX || self.inner.shares_a_budget()
     }
 
-    /// Granted before it is mapped, as a page is before it is allocated.
+    /// Granted before it is mapped, as a page is before it is allocated;
+    /// granules taken back before they went were never given back to the
+    /// budget, so only the bytes the map added are held anew.
     fn map(&mut self, range: &StorageHandle) -> Result<(), StorageError> {
-        if !self.budget.try_reserve(range.size) {
-            return Err(StorageError::OutOfMemory {
-                requested: range.size,
-                held: self.budget.granted(),
-                capacity: self.budget.limit(),
-            });
-        }
+        let asked = self.reserve(|inner| inner.bytes_a_map_adds(range))?;
         let granules = self.inner.driver_ops().granules_mapped();
+        let before = self.inner.bytes_allocated();
         match self.inner.map(range) {
             Ok(()) => {
-                self.budget.commit(range.size);
+                let added = self.inner.bytes_allocated().saturating_sub(before);
+                debug_assert_eq!(added, asked, "a map adds what it said it would");
+                self.budget.commit(added.min(asked));
+                self.budget.release(asked.saturating_sub(added));
                 self.budget
                     .granules_moved(granules, self.inner.driver_ops().granules_mapped());
                 Ok(())

@@ -4,7 +4,7 @@
 //! The long form: `docs/modules.md`, "`src/storage/cuda.rs`".
 
 use super::cuda_vmm::{self, CudaRange};
-use super::give_back::GiveBack;
+use super::give_back::{Batch, GiveBack};
 use super::id_map::IdMap;
 use super::{
     DeviceStorage, DriverOps, Resource, StorageError, StorageHandle, StorageId, check_range,
@@ -47,34 +47,58 @@ pub struct CudaStorage {
     granule: Option<u64>,
     /// Reserved ranges of address space.
     ranges: IdMap<CudaRange>,
-    /// Pages, ranges and granules queued to go back at `flush`.
-    give_back: GiveBack,
+    /// Pages, ranges and granules given back, queued or behind fences.
+    give_back: GiveBack<CudaFence>,
     /// The driver calls made so far (`driver.rs`).
     ops: DriverOps,
     /// Work on this storage's memory is queued on streams it does not
     /// know (a PyTorch program's): before memory goes back, wait for the
     /// whole device, not this storage's stream.
     foreign_streams: bool,
-    /// Pages let go without waiting: each batch frees once an event
-    /// recorded on the stream at its flush has passed (`ordered_reclaim`).
-    in_flight: std::collections::VecDeque<InFlight>,
-    /// Whether pages go back in stream order (no wait) rather than after
-    /// a stream synchronize.
-    ordered_reclaim: bool,
-    /// Bytes of pages freed outside a flush (an allocation short of
+    /// Bytes freed outside a flush (an allocation or a map short of
     /// memory waited for them): they leave `bytes` at the next flush,
     /// where whatever meters this storage (a budget) sees them go.
     freed_uncounted: u64,
 }
 
-/// Pages let go at one flush, freed once the stream's work queued before
-/// that flush is done.
+/// What says the work that may touch a batch of give-backs is done: an
+/// event recorded on the storage's stream at the flush that sealed it, and
+/// the events other streams recorded as users of its pages (`record_use`).
 #[derive(Debug)]
-struct InFlight {
-    /// Recorded on the stream at the flush.
-    event: CUevent,
-    /// The pages.
-    pages: Vec<StorageId>,
+struct CudaFence {
+    /// Its own stream's event first.
+    events: Vec<CUevent>,
+}
+
+impl CudaFence {
+    /// Whether every event has passed (asked, never waited for; the first
+    /// query is counted by the caller, the others here).
+    fn passed(&self, ops: &mut DriverOps) -> bool {
+        self.events.iter().enumerate().all(|(at, &event)| {
+            if at > 0 {
+                ops.event_queried();
+            }
+            // SAFETY: recorded by `flush` or `record_use`, destroyed only
+            // in `destroy`.
+            unsafe { result::event::query(event) }.is_ok()
+        })
+    }
+
+    /// Destroy the events once they passed (or were waited for: `wait`,
+    /// each counted as an event waited for but the stream's own, which
+    /// the caller waited for with the stream).
+    fn destroy(self, wait: bool, ops: &mut DriverOps) {
+        for (at, event) in self.events.into_iter().enumerate() {
+            // SAFETY: each event is destroyed once, here.
+            unsafe {
+                if wait && at > 0 {
+                    ops.event_waited();
+                    let _ = result::event::synchronize(event);
+                }
+                let _ = result::event::destroy(event);
+            }
+        }
+    }
 }
 
 fn driver(err: DriverError) -> StorageError {
@@ -151,82 +175,14 @@ impl CudaStorage {
             give_back: GiveBack::default(),
             ops: DriverOps::default(),
             foreign_streams: false,
-            in_flight: std::collections::VecDeque::new(),
-            ordered_reclaim: false,
             freed_uncounted: 0,
         })
     }
 
-    /// The same storage, letting pages go in stream order: a flush
-    /// records an event on the stream rather than waiting for it, and the
-    /// pages are freed at a later flush once the event has passed (asked
-    /// with `cuEventQuery`, never waited on), or when an allocation would
-    /// otherwise run out of memory. Their bytes count until then.
-    /// Unmapped granules still wait for the stream (the manager may map
-    /// them again at once).
-    pub fn with_ordered_reclaim(mut self) -> Self {
-        self.ordered_reclaim = true;
-        self
-    }
-
-    /// Free the pages of every batch whose event has passed (all of them,
-    /// after waiting for the stream, when `wait`).
-    fn reap(&mut self, wait: bool) {
-        if self.in_flight.is_empty() {
-            return;
-        }
-        if wait {
-            let _ = self.stream.synchronize();
-            self.ops.waited();
-        }
-        while let Some(front) = self.in_flight.front() {
-            if !wait {
-                self.ops.events_queried = self.ops.events_queried.saturating_add(1);
-                // SAFETY: recorded by `flush`, destroyed only below.
-                if unsafe { result::event::query(front.event) }.is_err() {
-                    // A stream runs in order: later batches wait too.
-                    break;
-                }
-            }
-            let Some(batch) = self.in_flight.pop_front() else {
-                break;
-            };
-            // SAFETY: made by `flush`, destroyed once, here.
-            let _ = unsafe { result::event::destroy(batch.event) };
-            for id in batch.pages {
-                if let Some(page) = self.pages.remove(&id) {
-                    self.free_page(page);
-                }
-            }
-        }
-    }
-
-    /// An allocation is short of memory while pages wait in stream order:
-    /// wait for the stream and free them now, their bytes still counted
-    /// until the next flush.
-    fn reap_held_back(&mut self) {
-        let before = self.bytes;
-        self.reap(true);
-        self.freed_uncounted = self
-            .freed_uncounted
-            .saturating_add(before.saturating_sub(self.bytes));
-        self.bytes = before;
-    }
-
-    /// Let this flush's pages go in stream order: an event on the stream
-    /// now, the pages freed once it has passed. `false` where no event
-    /// could be recorded (the caller waits instead).
-    fn defer_pages(&mut self) -> bool {
-        let pages: Vec<StorageId> = self
-            .give_back
-            .frees()
-            .iter()
-            .copied()
-            .filter(|id| self.pages.contains_key(id))
-            .collect();
-        if pages.is_empty() {
-            return true;
-        }
+    /// Seal what is queued behind a fence: an event recorded on the
+    /// stream now, with the events other streams recorded as users of its
+    /// pages. `false` where no event could be recorded (the caller waits).
+    fn seal(&mut self) -> bool {
         let Ok(event) = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING) else {
             return false;
         };
@@ -236,9 +192,70 @@ impl CudaStorage {
             let _ = unsafe { result::event::destroy(event) };
             return false;
         }
-        self.ops.event_recorded();
-        self.give_back.forget_frees(&pages);
-        self.in_flight.push_back(InFlight { event, pages });
+        let mut events = vec![event];
+        for id in self.give_back.queued_frees() {
+            if let Some(page) = self.pages.get_mut(id) {
+                events.append(&mut page.uses);
+            }
+        }
+        self.give_back
+            .seal(&mut self.ops, || Some(CudaFence { events }))
+            .is_ok()
+    }
+
+    /// Wait for the stream (for memory others use, for the whole device)
+    /// and give back everything queued or behind a fence.
+    fn wait_all(&mut self) {
+        if self.give_back.is_empty() {
+            return;
+        }
+        let _ = if self.foreign_streams {
+            self.context.synchronize()
+        } else {
+            self.stream.synchronize()
+        };
+        let fence = CudaFence { events: Vec::new() };
+        for batch in self.give_back.drain(&mut self.ops, fence) {
+            self.reclaim(batch, true);
+        }
+    }
+
+    /// Give the driver what `batch` holds, its fence passed (or waited
+    /// for: `waited`): its granules still given back, then its pages and
+    /// ranges.
+    fn reclaim(&mut self, batch: Batch<CudaFence>, waited: bool) {
+        batch.fence.destroy(waited, &mut self.ops);
+        for handle in &batch.unmaps {
+            if let Some(range) = self.ranges.get_mut(&handle.id) {
+                let gone = range.unmap_doomed(handle, batch.id, &mut self.ops);
+                let granule = range.granule_map().granule();
+                self.bytes = self.bytes.saturating_sub(gone.saturating_mul(granule));
+            }
+        }
+        for id in batch.frees {
+            if let Some(page) = self.pages.remove(&id) {
+                self.free_page(page);
+            }
+            if let Some(range) = self.ranges.remove(&id) {
+                self.bytes = self.bytes.saturating_sub(range.mapped_bytes());
+                range.release(&mut self.ops);
+            }
+        }
+    }
+
+    /// Memory ran short while what this storage gave back still waits
+    /// behind fences: wait for them and give it back now, its bytes still
+    /// counted until the next flush (where a budget sees them go).
+    fn reclaim_held_back(&mut self) -> bool {
+        if self.give_back.is_empty() {
+            return false;
+        }
+        let before = self.bytes;
+        self.wait_all();
+        self.freed_uncounted = self
+            .freed_uncounted
+            .saturating_add(before.saturating_sub(self.bytes));
+        self.bytes = before;
         true
     }
 
@@ -330,7 +347,8 @@ impl CudaStorage {
             }
         }
         // SAFETY: `ptr` came from `malloc_sync` and is freed once; the
-        // caller synchronised this storage's stream first.
+        // stream's work before its give-back is done (its fence passed,
+        // or the stream was waited for).
         unsafe {
             let _ = result::free_sync(page.ptr);
         }
@@ -356,12 +374,10 @@ impl DeviceStorage for CudaStorage {
         if matches!(
             attempt,
             Err(DriverError(sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY))
-        ) && !self.in_flight.is_empty()
+        ) && self.reclaim_held_back()
         {
-            // Pages let go in stream order are still held: wait for them,
-            // and ask once more. (Their bytes leave the count at the next
-            // flush, where a budget sees them go.)
-            self.reap_held_back();
+            // What went back in stream order was still held: waited for
+            // and given back, so ask once more.
             // SAFETY: as above.
             attempt = unsafe { result::malloc_sync(bytes) };
         }
@@ -403,43 +419,40 @@ impl DeviceStorage for CudaStorage {
         self.bytes = self
             .bytes
             .saturating_sub(std::mem::take(&mut self.freed_uncounted));
-        self.reap(false);
-        if self.ordered_reclaim && !self.give_back.has_unmaps() && !self.foreign_streams {
-            // Pages alone (ranges go back after a wait, below): no wait.
-            let only_pages =
-                (self.give_back.frees().iter()).all(|id| !self.ranges.contains_key(id));
-            if only_pages && self.defer_pages() {
-                return;
-            }
-        }
-        if self.give_back.is_empty() {
+        if self.foreign_streams || (self.give_back.has_queued() && !self.seal()) {
+            self.wait_all();
             return;
         }
-        // Work queued on the stream (or, for memory others use, on any
-        // stream of the device) may still touch the pages and granules.
-        let _ = if self.foreign_streams {
-            self.context.synchronize()
-        } else {
-            self.stream.synchronize()
+        let ops = &mut self.ops;
+        let mut extra = DriverOps::default();
+        let ready = self.give_back.ready(ops, |fence| fence.passed(&mut extra));
+        self.ops = self.ops.combine(extra);
+        for batch in ready {
+            self.reclaim(batch, false);
+        }
+    }
+
+    fn drain(&mut self) {
+        if self.bind().is_err() {
+            return;
+        }
+        self.bytes = self
+            .bytes
+            .saturating_sub(std::mem::take(&mut self.freed_uncounted));
+        self.wait_all();
+    }
+
+    fn bytes_in_reclaim(&self) -> u64 {
+        let freeing = |id: &StorageId| {
+            (self.pages.get(id).map(|page| page.size))
+                .or_else(|| self.ranges.get(id).map(CudaRange::mapped_bytes))
+                .unwrap_or(0)
         };
-        self.ops.waited();
-        let (unmaps, frees) = self.give_back.take();
-        for handle in unmaps {
-            if let Some(range) = self.ranges.get_mut(&handle.id)
-                && range.unmap(&handle, &mut self.ops)
-            {
-                self.bytes = self.bytes.saturating_sub(handle.size);
-            }
-        }
-        for id in frees {
-            if let Some(page) = self.pages.remove(&id) {
-                self.free_page(page);
-            }
-            if let Some(range) = self.ranges.remove(&id) {
-                self.bytes = self.bytes.saturating_sub(range.mapped_bytes());
-                range.release(&mut self.ops);
-            }
-        }
+        let freed = self.give_back.frees().map(freeing);
+        let doomed = (self.ranges.iter())
+            .filter(|(id, _)| !self.give_back.frees().any(|freed| freed == *id))
+            .map(|(_, range)| range.doomed_bytes());
+        freed.chain(doomed).fold(0, u64::saturating_add)
     }
 
     fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError> {
@@ -529,13 +542,34 @@ impl DeviceStorage for CudaStorage {
                 .map(|(_, total)| total as u64)
                 .unwrap_or(0)
         };
-        range.map(handle, ordinal, &mut self.ops, held, capacity)?;
-        self.bytes = self.bytes.saturating_add(handle.size);
+        let mut mapped = range.map(handle, ordinal, &mut self.ops, held, capacity);
+        if matches!(mapped, Err(StorageError::OutOfMemory { .. })) && self.reclaim_held_back() {
+            // What went back in stream order was still held: waited for
+            // and given back, so ask once more.
+            let capacity = || {
+                result::mem_get_info()
+                    .map(|(_, total)| total as u64)
+                    .unwrap_or(0)
+            };
+            let range =
+                (self.ranges.get_mut(&handle.id)).ok_or(StorageError::UnknownPage(handle.id))?;
+            mapped = range.map(handle, ordinal, &mut self.ops, held, capacity);
+        }
+        let granule = self.granule.unwrap_or(0);
+        self.bytes = self.bytes.saturating_add(mapped?.saturating_mul(granule));
         Ok(())
     }
 
+    fn bytes_a_map_adds(&self, handle: &StorageHandle) -> u64 {
+        (self.ranges.get(&handle.id)).map_or(handle.size, |range| {
+            range.granule_map().bytes_a_map_adds(handle)
+        })
+    }
+
     fn unmap(&mut self, handle: &StorageHandle) {
-        let known = self.ranges.contains_key(&handle.id);
+        let batch = self.give_back.open_batch();
+        let known =
+            (self.ranges.get_mut(&handle.id)).is_some_and(|range| range.doom(handle, batch));
         self.give_back.unmap(handle, known);
     }
 
@@ -549,7 +583,7 @@ impl Drop for CudaStorage {
         if self.bind().is_err() {
             return;
         }
-        self.reap(true);
+        self.wait_all();
         let _ = self.stream.synchronize();
         for (_, page) in std::mem::take(&mut self.pages) {
             self.free_page(page);

@@ -124,10 +124,10 @@ impl CudaRange {
         self.base.wrapping_add(offset)
     }
 
-    /// Map physical memory behind `handle` (whole, unmapped granules), all
-    /// or nothing: on a refusal what this call mapped is undone. `held` and
-    /// `capacity` describe the storage for an out-of-memory error. The
-    /// context must be bound.
+    /// Put memory behind `handle`: a physical handle per granule that
+    /// needs one, mapped and made accessible; granules given back and not
+    /// yet gone are taken back as they are. All or nothing: on a refusal
+    /// the handles made so far are released and the map is unchanged.
     pub(super) fn map(
         &mut self,
         handle: &StorageHandle,
@@ -135,39 +135,44 @@ impl CudaRange {
         ops: &mut DriverOps,
         held: u64,
         capacity: impl FnOnce() -> u64,
-    ) -> Result<(), StorageError> {
-        // The bookkeeping first: it refuses a range that is not whole,
-        // unmapped granules before the driver is asked for anything.
-        self.map.map(handle)?;
-        let indices = self.map.granules(handle).unwrap_or(0..0);
+    ) -> Result<u64, StorageError> {
+        let fresh = self.map.fresh_runs(handle)?;
         let granule = self.map.granule();
         let prop = properties(ordinal);
         let mut done = Vec::new();
         let mut failure = None;
-        for index in indices {
-            match self.map_granule(index, granule, &prop) {
-                Ok(physical) => done.push((index, physical)),
-                Err(err) => {
-                    failure = Some(err);
-                    break;
+        'runs: for run in &fresh {
+            for index in run.clone() {
+                match self.map_granule(index, granule, &prop) {
+                    Ok(physical) => done.push((index, physical)),
+                    Err(err) => {
+                        failure = Some(err);
+                        break 'runs;
+                    }
                 }
             }
         }
         let created = done.len() as u64;
         ops.created_and_mapped(created);
         if failure.is_none() {
+            // Counted per handle, as the model prices a grant.
             ops.granted(created);
-            failure = self.allow_access(handle, ordinal).err();
+            for run in &fresh {
+                if let Err(err) = self.allow_access(run, granule, ordinal) {
+                    failure = Some(err);
+                    break;
+                }
+            }
         }
         let Some(err) = failure else {
             self.granules.extend(done);
-            return Ok(());
+            self.map.map(handle)?;
+            return Ok(created);
         };
         for (index, physical) in done {
             self.unmap_granule(index, granule, physical);
         }
         ops.unmapped(created);
-        self.map.unmap(handle);
         Err(match err {
             DriverError(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY) => StorageError::OutOfMemory {
                 requested: handle.size,
@@ -199,7 +204,12 @@ impl CudaRange {
         Ok(physical)
     }
 
-    fn allow_access(&self, handle: &StorageHandle, ordinal: i32) -> Result<(), DriverError> {
+    fn allow_access(
+        &self,
+        run: &std::ops::Range<u64>,
+        granule: u64,
+        ordinal: i32,
+    ) -> Result<(), DriverError> {
         let access = sys::CUmemAccessDesc {
             location: sys::CUmemLocation {
                 type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
@@ -207,9 +217,11 @@ impl CudaRange {
             },
             flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
         };
-        let size = usize::try_from(handle.size).unwrap_or(usize::MAX);
-        // SAFETY: every granule of the span was mapped by this call.
-        unsafe { sys::cuMemSetAccess(self.address(handle.offset), size, &access, 1) }.result()
+        let bytes = (run.end - run.start).saturating_mul(granule);
+        let size = usize::try_from(bytes).unwrap_or(usize::MAX);
+        let at = self.address(run.start.saturating_mul(granule));
+        // SAFETY: every granule of the run was mapped by this call.
+        unsafe { sys::cuMemSetAccess(at, size, &access, 1) }.result()
     }
 
     /// Unmap one granule and free its memory (errors are the driver's to
@@ -224,23 +236,38 @@ impl CudaRange {
         }
     }
 
-    /// Unmap `handle` (whole, mapped granules); whether it named such.
-    /// The stream must be done with the bytes and the context bound.
-    pub(super) fn unmap(&mut self, handle: &StorageHandle, ops: &mut DriverOps) -> bool {
-        let Some(indices) = self.map.granules(handle) else {
-            return false;
-        };
-        if !self.map.unmap(handle) {
-            return false;
-        }
+    /// Give back in `batch` the granules `handle` names (whole, live):
+    /// they stay mapped until [`unmap_doomed`](Self::unmap_doomed).
+    pub(super) fn doom(&mut self, handle: &StorageHandle, batch: u64) -> bool {
+        self.map.doom(handle, batch)
+    }
+
+    /// Bytes given back and still mapped.
+    pub(super) fn doomed_bytes(&self) -> u64 {
+        self.map.doomed_bytes()
+    }
+
+    /// Unmap and release the granules of `handle` still waiting in
+    /// `batch`; how many. The stream must be done with them (the batch's
+    /// fence passed) and the context bound.
+    pub(super) fn unmap_doomed(
+        &mut self,
+        handle: &StorageHandle,
+        batch: u64,
+        ops: &mut DriverOps,
+    ) -> u64 {
         let granule = self.map.granule();
-        for index in indices {
-            if let Some(physical) = self.granules.remove(&index) {
-                self.unmap_granule(index, granule, physical);
-                ops.unmapped(1);
+        let mut gone = 0;
+        for run in self.map.unmap_doomed(handle, batch) {
+            for index in run {
+                if let Some(physical) = self.granules.remove(&index) {
+                    self.unmap_granule(index, granule, physical);
+                    ops.unmapped(1);
+                    gone += 1;
+                }
             }
         }
-        true
+        gone
     }
 
     /// Unmap everything and give the address space back. The stream must

@@ -208,9 +208,13 @@ impl DriverOps {
     }
 
     /// An event was recorded on a stream.
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn event_recorded(&mut self) {
         self.events_recorded += 1;
+    }
+
+    /// An event was asked whether it has passed (never waited for).
+    pub(crate) fn event_queried(&mut self) {
+        self.events_queried += 1;
     }
 
     /// An event was waited for.

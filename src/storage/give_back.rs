@@ -1,79 +1,204 @@
-//! What a storage was asked to give back, held until its next flush: a
-//! device frees memory only once the work queued before may no longer
-//! touch it, so `deallocate` and `unmap` queue and `flush` gives back.
+//! What a storage was asked to give back, in stream order: a device may
+//! let memory go only once the work queued before can no longer touch it.
+//! `deallocate` and `unmap` queue; a flush seals what is queued into a
+//! *batch* behind a fence recorded on the stream (no wait) and gives back
+//! every earlier batch whose fence has passed (asked, never waited for);
+//! a drain waits for the stream and gives back everything.
+//!
+//! Granules given back stay mapped until their batch goes: the storage
+//! marks them in its `GranuleMap` with the batch, so that a granule mapped
+//! again before then is revived (no driver call) and its batch leaves it
+//! alone (`GranuleMap::unmap_doomed`).
 
 use super::{DriverOps, StorageHandle, StorageId};
+use std::collections::VecDeque;
 
-/// Pages and ranges to free, and granule runs to unmap, at the next flush.
-#[derive(Debug, Default)]
-pub(crate) struct GiveBack {
+/// Pages and ranges to free, and granule runs to unmap, behind one fence.
+#[derive(Debug)]
+pub(crate) struct Batch<F> {
+    /// Its number: what the granules it unmaps are marked with.
+    pub(crate) id: u64,
+    /// What says the stream's work before it is done.
+    pub(crate) fence: F,
+    /// Runs of granules of live ranges to unmap (those still waiting in
+    /// this batch when it goes).
+    pub(crate) unmaps: Vec<StorageHandle>,
     /// Pages and ranges to free, each once.
-    frees: Vec<StorageId>,
-    /// Runs of granules of live ranges to unmap.
-    unmaps: Vec<StorageHandle>,
+    pub(crate) frees: Vec<StorageId>,
 }
 
-impl GiveBack {
+/// The give-backs of one storage: those queued for the next fence, and
+/// the batches in flight behind theirs, oldest first (a stream runs in
+/// order, so their fences pass in order).
+#[derive(Debug)]
+pub(crate) struct GiveBack<F> {
+    /// Pages and ranges queued to be freed, each once.
+    frees: Vec<StorageId>,
+    /// Runs of granules queued to be unmapped.
+    unmaps: Vec<StorageHandle>,
+    /// Sealed batches, oldest first.
+    in_flight: VecDeque<Batch<F>>,
+    /// The number the next sealed batch gets.
+    next: u64,
+}
+
+impl<F> Default for GiveBack<F> {
+    fn default() -> Self {
+        Self {
+            frees: Vec::new(),
+            unmaps: Vec::new(),
+            in_flight: VecDeque::new(),
+            next: 0,
+        }
+    }
+}
+
+impl<F> GiveBack<F> {
     /// Queue the page or range `id` to be freed; `known`: the storage holds
     /// it (an unknown id, or one queued already, changes nothing).
     pub(crate) fn free(&mut self, id: StorageId, known: bool) {
-        if known && !self.frees.contains(&id) {
+        let queued = self.frees.contains(&id)
+            || (self.in_flight.iter()).any(|batch| batch.frees.contains(&id));
+        if known && !queued {
             self.frees.push(id);
         }
     }
 
-    /// Queue the granules `run` names to be unmapped; `known`: its range
-    /// is live.
+    /// Queue the granules `run` names to be unmapped; `known`: the storage
+    /// marked them given back in [`open_batch`](Self::open_batch).
     pub(crate) fn unmap(&mut self, run: &StorageHandle, known: bool) {
         if known {
             self.unmaps.push(*run);
         }
     }
 
-    /// Whether nothing waits to go back.
+    /// The number of the batch what is queued now will go in.
+    pub(crate) fn open_batch(&self) -> u64 {
+        self.next
+    }
+
+    /// Whether anything is queued or in flight.
     pub(crate) fn is_empty(&self) -> bool {
-        self.frees.is_empty() && self.unmaps.is_empty()
+        self.frees.is_empty() && self.unmaps.is_empty() && self.in_flight.is_empty()
     }
 
-    /// Whether granules wait to be unmapped.
+    /// Whether anything is queued and not yet sealed.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub(crate) fn has_unmaps(&self) -> bool {
-        !self.unmaps.is_empty()
+    pub(crate) fn has_queued(&self) -> bool {
+        !(self.frees.is_empty() && self.unmaps.is_empty())
     }
 
-    /// The pages and ranges queued to be freed.
+    /// The pages and ranges queued to be freed, not yet sealed.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub(crate) fn frees(&self) -> &[StorageId] {
+    pub(crate) fn queued_frees(&self) -> &[StorageId] {
         &self.frees
     }
 
-    /// Forget the queued frees of `ids` (given back another way).
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub(crate) fn forget_frees(&mut self, ids: &[StorageId]) {
-        self.frees.retain(|id| !ids.contains(id));
+    /// Every page and range given back and not yet gone, queued or in
+    /// flight.
+    pub(crate) fn frees(&self) -> impl Iterator<Item = &StorageId> {
+        (self.frees.iter()).chain(self.in_flight.iter().flat_map(|batch| batch.frees.iter()))
     }
 
-    /// Everything queued, as a flush that waits for the stream first takes
-    /// it (the wait counted on `ops`): a device lets memory go only once
-    /// the work queued before can no longer touch it. `None` when nothing
-    /// is queued (no wait).
-    pub(crate) fn take_after_wait(
+    /// Seal what is queued into a batch behind the fence `record` makes
+    /// (called only when something is queued; counted on `ops` as an
+    /// event recorded). `record` may refuse (`None`): the queue stays, and
+    /// the caller drains instead.
+    pub(crate) fn seal(
         &mut self,
         ops: &mut DriverOps,
-    ) -> Option<(Vec<StorageHandle>, Vec<StorageId>)> {
-        if self.is_empty() {
-            return None;
+        record: impl FnOnce() -> Option<F>,
+    ) -> Result<(), ()> {
+        if self.frees.is_empty() && self.unmaps.is_empty() {
+            return Ok(());
         }
-        ops.waited();
-        Some(self.take())
+        let fence = record().ok_or(())?;
+        ops.event_recorded();
+        self.in_flight.push_back(Batch {
+            id: self.next,
+            fence,
+            unmaps: std::mem::take(&mut self.unmaps),
+            frees: std::mem::take(&mut self.frees),
+        });
+        self.next = self.next.wrapping_add(1);
+        Ok(())
     }
 
-    /// Everything queued, in the order a flush gives it back: the unmaps
-    /// (of ranges that stay), then the frees.
-    pub(crate) fn take(&mut self) -> (Vec<StorageHandle>, Vec<StorageId>) {
-        (
-            std::mem::take(&mut self.unmaps),
-            std::mem::take(&mut self.frees),
-        )
+    /// The batches whose fences have passed, oldest first: `passed` is
+    /// asked of each in turn (counted on `ops` as an event queried) until
+    /// one has not (the later ones wait behind it).
+    pub(crate) fn ready(
+        &mut self,
+        ops: &mut DriverOps,
+        mut passed: impl FnMut(&mut F) -> bool,
+    ) -> Vec<Batch<F>> {
+        let mut ready = Vec::new();
+        while let Some(front) = self.in_flight.front_mut() {
+            ops.event_queried();
+            if !passed(&mut front.fence) {
+                break;
+            }
+            ready.extend(self.in_flight.pop_front());
+        }
+        ready
+    }
+
+    /// Every batch, what is queued sealed last with `fence`, after a wait
+    /// for the stream (counted on `ops`); empty (no wait) when nothing
+    /// waits to go back.
+    pub(crate) fn drain(&mut self, ops: &mut DriverOps, fence: F) -> Vec<Batch<F>> {
+        if self.is_empty() {
+            return Vec::new();
+        }
+        ops.waited();
+        let mut all: Vec<Batch<F>> = self.in_flight.drain(..).collect();
+        if !(self.frees.is_empty() && self.unmaps.is_empty()) {
+            all.push(Batch {
+                id: self.next,
+                fence,
+                unmaps: std::mem::take(&mut self.unmaps),
+                frees: std::mem::take(&mut self.frees),
+            });
+            self.next = self.next.wrapping_add(1);
+        }
+        all
+    }
+}
+
+/// The fence of a storage with no stream of its own ([`VirtualStorage`],
+/// [`HostStorage`]): the work before it is done once the storage has been
+/// flushed `lag` more times (how far a GPU runs behind its host, counted
+/// in the storage's own cleanup points, so a replay stays the same on
+/// every run; 0: done at once, as for a trace with no kernels).
+///
+/// [`VirtualStorage`]: super::VirtualStorage
+/// [`HostStorage`]: super::HostStorage
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Lag {
+    /// The flush at which the work before it is done.
+    pub(crate) due: u64,
+}
+
+/// A storage's flushes, counted, and how many a fence lags.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct LagClock {
+    /// Flushes so far.
+    pub(crate) flushes: u64,
+    /// Flushes a fence lags behind the one that records it.
+    pub(crate) lag: u64,
+}
+
+impl LagClock {
+    /// Count a flush; the fence it records.
+    pub(crate) fn tick(&mut self) -> Lag {
+        self.flushes = self.flushes.saturating_add(1);
+        Lag {
+            due: self.flushes.saturating_add(self.lag),
+        }
+    }
+
+    /// Whether the work before `fence` is done.
+    pub(crate) fn passed(&self, fence: &Lag) -> bool {
+        fence.due <= self.flushes
     }
 }

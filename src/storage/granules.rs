@@ -6,6 +6,8 @@
 #![allow(clippy::arithmetic_side_effects)]
 
 use super::{StorageError, StorageHandle, check_range};
+use std::collections::BTreeMap;
+use std::ops::Range;
 
 /// Which granules of a reserved range have memory behind them: the
 /// bookkeeping every storage with virtual memory keeps, so that a map or an
@@ -20,6 +22,12 @@ pub(crate) struct GranuleMap {
     mapped: Vec<u64>,
     /// Granules mapped.
     count: u64,
+    /// Granules given back but still mapped, each with the batch of
+    /// give-backs it waits in (`give_back.rs`): the memory layer sees
+    /// them unmapped, the driver still has memory behind them. One mapped
+    /// again before its batch's fence passed is revived with no driver
+    /// call; a batch unmaps only the granules still waiting in it.
+    doomed: BTreeMap<u64, u64>,
 }
 
 impl GranuleMap {
@@ -48,6 +56,7 @@ impl GranuleMap {
             size,
             mapped,
             count: 0,
+            doomed: BTreeMap::new(),
         })
     }
 
@@ -56,18 +65,29 @@ impl GranuleMap {
         self.size
     }
 
-    /// Granules mapped.
+    /// Granules with memory behind them (those given back and waiting
+    /// for their fence included).
     pub(crate) fn mapped_granules(&self) -> u64 {
         self.count
     }
 
-    /// Bytes mapped.
+    /// Bytes with memory behind them.
     pub(crate) fn mapped_bytes(&self) -> u64 {
         self.count.saturating_mul(self.granule)
     }
 
+    /// Bytes given back and still mapped, waiting for their fence.
+    pub(crate) fn doomed_bytes(&self) -> u64 {
+        (self.doomed.len() as u64).saturating_mul(self.granule)
+    }
+
     fn is_mapped(&self, index: u64) -> bool {
         self.mapped[(index / 64) as usize] & (1 << (index % 64)) != 0
+    }
+
+    /// Mapped and not given back: what the memory layer may touch.
+    fn is_live(&self, index: u64) -> bool {
+        self.is_mapped(index) && !self.doomed.contains_key(&index)
     }
 
     fn set(&mut self, index: u64, mapped: bool) {
@@ -95,8 +115,14 @@ impl GranuleMap {
             .then(|| handle.offset / self.granule..end / self.granule)
     }
 
-    /// Mark `handle`'s granules mapped: all of them were unmapped.
-    pub(crate) fn map(&mut self, handle: &StorageHandle) -> Result<(), StorageError> {
+    /// The runs of `handle`'s granules a [`map`](Self::map) would need
+    /// memory for from the driver (the others were given back and are
+    /// not yet gone), in order; refused where `handle` is not whole
+    /// granules of the range or any of them is live.
+    pub(crate) fn fresh_runs(
+        &self,
+        handle: &StorageHandle,
+    ) -> Result<Vec<Range<u64>>, StorageError> {
         let refused = StorageError::Unmapped {
             id: handle.id,
             offset: handle.offset,
@@ -104,30 +130,80 @@ impl GranuleMap {
             expected: "whole unmapped granules of the range",
         };
         let granules = self.granules(handle).ok_or(refused.clone())?;
-        if granules.clone().any(|index| self.is_mapped(index)) {
-            return Err(refused);
-        }
+        let mut fresh: Vec<Range<u64>> = Vec::new();
         for index in granules {
-            self.set(index, true);
-            self.count = self.count.saturating_add(1);
+            if self.is_live(index) {
+                return Err(refused);
+            }
+            if self.is_mapped(index) {
+                continue;
+            }
+            match fresh.last_mut() {
+                Some(run) if run.end == index => run.end = index + 1,
+                _ => fresh.push(index..index + 1),
+            }
         }
-        Ok(())
+        Ok(fresh)
     }
 
-    /// Mark `handle`'s granules unmapped; whether it named whole, mapped
-    /// granules (nothing changes otherwise).
-    pub(crate) fn unmap(&mut self, handle: &StorageHandle) -> bool {
+    /// Bytes a [`map`](Self::map) of `handle` would put memory behind
+    /// (all of it where the map would be refused: the caller finds out).
+    pub(crate) fn bytes_a_map_adds(&self, handle: &StorageHandle) -> u64 {
+        match self.fresh_runs(handle) {
+            Ok(runs) => (runs.iter().map(|run| run.end - run.start).sum::<u64>()) * self.granule,
+            Err(_) => handle.size,
+        }
+    }
+
+    /// Mark `handle`'s granules mapped: none of them may be live. Those
+    /// given back and still waiting for their fence are revived (their
+    /// memory never left); the runs of granules that need memory from the
+    /// driver are returned, in order.
+    pub(crate) fn map(&mut self, handle: &StorageHandle) -> Result<Vec<Range<u64>>, StorageError> {
+        let fresh = self.fresh_runs(handle)?;
+        for index in self.granules(handle).unwrap_or(0..0) {
+            if self.doomed.remove(&index).is_none() {
+                self.set(index, true);
+                self.count = self.count.saturating_add(1);
+            }
+        }
+        Ok(fresh)
+    }
+
+    /// Give `handle`'s granules back in `batch`: they stay mapped until
+    /// the batch's fence passes ([`unmap_doomed`](Self::unmap_doomed)).
+    /// Whether it named whole, live granules (nothing changes otherwise).
+    pub(crate) fn doom(&mut self, handle: &StorageHandle, batch: u64) -> bool {
         let Some(granules) = self.granules(handle) else {
             return false;
         };
-        if !granules.clone().all(|index| self.is_mapped(index)) {
+        if !granules.clone().all(|index| self.is_live(index)) {
             return false;
         }
         for index in granules {
-            self.set(index, false);
-            self.count = self.count.saturating_sub(1);
+            self.doomed.insert(index, batch);
         }
         true
+    }
+
+    /// Unmap the granules of `handle` still waiting in `batch` (not
+    /// revived since, nor given back again in a later batch): the runs the
+    /// driver unmaps, in order.
+    pub(crate) fn unmap_doomed(&mut self, handle: &StorageHandle, batch: u64) -> Vec<Range<u64>> {
+        let mut gone: Vec<Range<u64>> = Vec::new();
+        for index in self.granules(handle).unwrap_or(0..0) {
+            if self.doomed.get(&index) != Some(&batch) {
+                continue;
+            }
+            self.doomed.remove(&index);
+            self.set(index, false);
+            self.count = self.count.saturating_sub(1);
+            match gone.last_mut() {
+                Some(run) if run.end == index => run.end = index + 1,
+                _ => gone.push(index..index + 1),
+            }
+        }
+        gone
     }
 
     /// Check that an access of `len` bytes at `handle`'s start (or the
@@ -144,7 +220,7 @@ impl GranuleMap {
         }
         let first = handle.offset / self.granule;
         let last = (handle.offset.saturating_add(bytes).saturating_sub(1)) / self.granule;
-        if (first..=last).all(|index| self.is_mapped(index)) {
+        if (first..=last).all(|index| self.is_live(index)) {
             Ok(())
         } else {
             Err(StorageError::Unmapped {

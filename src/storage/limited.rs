@@ -95,7 +95,7 @@ impl<S: DeviceStorage> LimitedStorage<S> {
 impl<S: DeviceStorage> DeviceStorage for LimitedStorage<S> {
     forward_to_inner!(inner: alignment, deallocate, flush, resource, write, read);
     forward_to_inner!(inner: bytes_allocated, granule, reserve_range, unmap);
-    forward_to_inner!(inner: shares_a_budget, driver_ops);
+    forward_to_inner!(inner: shares_a_budget, driver_ops, drain, bytes_in_reclaim, bytes_a_map_adds);
 
     fn allocate(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
         self.admit(size)?;
@@ -115,7 +115,7 @@ impl<S: DeviceStorage> DeviceStorage for LimitedStorage<S> {
 
     /// A mapping is an allocation: counted, faulted and capped alike.
     fn map(&mut self, range: &StorageHandle) -> Result<(), StorageError> {
-        self.admit(range.size)?;
+        self.admit(self.inner.bytes_a_map_adds(range))?;
         self.inner.map(range)
     }
 }
@@ -131,8 +131,14 @@ impl<S: DeviceStorage> LimitedStorage<S> {
                 self.allocations
             )));
         }
+        let over = |inner: &S| inner.bytes_allocated().saturating_add(size) > self.capacity;
+        if over(&self.inner) && self.inner.bytes_in_reclaim() > 0 {
+            // What this storage gave back still waits behind fences: the
+            // last try before running out waits for it.
+            self.inner.drain();
+        }
         let held = self.inner.bytes_allocated();
-        if held.saturating_add(size) > self.capacity {
+        if over(&self.inner) {
             return Err(StorageError::OutOfMemory {
                 requested: size,
                 held,

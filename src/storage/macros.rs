@@ -26,6 +26,21 @@ macro_rules! forward_to_inner {
             self.$inner.flush()
         }
     };
+    (@one $inner:ident drain) => {
+        fn drain(&mut self) {
+            self.$inner.drain()
+        }
+    };
+    (@one $inner:ident bytes_in_reclaim) => {
+        fn bytes_in_reclaim(&self) -> u64 {
+            self.$inner.bytes_in_reclaim()
+        }
+    };
+    (@one $inner:ident bytes_a_map_adds) => {
+        fn bytes_a_map_adds(&self, range: &StorageHandle) -> u64 {
+            self.$inner.bytes_a_map_adds(range)
+        }
+    };
     (@one $inner:ident resource) => {
         fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError> {
             self.$inner.resource(handle)

@@ -2,9 +2,10 @@
 //!
 //! A storage hands out *pages* (one device allocation each) and knows nothing
 //! about slices, pools or handles; the `memory` layer carves pages into
-//! allocations. Deallocation is deferred: `deallocate` only queues a page and
-//! `flush` returns the queued pages to the driver, because on a device a free
-//! synchronises and must wait until the stream's work on the page is done.
+//! allocations. Deallocation is deferred and stream-ordered: `deallocate` and
+//! `unmap` only queue, and `flush` lets what was queued go behind a fence on
+//! the stream, giving it to the driver once the work queued before it is
+//! done (asked, never waited for: `give_back.rs`). `drain` waits.
 
 // Sizes and offsets come from callers: every sum is checked (a panic in a
 // debug build would take a stream down for one caller's bad numbers).
@@ -191,11 +192,29 @@ pub trait DeviceStorage: Send {
 
     /// Queue the page for deallocation at the next [`flush`](Self::flush).
     /// Its bytes still count in [`bytes_allocated`](Self::bytes_allocated)
-    /// until then.
+    /// until the driver has it back.
     fn deallocate(&mut self, id: StorageId);
 
-    /// Return every queued page to the driver.
+    /// Let what was queued go in stream order, with no wait: behind a
+    /// fence on the stream, given to the driver at this or a later flush
+    /// once the stream's work before the fence is done. Also gives back
+    /// what earlier flushes left behind fences that have passed since.
     fn flush(&mut self);
+
+    /// Wait for the stream, and give back everything queued or waiting
+    /// behind a fence: what explicit cleanup, shutdown and the last try
+    /// before running out of memory do. The default flushes (a storage
+    /// that frees at once).
+    fn drain(&mut self) {
+        self.flush();
+    }
+
+    /// Bytes given back but still held, waiting behind a fence for the
+    /// stream's work before it (in [`bytes_allocated`](Self::bytes_allocated)
+    /// until they go).
+    fn bytes_in_reclaim(&self) -> u64 {
+        0
+    }
 
     /// The address of `handle`'s bytes.
     fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError>;
@@ -261,17 +280,25 @@ pub trait DeviceStorage: Send {
         Err(StorageError::NoVirtualMemory)
     }
 
-    /// Put memory behind `range`: whole, unmapped granules of a reserved
-    /// range. Its bytes read as zero until written.
+    /// Put memory behind `range`: whole granules of a reserved range that
+    /// are unmapped, or given back and not yet gone (those are taken back
+    /// with no driver call). Its bytes are unspecified until written.
     fn map(&mut self, range: &StorageHandle) -> Result<(), StorageError> {
         let _ = range;
         Err(StorageError::NoVirtualMemory)
     }
 
+    /// Bytes a [`map`](Self::map) of `range` would add to what the storage
+    /// holds: its granules less those given back and not yet gone (what a
+    /// budget grants before the map).
+    fn bytes_a_map_adds(&self, range: &StorageHandle) -> u64 {
+        range.size
+    }
+
     /// Queue `range` (whole, mapped granules of a reserved range) to lose
-    /// its memory at the next [`flush`](Self::flush); its bytes count in
-    /// [`bytes_allocated`](Self::bytes_allocated) until then, and it must
-    /// not be mapped again before.
+    /// its memory, in stream order from the next [`flush`](Self::flush);
+    /// its bytes count in [`bytes_allocated`](Self::bytes_allocated) until
+    /// they go, and mapping it again before takes it back.
     fn unmap(&mut self, range: &StorageHandle) {
         let _ = range;
     }
@@ -306,6 +333,12 @@ impl<S: DeviceStorage + ?Sized> DeviceStorage for Box<S> {
     fn flush(&mut self) {
         (**self).flush()
     }
+    fn drain(&mut self) {
+        (**self).drain()
+    }
+    fn bytes_in_reclaim(&self) -> u64 {
+        (**self).bytes_in_reclaim()
+    }
     fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError> {
         (**self).resource(handle)
     }
@@ -335,6 +368,9 @@ impl<S: DeviceStorage + ?Sized> DeviceStorage for Box<S> {
     }
     fn unmap(&mut self, range: &StorageHandle) {
         (**self).unmap(range)
+    }
+    fn bytes_a_map_adds(&self, range: &StorageHandle) -> u64 {
+        (**self).bytes_a_map_adds(range)
     }
     fn shares_a_budget(&self) -> bool {
         (**self).shares_a_budget()

@@ -2,7 +2,7 @@
 //! the scaling benches use, so a trace that peaks at 80 GB replays on a
 //! machine with 24 GB (as RMM's replay simulates a GPU of a given size).
 
-use super::give_back::GiveBack;
+use super::give_back::{Batch, GiveBack, Lag, LagClock};
 use super::id_map::IdMap;
 use super::{
     DeviceStorage, DriverOps, GranuleMap, Resource, StorageError, StorageHandle, StorageId,
@@ -47,8 +47,11 @@ pub struct VirtualStorage {
     granule: Option<u64>,
     /// Reserved ranges and what is mapped in them.
     ranges: IdMap<GranuleMap>,
-    /// Pages, ranges and granules queued to go back at the next flush.
-    give_back: GiveBack,
+    /// Pages, ranges and granules given back, queued or behind fences.
+    give_back: GiveBack<Lag>,
+    /// When a fence passes: flushes counted, and how many it lags.
+    clock: LagClock,
+
     /// What a CUDA device's driver would have been asked (`driver.rs`).
     ops: DriverOps,
 }
@@ -72,8 +75,21 @@ impl VirtualStorage {
             granule: Some(DEFAULT_GRANULE),
             ranges: IdMap::default(),
             give_back: GiveBack::default(),
+            clock: LagClock::default(),
             ops: DriverOps::default(),
         }
+    }
+
+    /// The same storage, its device running `lag` flushes behind: what
+    /// a flush gives back goes only `lag` flushes later (0, the default:
+    /// at once, as on a GPU with no kernels queued, which is what a replay
+    /// of allocation events is). Deterministic, so a replay with a lag is
+    /// still the same on every run; what it shows is the memory a device
+    /// holds while its host does not wait, and the granules mapped again
+    /// before they went (taken back with no driver call).
+    pub fn with_reclaim_lag(mut self, lag: u64) -> Self {
+        self.clock.lag = lag;
+        self
     }
 
     /// An empty storage whose virtual memory maps `granule` bytes at a
@@ -120,6 +136,34 @@ impl VirtualStorage {
         Ok(())
     }
 
+    /// Give the driver what `batch` holds: its granules still given back,
+    /// then its pages and ranges.
+    fn reclaim(&mut self, batch: Batch<Lag>) {
+        for handle in batch.unmaps {
+            let Some(range) = self.ranges.get_mut(&handle.id) else {
+                continue;
+            };
+            let granule = range.granule();
+            let granules: u64 = (range.unmap_doomed(&handle, batch.id).iter())
+                .map(|run| run.end - run.start)
+                .sum();
+            let bytes = granules.saturating_mul(granule);
+            self.bytes = self.bytes.saturating_sub(bytes);
+            self.churn.unmapped = self.churn.unmapped.saturating_add(bytes);
+            self.ops.unmapped(granules);
+        }
+        for id in batch.frees {
+            if let Some(size) = self.pages.remove(&id) {
+                self.bytes = self.bytes.saturating_sub(size);
+                self.ops.page_freed(size);
+            }
+            if let Some(range) = self.ranges.remove(&id) {
+                self.bytes = self.bytes.saturating_sub(range.mapped_bytes());
+                self.ops.range_freed(range.mapped_granules());
+            }
+        }
+    }
+
     /// Check an access of `handle` (a page's bytes, or mapped bytes of a range).
     fn check(&self, handle: &StorageHandle) -> Result<(), StorageError> {
         match self.ranges.get(&handle.id) {
@@ -152,29 +196,36 @@ impl DeviceStorage for VirtualStorage {
     }
 
     fn flush(&mut self) {
-        let Some((unmaps, frees)) = self.give_back.take_after_wait(&mut self.ops) else {
-            return;
+        let fence = self.clock.tick();
+        let sealed = self.give_back.seal(&mut self.ops, || Some(fence));
+        debug_assert!(sealed.is_ok(), "a lag always records");
+        let clock = self.clock;
+        for batch in self
+            .give_back
+            .ready(&mut self.ops, |fence| clock.passed(fence))
+        {
+            self.reclaim(batch);
+        }
+    }
+
+    fn drain(&mut self) {
+        let fence = self.clock.tick();
+        for batch in self.give_back.drain(&mut self.ops, fence) {
+            self.reclaim(batch);
+        }
+    }
+
+    fn bytes_in_reclaim(&self) -> u64 {
+        let freeing = |id: &StorageId| {
+            (self.pages.get(id).copied())
+                .or_else(|| self.ranges.get(id).map(GranuleMap::mapped_bytes))
+                .unwrap_or(0)
         };
-        for handle in unmaps {
-            if let Some(range) = self.ranges.get_mut(&handle.id)
-                && range.unmap(&handle)
-            {
-                self.bytes = self.bytes.saturating_sub(handle.size);
-                self.churn.unmapped = self.churn.unmapped.saturating_add(handle.size);
-                self.ops
-                    .unmapped(handle.size.checked_div(range.granule()).unwrap_or(0));
-            }
-        }
-        for id in frees {
-            if let Some(size) = self.pages.remove(&id) {
-                self.bytes = self.bytes.saturating_sub(size);
-                self.ops.page_freed(size);
-            }
-            if let Some(range) = self.ranges.remove(&id) {
-                self.bytes = self.bytes.saturating_sub(range.mapped_bytes());
-                self.ops.range_freed(range.mapped_granules());
-            }
-        }
+        let freed = self.give_back.frees().map(freeing);
+        let doomed = (self.ranges.iter())
+            .filter(|(id, _)| !self.give_back.frees().any(|freed| freed == *id))
+            .map(|(_, range)| range.doomed_bytes());
+        freed.chain(doomed).fold(0, u64::saturating_add)
     }
 
     fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError> {
@@ -230,16 +281,24 @@ impl DeviceStorage for VirtualStorage {
             .ranges
             .get_mut(&handle.id)
             .ok_or(StorageError::UnknownPage(handle.id))?;
-        range.map(handle)?;
-        self.ops
-            .mapped(handle.size.checked_div(range.granule()).unwrap_or(0));
-        self.bytes = self.bytes.saturating_add(handle.size);
-        self.churn.mapped = self.churn.mapped.saturating_add(handle.size);
+        let fresh: u64 = (range.map(handle)?.iter())
+            .map(|run| run.end - run.start)
+            .sum();
+        let bytes = fresh.saturating_mul(range.granule());
+        self.ops.mapped(fresh);
+        self.bytes = self.bytes.saturating_add(bytes);
+        self.churn.mapped = self.churn.mapped.saturating_add(bytes);
         Ok(())
     }
 
+    fn bytes_a_map_adds(&self, handle: &StorageHandle) -> u64 {
+        (self.ranges.get(&handle.id)).map_or(handle.size, |range| range.bytes_a_map_adds(handle))
+    }
+
     fn unmap(&mut self, handle: &StorageHandle) {
-        let known = self.ranges.contains_key(&handle.id);
+        let batch = self.give_back.open_batch();
+        let known =
+            (self.ranges.get_mut(&handle.id)).is_some_and(|range| range.doom(handle, batch));
         self.give_back.unmap(handle, known);
     }
 }

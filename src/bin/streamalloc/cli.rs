@@ -69,6 +69,14 @@ pub(crate) struct Common {
     /// Where pages come from.
     #[arg(long, value_enum)]
     pub(crate) storage: Option<StorageKind>,
+    /// How far the modeled device runs behind its host, in cleanup points
+    /// of each stream (`host` and `virtual` storage): memory given back
+    /// goes only that many flushes later, and granules mapped again before
+    /// then are taken back with no driver call. 0: at once, as on a GPU
+    /// with no kernels queued, which is what a replay of allocation events
+    /// is.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) reclaim_lag: u64,
     /// The pool layout.
     #[arg(long = "config", value_enum, default_value = "expandable")]
     pub(crate) preset: Preset,
@@ -196,13 +204,15 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
     text.parse::<Bytes>().map(|bytes| bytes.0)
 }
 
-pub(crate) fn factory(kind: StorageKind) -> Result<StorageFactory, String> {
+pub(crate) fn factory(kind: StorageKind, reclaim_lag: u64) -> Result<StorageFactory, String> {
     match kind {
-        StorageKind::Host => Ok(Box::new(|_| {
-            Ok(Box::new(HostStorage::new()) as Box<dyn DeviceStorage>)
+        StorageKind::Host => Ok(Box::new(move |_| {
+            let storage = HostStorage::new().with_reclaim_lag(reclaim_lag);
+            Ok(Box::new(storage) as Box<dyn DeviceStorage>)
         })),
-        StorageKind::Virtual => Ok(Box::new(|_| {
-            Ok(Box::new(VirtualStorage::new()) as Box<dyn DeviceStorage>)
+        StorageKind::Virtual => Ok(Box::new(move |_| {
+            let storage = VirtualStorage::new().with_reclaim_lag(reclaim_lag);
+            Ok(Box::new(storage) as Box<dyn DeviceStorage>)
         })),
         #[cfg(feature = "cuda")]
         StorageKind::Cuda => {
@@ -412,7 +422,7 @@ fn simulate(args: SimulateArgs) -> Result<(), String> {
         None => None,
     };
     config.recorder = recorder.clone();
-    let supervisor = Supervisor::new(config, factory(kind)?);
+    let supervisor = Supervisor::new(config, factory(kind, args.common.reclaim_lag)?);
     let options = streamalloc::simulate::SimulateOptions {
         model,
         streams: args.streams,

@@ -75,9 +75,10 @@ fn replay_once(
     let mut factory_error = None;
     let report = {
         let mut replayer = Replayer::new(|_device| {
-            let storage = factory(kind).unwrap_or_else(|err| {
+            let lag = args.common.reclaim_lag;
+            let storage = factory(kind, lag).unwrap_or_else(|err| {
                 factory_error = Some(err);
-                factory(StorageKind::Virtual).expect("virtual storage always exists")
+                factory(StorageKind::Virtual, lag).expect("virtual storage always exists")
             });
             Supervisor::new(config.clone(), storage)
         });

@@ -428,13 +428,26 @@ impl<S: DeviceStorage> MemoryManager<S> {
     }
 
     /// Return pages to the device: what each pool's period says is idle
-    /// (`Periodic`), or everything nothing holds (`Explicit`).
+    /// (`Periodic`, in stream order: no wait), or everything nothing
+    /// holds (`Explicit`: waits for the stream, so that the memory has
+    /// gone back when it returns).
     pub fn cleanup(&mut self, cleanup: Cleanup) {
         self.process_releases();
         if cleanup == Cleanup::Explicit && self.log >= MemoryLogLevel::Basic {
             tracing::debug!(manager = %self.name, "explicit cleanup");
         }
         self.cleanup_pools(cleanup);
+        if cleanup == Cleanup::Explicit {
+            self.storage.drain();
+        }
+    }
+
+    /// Give back every page and granule nothing holds, in stream order
+    /// (no wait): an explicit cleanup that a policy runs on the way to a
+    /// reservation, a settle or another stream's round.
+    pub(crate) fn give_back_free(&mut self) {
+        self.process_releases();
+        self.cleanup_pools(Cleanup::Explicit);
     }
 
     /// The stream had no traffic for a while: move the clock past every
@@ -485,9 +498,21 @@ impl<S: DeviceStorage> MemoryManager<S> {
         self.pools.iter().any(Pool::keeps_peak_mapped)
     }
 
-    /// Return queued page deallocations to the driver now.
+    /// Let queued deallocations go in stream order (no wait), and give
+    /// the driver what earlier ones left behind fences that have passed.
     pub fn flush(&mut self) {
         self.storage.flush();
+    }
+
+    /// Wait for the stream, and give the driver everything given back.
+    pub fn drain(&mut self) {
+        self.storage.drain();
+    }
+
+    /// Bytes given back and still held, waiting for the stream's work
+    /// before them.
+    pub fn bytes_in_reclaim(&self) -> u64 {
+        self.storage.bytes_in_reclaim()
     }
 
     /// Bytes the storage holds from the device now.

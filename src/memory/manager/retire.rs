@@ -58,7 +58,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
         for pool in &mut self.pools {
             pool.release_all(&mut self.storage);
         }
-        self.storage.flush();
+        self.storage.drain();
     }
 }
 
@@ -73,7 +73,6 @@ impl<S: DeviceStorage + 'static> MemoryManager<S> {
         }
         self.free_unpinned();
         self.cleanup(crate::memory::Cleanup::Explicit);
-        self.flush();
     }
 
     /// The end of a stream, second half: return every page now if no pin

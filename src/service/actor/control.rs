@@ -5,7 +5,7 @@
 
 use super::StreamActor;
 use super::stream::Stream;
-use crate::memory::{Cleanup, RelocationNeed, RelocationReason};
+use crate::memory::{RelocationNeed, RelocationReason};
 use crate::service::device::Notice;
 use crate::service::protocol::Control;
 use crate::service::shared::bump;
@@ -15,7 +15,7 @@ impl StreamActor {
     pub(crate) fn handle_control(&mut self, control: Control) {
         let stream = &mut self.stream;
         match control {
-            Control::GiveBack { episode } => stream.give_back(episode),
+            Control::GiveBack { episode, short } => stream.give_back(episode, short),
             Control::Retry => self.short.round_over(stream),
             Control::Settle { keep } => stream.settle(keep),
             Control::Idle => stream.idle_tick(),
@@ -39,14 +39,20 @@ impl StreamActor {
 impl Stream {
     /// Another stream's recovery round (`episode`) asks: give back every
     /// cached page and compact, then tell the coordinator how much went.
-    fn give_back(&mut self, episode: u64) {
+    /// For a stream `short` of memory, what went back is waited for (its
+    /// last try); past the headroom, it goes in stream order.
+    fn give_back(&mut self, episode: u64, short: bool) {
         self.take_back_hot();
         let before = self.memory.bytes_allocated();
-        self.memory.cleanup(Cleanup::Explicit);
+        self.memory.give_back_free();
         if let Ok(report) = self.memory.relocate(RelocationReason::Short) {
             bump(&self.shared.relocated, report.moved);
         }
-        self.memory.flush();
+        if short {
+            self.memory.drain();
+        } else {
+            self.memory.flush();
+        }
         let freed = before.saturating_sub(self.memory.bytes_allocated());
         self.publish();
         self.shared.gave_back_all();

@@ -4,7 +4,7 @@
 
 use super::short::RunningShort;
 use super::stream::{Stream, is_out_of_memory};
-use crate::memory::{AllocationMode, Cleanup, MemoryError, PageUpdate, RelocationReason};
+use crate::memory::{AllocationMode, MemoryError, PageUpdate, RelocationReason};
 use crate::service::events::SupervisorEvent;
 use crate::service::headroom::MIN_ROUND_GAIN;
 use crate::service::message::{Pending, PendingState};
@@ -39,7 +39,7 @@ impl RunningShort {
         // Our own cached pages (and our clients' hot allocations) and
         // fragmentation first.
         stream.take_back_hot();
-        stream.memory.cleanup(Cleanup::Explicit);
+        stream.memory.give_back_free();
         let _ = stream.memory.relocate(RelocationReason::Short);
         match stream.try_reserve(&pending) {
             Ok(batch) => stream.answer_served(pending, batch, false),
@@ -55,7 +55,7 @@ impl RunningShort {
     pub(super) fn serve_within_headroom(&mut self, stream: &mut Stream, mut pending: Pending) {
         for trimmed in [false, true] {
             if trimmed {
-                stream.memory.cleanup(Cleanup::Explicit);
+                stream.memory.give_back_free();
                 let _ = stream.memory.relocate(RelocationReason::Short);
                 stream.memory.flush();
                 stream.publish();
@@ -225,7 +225,7 @@ impl Stream {
             return;
         }
         self.take_back_hot();
-        self.memory.cleanup(crate::memory::Cleanup::Explicit);
+        self.memory.give_back_free();
         self.memory.flush();
         self.publish();
     }

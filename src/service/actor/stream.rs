@@ -3,7 +3,7 @@
 //! The steps that need nothing more live here; running short
 //! (`short.rs`) keeps state of its own.
 
-use crate::memory::{Cleanup, MemoryError, MemoryManager, RelocationNeed, RelocationReason};
+use crate::memory::{MemoryError, MemoryManager, RelocationNeed, RelocationReason};
 use crate::service::device::DeviceShared;
 use crate::service::error::ServiceError;
 use crate::service::events::SupervisorEvent;
@@ -40,6 +40,12 @@ impl Stream {
     /// change, `memory/live.rs`). The actor is the only writer: plain
     /// stores, and none when nothing changed.
     pub(super) fn publish(&mut self) {
+        let in_reclaim = self.memory.bytes_in_reclaim();
+        if in_reclaim != self.shared.bytes_in_reclaim.load(Ordering::Relaxed) {
+            self.shared
+                .bytes_in_reclaim
+                .store(in_reclaim, Ordering::Relaxed);
+        }
         let reserved = self.memory.bytes_reserved();
         // Its own last store: what it published is what the counter holds.
         if reserved == self.shared.bytes_reserved.load(Ordering::Relaxed) {
@@ -68,7 +74,8 @@ impl Stream {
 
     /// No request for a whole tick: run the cleanup a reservation would,
     /// with the clock moved past every pool's period (an idle stream gives
-    /// back what sits unused), and empty outdated pages.
+    /// back what sits unused), and empty outdated pages; and give the
+    /// driver what earlier give-backs left behind fences that passed.
     pub(super) fn idle_tick(&mut self) {
         self.take_back_hot();
         self.memory.cleanup_idle();
@@ -77,6 +84,7 @@ impl Stream {
         {
             bump(&self.shared.relocated, report.moved);
         }
+        self.memory.flush();
         bump(&self.shared.idle_cleanups, 1);
         self.publish();
     }
@@ -101,7 +109,7 @@ impl Stream {
     /// moves sparse pages into smaller ones.
     pub(super) fn settle(&mut self, keep: u64) {
         self.take_back_hot();
-        self.memory.cleanup(Cleanup::Explicit);
+        self.memory.give_back_free();
         if self.memory.bytes_reserved() > keep
             && let Ok(report) = self.memory.relocate(RelocationReason::Settle)
         {

@@ -1,7 +1,7 @@
 //! Pages of real host memory: the default storage, so that everything runs
 //! on a machine without a GPU and every byte written can be read back.
 
-use super::give_back::GiveBack;
+use super::give_back::{Batch, GiveBack, Lag, LagClock};
 use super::id_map::IdMap;
 use super::{
     DeviceStorage, DriverOps, GranuleMap, Resource, StorageError, StorageHandle, StorageId,
@@ -204,30 +204,44 @@ impl HostRange {
         }
     }
 
-    fn map(&mut self, handle: &StorageHandle) -> Result<(), StorageError> {
+    /// Map `handle`'s granules: those given back and not yet gone are
+    /// taken back as they are; the others are made accessible. The number
+    /// of granules made accessible.
+    fn map(&mut self, handle: &StorageHandle) -> Result<u64, StorageError> {
         let mut next = self.map.clone();
-        next.map(handle)?;
-        self.protect(handle, libc::PROT_READ | libc::PROT_WRITE)?;
+        let fresh = next.map(handle)?;
+        let granule = self.map.granule();
+        for run in &fresh {
+            let run = self.run(handle, run, granule);
+            self.protect(&run, libc::PROT_READ | libc::PROT_WRITE)?;
+        }
         self.map = next;
-        Ok(())
+        Ok(fresh.iter().map(|run| run.end - run.start).sum())
     }
 
-    fn unmap(&mut self, handle: &StorageHandle) -> bool {
-        if !self.map.unmap(handle) {
-            return false;
+    /// The granules `run` numbers, as a handle of the range `of` belongs to.
+    fn run(&self, of: &StorageHandle, run: &std::ops::Range<u64>, granule: u64) -> StorageHandle {
+        StorageHandle {
+            id: of.id,
+            offset: run.start.saturating_mul(granule),
+            size: (run.end - run.start).saturating_mul(granule),
         }
-        // SAFETY: whole granules of our reservation that no allocation holds
-        // (the manager unmaps only free granules); their pages go back to the
-        // kernel and read as zero if mapped again.
-        unsafe {
-            libc::madvise(
-                self.at(handle).cast(),
-                handle.size as usize,
-                libc::MADV_DONTNEED,
-            )
-        };
-        let _ = self.protect(handle, libc::PROT_NONE);
-        true
+    }
+
+    /// Give the granules of `handle` still waiting in `batch` back to the
+    /// kernel; how many.
+    fn unmap_doomed(&mut self, handle: &StorageHandle, batch: u64) -> u64 {
+        let granule = self.map.granule();
+        let gone = self.map.unmap_doomed(handle, batch);
+        for run in &gone {
+            let run = self.run(handle, run, granule);
+            // SAFETY: whole granules of our reservation that no allocation
+            // holds (the manager unmaps only free granules); their pages go
+            // back to the kernel and read as zero if mapped again.
+            unsafe { libc::madvise(self.at(&run).cast(), run.size as usize, libc::MADV_DONTNEED) };
+            let _ = self.protect(&run, libc::PROT_NONE);
+        }
+        gone.iter().map(|run| run.end - run.start).sum()
     }
 }
 
@@ -256,8 +270,11 @@ pub struct HostStorage {
     /// Reserved ranges.
     #[cfg(unix)]
     ranges: IdMap<HostRange>,
-    /// Pages, ranges and granules queued to go back at `flush`.
-    give_back: GiveBack,
+    /// Pages, ranges and granules given back, queued or behind fences.
+    give_back: GiveBack<Lag>,
+    /// When a fence passes: flushes counted, and how many it lags (0: at
+    /// once; `with_reclaim_lag`).
+    clock: LagClock,
     /// What a CUDA device's driver would have been asked for the same
     /// calls (`driver.rs`): the same counts a `VirtualStorage` keeps.
     ops: DriverOps,
@@ -284,6 +301,41 @@ impl HostStorage {
     /// An empty storage.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The same storage, letting what it gives back go only `lag` flushes
+    /// later, as a device running behind its host would (0, the default:
+    /// at once). Granules mapped again before they went keep their bytes.
+    pub fn with_reclaim_lag(mut self, lag: u64) -> Self {
+        self.clock.lag = lag;
+        self
+    }
+
+    /// Give what `batch` holds back: its granules still given back, then
+    /// its pages and ranges.
+    fn reclaim(&mut self, batch: Batch<Lag>) {
+        #[cfg(not(unix))]
+        drop(batch.unmaps); // no ranges: nothing was queued
+        #[cfg(unix)]
+        for handle in &batch.unmaps {
+            if let Some(range) = self.ranges.get_mut(&handle.id) {
+                let granules = range.unmap_doomed(handle, batch.id);
+                let bytes = granules.saturating_mul(range.map.granule());
+                self.bytes = self.bytes.saturating_sub(bytes);
+                self.ops.unmapped(granules);
+            }
+        }
+        for id in batch.frees {
+            if let Some(page) = self.pages.remove(&id) {
+                self.bytes = self.bytes.saturating_sub(page.size());
+                self.ops.page_freed(page.size());
+            }
+            #[cfg(unix)]
+            if let Some(range) = self.ranges.remove(&id) {
+                self.bytes = self.bytes.saturating_sub(range.map.mapped_bytes());
+                self.ops.range_freed(range.map.mapped_granules());
+            }
+        }
     }
 
     fn page(&self, id: StorageId) -> Result<&HostPage, StorageError> {
@@ -348,31 +400,22 @@ impl DeviceStorage for HostStorage {
     }
 
     fn flush(&mut self) {
-        let Some((unmaps, frees)) = self.give_back.take_after_wait(&mut self.ops) else {
-            return;
-        };
-        #[cfg(not(unix))]
-        drop(unmaps); // no ranges: nothing was queued
-        #[cfg(unix)]
-        for handle in unmaps {
-            if let Some(range) = self.ranges.get_mut(&handle.id)
-                && range.unmap(&handle)
-            {
-                self.bytes = self.bytes.saturating_sub(handle.size);
-                self.ops
-                    .unmapped(handle.size.checked_div(range.map.granule()).unwrap_or(0));
-            }
+        let fence = self.clock.tick();
+        let sealed = self.give_back.seal(&mut self.ops, || Some(fence));
+        debug_assert!(sealed.is_ok(), "a lag always records");
+        let clock = self.clock;
+        for batch in self
+            .give_back
+            .ready(&mut self.ops, |fence| clock.passed(fence))
+        {
+            self.reclaim(batch);
         }
-        for id in frees {
-            if let Some(page) = self.pages.remove(&id) {
-                self.bytes = self.bytes.saturating_sub(page.size());
-                self.ops.page_freed(page.size());
-            }
-            #[cfg(unix)]
-            if let Some(range) = self.ranges.remove(&id) {
-                self.bytes = self.bytes.saturating_sub(range.map.mapped_bytes());
-                self.ops.range_freed(range.map.mapped_granules());
-            }
+    }
+
+    fn drain(&mut self) {
+        let fence = self.clock.tick();
+        for batch in self.give_back.drain(&mut self.ops, fence) {
+            self.reclaim(batch);
         }
     }
 
@@ -448,17 +491,42 @@ impl DeviceStorage for HostStorage {
             .ranges
             .get_mut(&handle.id)
             .ok_or(StorageError::UnknownPage(handle.id))?;
-        range.map(handle).map_err(|err| refused(err, held))?;
-        self.ops
-            .mapped(handle.size.checked_div(range.map.granule()).unwrap_or(0));
-        self.bytes = self.bytes.saturating_add(handle.size);
+        let fresh = range.map(handle).map_err(|err| refused(err, held))?;
+        self.ops.mapped(fresh);
+        let bytes = fresh.saturating_mul(range.map.granule());
+        self.bytes = self.bytes.saturating_add(bytes);
         Ok(())
     }
 
     #[cfg(unix)]
+    fn bytes_a_map_adds(&self, handle: &StorageHandle) -> u64 {
+        (self.ranges.get(&handle.id))
+            .map_or(handle.size, |range| range.map.bytes_a_map_adds(handle))
+    }
+
+    #[cfg(unix)]
     fn unmap(&mut self, handle: &StorageHandle) {
-        let known = self.ranges.contains_key(&handle.id);
+        let batch = self.give_back.open_batch();
+        let known =
+            (self.ranges.get_mut(&handle.id)).is_some_and(|range| range.map.doom(handle, batch));
         self.give_back.unmap(handle, known);
+    }
+
+    fn bytes_in_reclaim(&self) -> u64 {
+        let freeing = |id: &StorageId| {
+            let page = self.pages.get(id).map(HostPage::size);
+            #[cfg(unix)]
+            let page = page.or_else(|| self.ranges.get(id).map(|range| range.map.mapped_bytes()));
+            page.unwrap_or(0)
+        };
+        let freed = self.give_back.frees().map(freeing);
+        #[cfg(unix)]
+        let doomed = (self.ranges.iter())
+            .filter(|(id, _)| !self.give_back.frees().any(|freed| freed == *id))
+            .map(|(_, range)| range.map.doomed_bytes());
+        #[cfg(not(unix))]
+        let doomed = std::iter::empty();
+        freed.chain(doomed).fold(0, u64::saturating_add)
     }
 }
 
