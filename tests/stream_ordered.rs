@@ -249,3 +249,33 @@ proptest! {
         prop_assert_eq!(storage.bytes_in_reclaim(), 0);
     }
 }
+
+/// The replays of the torch fixtures on a device running behind its host:
+/// nothing on the paths that reserve, release, trim, settle, serve the
+/// headroom or give back waits for a stream (a replay has no explicit
+/// cleanup, and its storages are dropped, not drained), nothing fails,
+/// and the memory the lag holds is reported.
+#[test]
+fn replays_on_a_lagging_device_never_wait_for_a_stream() {
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/torch");
+    for name in ["expandable", "mid_run", "two_devices"] {
+        for lag in [0, 1, 3] {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_streamalloc"))
+                .args(["replay", &format!("{fixtures}/{name}.pickle"), "--json"])
+                .args(["--quiet", "--reclaim-lag", &lag.to_string()])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{name} at lag {lag}: {out:?}");
+            let text = String::from_utf8(out.stdout).unwrap();
+            let reports = text.lines().filter(|line| line.starts_with('{'));
+            assert!(reports.clone().count() > 0, "{name}: no report");
+            for line in reports {
+                let report: serde_json::Value = serde_json::from_str(line).unwrap();
+                assert_eq!(report["failures"], 0, "{name} at lag {lag}");
+                assert_eq!(report["driver"]["stream_waits"], 0, "{name} at lag {lag}");
+                let events = report["driver"]["ops"]["events_recorded"].as_u64().unwrap();
+                assert!(events > 0, "{name}: memory went back behind fences");
+            }
+        }
+    }
+}

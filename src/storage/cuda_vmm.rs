@@ -217,7 +217,7 @@ impl CudaRange {
             },
             flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
         };
-        let bytes = (run.end - run.start).saturating_mul(granule);
+        let bytes = run.end.saturating_sub(run.start).saturating_mul(granule);
         let size = usize::try_from(bytes).unwrap_or(usize::MAX);
         let at = self.address(run.start.saturating_mul(granule));
         // SAFETY: every granule of the run was mapped by this call.
@@ -263,7 +263,7 @@ impl CudaRange {
                 if let Some(physical) = self.granules.remove(&index) {
                     self.unmap_granule(index, granule, physical);
                     ops.unmapped(1);
-                    gone += 1;
+                    gone = gone.saturating_add(1);
                 }
             }
         }

@@ -9,6 +9,11 @@ use super::{StorageError, StorageHandle, check_range};
 use std::collections::BTreeMap;
 use std::ops::Range;
 
+/// Granules in `runs`.
+pub(crate) fn granules_in(runs: &[Range<u64>]) -> u64 {
+    runs.iter().fold(0, |sum, run| sum + (run.end - run.start))
+}
+
 /// Which granules of a reserved range have memory behind them: the
 /// bookkeeping every storage with virtual memory keeps, so that a map or an
 /// access past what is mapped is refused instead of faulting.
@@ -150,7 +155,7 @@ impl GranuleMap {
     /// (all of it where the map would be refused: the caller finds out).
     pub(crate) fn bytes_a_map_adds(&self, handle: &StorageHandle) -> u64 {
         match self.fresh_runs(handle) {
-            Ok(runs) => (runs.iter().map(|run| run.end - run.start).sum::<u64>()) * self.granule,
+            Ok(runs) => granules_in(&runs) * self.granule,
             Err(_) => handle.size,
         }
     }

@@ -30,7 +30,7 @@ pub use budget::{BudgetedStorage, DeviceBudget};
 #[cfg(feature = "cuda")]
 pub use cuda::{CudaStorage, cuda_available};
 pub use driver::{DriverCosts, DriverOps, DriverReport};
-pub(crate) use granules::GranuleMap;
+pub(crate) use granules::{GranuleMap, granules_in};
 #[cfg(unix)]
 pub use host::HOST_GRANULE;
 pub use host::HostStorage;

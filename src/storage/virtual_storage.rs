@@ -144,9 +144,7 @@ impl VirtualStorage {
                 continue;
             };
             let granule = range.granule();
-            let granules: u64 = (range.unmap_doomed(&handle, batch.id).iter())
-                .map(|run| run.end - run.start)
-                .sum();
+            let granules = super::granules_in(&range.unmap_doomed(&handle, batch.id));
             let bytes = granules.saturating_mul(granule);
             self.bytes = self.bytes.saturating_sub(bytes);
             self.churn.unmapped = self.churn.unmapped.saturating_add(bytes);
@@ -281,9 +279,7 @@ impl DeviceStorage for VirtualStorage {
             .ranges
             .get_mut(&handle.id)
             .ok_or(StorageError::UnknownPage(handle.id))?;
-        let fresh: u64 = (range.map(handle)?.iter())
-            .map(|run| run.end - run.start)
-            .sum();
+        let fresh = super::granules_in(&range.map(handle)?);
         let bytes = fresh.saturating_mul(range.granule());
         self.ops.mapped(fresh);
         self.bytes = self.bytes.saturating_add(bytes);

@@ -216,7 +216,7 @@ impl HostRange {
             self.protect(&run, libc::PROT_READ | libc::PROT_WRITE)?;
         }
         self.map = next;
-        Ok(fresh.iter().map(|run| run.end - run.start).sum())
+        Ok(super::granules_in(&fresh))
     }
 
     /// The granules `run` numbers, as a handle of the range `of` belongs to.
@@ -224,7 +224,7 @@ impl HostRange {
         StorageHandle {
             id: of.id,
             offset: run.start.saturating_mul(granule),
-            size: (run.end - run.start).saturating_mul(granule),
+            size: run.end.saturating_sub(run.start).saturating_mul(granule),
         }
     }
 
@@ -241,7 +241,7 @@ impl HostRange {
             unsafe { libc::madvise(self.at(&run).cast(), run.size as usize, libc::MADV_DONTNEED) };
             let _ = self.protect(&run, libc::PROT_NONE);
         }
-        gone.iter().map(|run| run.end - run.start).sum()
+        super::granules_in(&gone)
     }
 }
 
