@@ -257,7 +257,7 @@ impl CudaRange {
         ops: &mut DriverOps,
     ) -> u64 {
         let granule = self.map.granule();
-        let mut gone = 0;
+        let mut gone: u64 = 0;
         for run in self.map.unmap_doomed(handle, batch) {
             for index in run {
                 if let Some(physical) = self.granules.remove(&index) {
