@@ -443,16 +443,13 @@ impl DeviceStorage for CudaStorage {
     }
 
     fn bytes_in_reclaim(&self) -> u64 {
-        let freeing = |id: &StorageId| {
+        let held = |id: &StorageId| {
             (self.pages.get(id).map(|page| page.size))
                 .or_else(|| self.ranges.get(id).map(CudaRange::mapped_bytes))
                 .unwrap_or(0)
         };
-        let freed = self.give_back.frees().map(freeing);
-        let doomed = (self.ranges.iter())
-            .filter(|(id, _)| !self.give_back.frees().any(|freed| freed == *id))
-            .map(|(_, range)| range.doomed_bytes());
-        freed.chain(doomed).fold(0, u64::saturating_add)
+        let doomed = (self.ranges.iter()).map(|(id, range)| (id, range.doomed_bytes()));
+        self.give_back.bytes_waiting(held, doomed)
     }
 
     fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError> {

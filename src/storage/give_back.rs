@@ -165,6 +165,50 @@ impl<F> GiveBack<F> {
     }
 }
 
+impl<F> GiveBack<F> {
+    /// Bytes given back and not yet gone: the pages and ranges queued or
+    /// in flight (`held` says each one's bytes), and the granules given
+    /// back in the other ranges (`doomed`: each range with its bytes).
+    pub(crate) fn bytes_waiting<'a>(
+        &self,
+        held: impl Fn(&StorageId) -> u64,
+        doomed: impl Iterator<Item = (&'a StorageId, u64)>,
+    ) -> u64 {
+        let freed = self.frees().map(held);
+        let doomed = doomed
+            .filter(|(id, _)| !self.frees().any(|freed| freed == *id))
+            .map(|(_, bytes)| bytes);
+        freed.chain(doomed).fold(0, u64::saturating_add)
+    }
+}
+
+impl GiveBack<Lag> {
+    /// A flush of a storage with no stream of its own: seal what is
+    /// queued behind a fence `clock.lag` flushes on, and the batches whose
+    /// fences passed.
+    pub(crate) fn flush_lagged(
+        &mut self,
+        clock: &mut LagClock,
+        ops: &mut DriverOps,
+    ) -> Vec<Batch<Lag>> {
+        let fence = clock.tick();
+        let sealed = self.seal(ops, || Some(fence));
+        debug_assert!(sealed.is_ok(), "a lag always records");
+        let clock = *clock;
+        self.ready(ops, |fence| clock.passed(fence))
+    }
+
+    /// A drain of a storage with no stream of its own: every batch.
+    pub(crate) fn drain_lagged(
+        &mut self,
+        clock: &mut LagClock,
+        ops: &mut DriverOps,
+    ) -> Vec<Batch<Lag>> {
+        let fence = clock.tick();
+        self.drain(ops, fence)
+    }
+}
+
 /// The fence of a storage with no stream of its own ([`VirtualStorage`],
 /// [`HostStorage`]): the work before it is done once the storage has been
 /// flushed `lag` more times (how far a GPU runs behind its host, counted

@@ -194,36 +194,25 @@ impl DeviceStorage for VirtualStorage {
     }
 
     fn flush(&mut self) {
-        let fence = self.clock.tick();
-        let sealed = self.give_back.seal(&mut self.ops, || Some(fence));
-        debug_assert!(sealed.is_ok(), "a lag always records");
-        let clock = self.clock;
-        for batch in self
-            .give_back
-            .ready(&mut self.ops, |fence| clock.passed(fence))
-        {
+        for batch in (self.give_back).flush_lagged(&mut self.clock, &mut self.ops) {
             self.reclaim(batch);
         }
     }
 
     fn drain(&mut self) {
-        let fence = self.clock.tick();
-        for batch in self.give_back.drain(&mut self.ops, fence) {
+        for batch in (self.give_back).drain_lagged(&mut self.clock, &mut self.ops) {
             self.reclaim(batch);
         }
     }
 
     fn bytes_in_reclaim(&self) -> u64 {
-        let freeing = |id: &StorageId| {
+        let held = |id: &StorageId| {
             (self.pages.get(id).copied())
                 .or_else(|| self.ranges.get(id).map(GranuleMap::mapped_bytes))
                 .unwrap_or(0)
         };
-        let freed = self.give_back.frees().map(freeing);
-        let doomed = (self.ranges.iter())
-            .filter(|(id, _)| !self.give_back.frees().any(|freed| freed == *id))
-            .map(|(_, range)| range.doomed_bytes());
-        freed.chain(doomed).fold(0, u64::saturating_add)
+        let doomed = (self.ranges.iter()).map(|(id, range)| (id, range.doomed_bytes()));
+        self.give_back.bytes_waiting(held, doomed)
     }
 
     fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError> {

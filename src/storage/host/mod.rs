@@ -400,21 +400,13 @@ impl DeviceStorage for HostStorage {
     }
 
     fn flush(&mut self) {
-        let fence = self.clock.tick();
-        let sealed = self.give_back.seal(&mut self.ops, || Some(fence));
-        debug_assert!(sealed.is_ok(), "a lag always records");
-        let clock = self.clock;
-        for batch in self
-            .give_back
-            .ready(&mut self.ops, |fence| clock.passed(fence))
-        {
+        for batch in (self.give_back).flush_lagged(&mut self.clock, &mut self.ops) {
             self.reclaim(batch);
         }
     }
 
     fn drain(&mut self) {
-        let fence = self.clock.tick();
-        for batch in self.give_back.drain(&mut self.ops, fence) {
+        for batch in (self.give_back).drain_lagged(&mut self.clock, &mut self.ops) {
             self.reclaim(batch);
         }
     }
@@ -513,20 +505,17 @@ impl DeviceStorage for HostStorage {
     }
 
     fn bytes_in_reclaim(&self) -> u64 {
-        let freeing = |id: &StorageId| {
+        let held = |id: &StorageId| {
             let page = self.pages.get(id).map(HostPage::size);
             #[cfg(unix)]
             let page = page.or_else(|| self.ranges.get(id).map(|range| range.map.mapped_bytes()));
             page.unwrap_or(0)
         };
-        let freed = self.give_back.frees().map(freeing);
         #[cfg(unix)]
-        let doomed = (self.ranges.iter())
-            .filter(|(id, _)| !self.give_back.frees().any(|freed| freed == *id))
-            .map(|(_, range)| range.map.doomed_bytes());
+        let doomed = (self.ranges.iter()).map(|(id, range)| (id, range.map.doomed_bytes()));
         #[cfg(not(unix))]
         let doomed = std::iter::empty();
-        freed.chain(doomed).fold(0, u64::saturating_add)
+        self.give_back.bytes_waiting(held, doomed)
     }
 }
 
