@@ -37,7 +37,8 @@ fn bytes_round_trip_through_the_device() {
     assert_ne!(resource.addr, 0);
     storage.deallocate(page.id);
     assert_eq!(storage.bytes_allocated(), 1 << 20, "freed only at flush");
-    storage.flush();
+    // A flush lets it go behind an event; a drain waits for it.
+    storage.drain();
     assert_eq!(storage.bytes_allocated(), 0);
 }
 
@@ -105,10 +106,10 @@ fn a_range_maps_granules_and_keeps_their_bytes() {
     assert!(storage.map(&two).is_err(), "mapped twice");
     storage.unmap(&range.sub_range(granule, 2 * granule).unwrap());
     assert_eq!(storage.bytes_allocated(), 2 * granule, "unmapped at flush");
-    storage.flush();
+    storage.drain();
     assert_eq!(storage.bytes_allocated(), granule);
     storage.deallocate(range.id);
-    storage.flush();
+    storage.drain();
     assert_eq!(storage.bytes_allocated(), 0);
 }
 
@@ -179,7 +180,9 @@ fn a_page_used_on_another_stream_waits_for_it() {
     }
     owner.record_use(page.id, other.stream()).unwrap();
     owner.deallocate(page.id);
+    // A flush leaves it behind the other stream's event; a drain waits.
     owner.flush();
+    owner.drain();
     assert_eq!(owner.bytes_allocated(), 0);
     other.deallocate(scratch.id);
     other.flush();
