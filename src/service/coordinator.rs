@@ -29,9 +29,6 @@ pub(crate) type Subscribers = Arc<Mutex<Vec<Sender<SupervisorEvent>>>>;
 #[derive(Debug)]
 struct Asker {
     stream: StreamId,
-    /// Bytes it asked for.
-    #[allow(dead_code)] // read in debug output
-    requested: u64,
     /// Short of memory (not only past the headroom): the givers wait for
     /// what they give back to be gone before they answer, since this is
     /// the asker's last try before `OutOfMemory`.
@@ -144,7 +141,6 @@ impl Coordinator {
                     Some(queued) => queued.short |= !headroom,
                     None if !active => self.queue.push_back(Asker {
                         stream,
-                        requested,
                         short: !headroom,
                     }),
                     None => {}
@@ -198,7 +194,7 @@ impl Coordinator {
 
     fn start_next(&mut self) {
         while self.active.is_none() {
-            let Some(Asker { stream, short, .. }) = self.queue.pop_front() else {
+            let Some(Asker { stream, short }) = self.queue.pop_front() else {
                 return;
             };
             let streams = self.device.registry.lock();

@@ -72,7 +72,7 @@ struct CudaFence {
 
 impl CudaFence {
     /// Whether every event has passed (asked, never waited for; the first
-    /// query is counted by the caller, the others here).
+    /// query is counted by `GiveBack::ready`, the others here).
     fn passed(&self, ops: &mut DriverOps) -> bool {
         self.events.iter().enumerate().all(|(at, &event)| {
             if at > 0 {
@@ -198,9 +198,21 @@ impl CudaStorage {
                 events.append(&mut page.uses);
             }
         }
-        self.give_back
-            .seal(&mut self.ops, || Some(CudaFence { events }))
-            .is_ok()
+        self.give_back.seal(&mut self.ops, CudaFence { events });
+        true
+    }
+
+    /// Ready the storage for a flush or a drain: the context bound
+    /// (`false`: it could not be, and nothing is done), and the bytes an
+    /// allocation short of memory freed since the last one left at last.
+    fn catch_up(&mut self) -> bool {
+        if self.bind().is_err() {
+            return false;
+        }
+        self.bytes = self
+            .bytes
+            .saturating_sub(std::mem::take(&mut self.freed_uncounted));
+        true
     }
 
     /// Wait for the stream (for memory others use, for the whole device)
@@ -413,33 +425,23 @@ impl DeviceStorage for CudaStorage {
     }
 
     fn flush(&mut self) {
-        if self.bind().is_err() {
+        if !self.catch_up() {
             return;
         }
-        self.bytes = self
-            .bytes
-            .saturating_sub(std::mem::take(&mut self.freed_uncounted));
         if self.foreign_streams || (self.give_back.has_queued() && !self.seal()) {
             self.wait_all();
             return;
         }
-        let ops = &mut self.ops;
-        let mut extra = DriverOps::default();
-        let ready = self.give_back.ready(ops, |fence| fence.passed(&mut extra));
-        self.ops = self.ops.combine(extra);
+        let ready = (self.give_back).ready(&mut self.ops, |fence, ops| fence.passed(ops));
         for batch in ready {
             self.reclaim(batch, false);
         }
     }
 
     fn drain(&mut self) {
-        if self.bind().is_err() {
-            return;
+        if self.catch_up() {
+            self.wait_all();
         }
-        self.bytes = self
-            .bytes
-            .saturating_sub(std::mem::take(&mut self.freed_uncounted));
-        self.wait_all();
     }
 
     fn bytes_in_reclaim(&self) -> u64 {

@@ -83,7 +83,6 @@ impl<F> GiveBack<F> {
     }
 
     /// Whether anything is queued and not yet sealed.
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn has_queued(&self) -> bool {
         !(self.frees.is_empty() && self.unmaps.is_empty())
     }
@@ -100,19 +99,12 @@ impl<F> GiveBack<F> {
         (self.frees.iter()).chain(self.in_flight.iter().flat_map(|batch| batch.frees.iter()))
     }
 
-    /// Seal what is queued into a batch behind the fence `record` makes
-    /// (called only when something is queued; counted on `ops` as an
-    /// event recorded). `record` may refuse (`None`): the queue stays, and
-    /// the caller drains instead.
-    pub(crate) fn seal(
-        &mut self,
-        ops: &mut DriverOps,
-        record: impl FnOnce() -> Option<F>,
-    ) -> Result<(), ()> {
-        if self.frees.is_empty() && self.unmaps.is_empty() {
-            return Ok(());
+    /// Seal what is queued into a batch behind `fence` (counted on `ops`
+    /// as an event recorded); nothing when nothing is queued.
+    pub(crate) fn seal(&mut self, ops: &mut DriverOps, fence: F) {
+        if !self.has_queued() {
+            return;
         }
-        let fence = record().ok_or(())?;
         ops.event_recorded();
         self.in_flight.push_back(Batch {
             id: self.next,
@@ -121,21 +113,21 @@ impl<F> GiveBack<F> {
             frees: std::mem::take(&mut self.frees),
         });
         self.next = self.next.wrapping_add(1);
-        Ok(())
     }
 
     /// The batches whose fences have passed, oldest first: `passed` is
-    /// asked of each in turn (counted on `ops` as an event queried) until
-    /// one has not (the later ones wait behind it).
+    /// asked of each in turn (counted on `ops` as an event queried; it
+    /// counts any further query it makes) until one has not (the later
+    /// ones wait behind it).
     pub(crate) fn ready(
         &mut self,
         ops: &mut DriverOps,
-        mut passed: impl FnMut(&mut F) -> bool,
+        mut passed: impl FnMut(&mut F, &mut DriverOps) -> bool,
     ) -> Vec<Batch<F>> {
         let mut ready = Vec::new();
         while let Some(front) = self.in_flight.front_mut() {
             ops.event_queried();
-            if !passed(&mut front.fence) {
+            if !passed(&mut front.fence, ops) {
                 break;
             }
             ready.extend(self.in_flight.pop_front());
@@ -152,7 +144,7 @@ impl<F> GiveBack<F> {
         }
         ops.waited();
         let mut all: Vec<Batch<F>> = self.in_flight.drain(..).collect();
-        if !(self.frees.is_empty() && self.unmaps.is_empty()) {
+        if self.has_queued() {
             all.push(Batch {
                 id: self.next,
                 fence,
@@ -174,6 +166,10 @@ impl<F> GiveBack<F> {
         held: impl Fn(&StorageId) -> u64,
         doomed: impl Iterator<Item = (&'a StorageId, u64)>,
     ) -> u64 {
+        // Granules are given back only through a queued or sealed unmap.
+        if self.is_empty() {
+            return 0;
+        }
         let freed = self.frees().map(held);
         let doomed = doomed
             .filter(|(id, _)| !self.frees().any(|freed| freed == *id))
@@ -191,11 +187,9 @@ impl GiveBack<Lag> {
         clock: &mut LagClock,
         ops: &mut DriverOps,
     ) -> Vec<Batch<Lag>> {
-        let fence = clock.tick();
-        let sealed = self.seal(ops, || Some(fence));
-        debug_assert!(sealed.is_ok(), "a lag always records");
+        self.seal(ops, clock.tick());
         let clock = *clock;
-        self.ready(ops, |fence| clock.passed(fence))
+        self.ready(ops, |fence, _| clock.passed(fence))
     }
 
     /// A drain of a storage with no stream of its own: every batch.
