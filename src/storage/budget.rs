@@ -212,7 +212,8 @@ impl<S: DeviceStorage> DeviceStorage for BudgetedStorage<S> {
     // granted. Unmapped bytes go back when the storage has let them go.
     forward_to_inner!(inner: alignment, deallocate, resource, write, read, copy, slide);
     forward_to_inner!(inner: bytes_allocated, granule, reserve_range, unmap, driver_ops);
-    forward_to_inner!(inner: bytes_in_reclaim, bytes_a_map_adds);
+    forward_to_inner!(inner: bytes_in_reclaim, bytes_stranded, bytes_a_map_adds);
+    forward_to_inner!(inner: whole_handles);
 
     fn allocate(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
         self.reserve(|_| size)?;

@@ -454,6 +454,14 @@ impl DeviceStorage for CudaStorage {
         self.give_back.bytes_waiting(held, doomed)
     }
 
+    fn whole_handles(&self, range: &StorageHandle) -> StorageHandle {
+        (self.ranges.get(&range.id)).map_or(*range, |held| held.granule_map().whole_handles(range))
+    }
+
+    fn bytes_stranded(&self) -> u64 {
+        (self.ranges.values()).map(|range| range.granule_map().stranded_bytes()).sum()
+    }
+
     fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError> {
         let addr = match self.ranges.get(&handle.id) {
             // The address of a range's bytes is known before they are mapped.

@@ -137,19 +137,19 @@ impl DriverOps {
         }
     }
 
-    /// `granules` granules were mapped, one physical handle each: created,
-    /// mapped and granted access.
-    pub(crate) fn mapped(&mut self, granules: u64) {
-        self.created_and_mapped(granules);
-        self.granted(granules);
+    /// Physical handles of `granules` granules in all were created,
+    /// mapped and granted access: `handles` of each.
+    pub(crate) fn mapped(&mut self, handles: u64, granules: u64) {
+        self.created_and_mapped(handles, granules);
+        self.granted(handles);
     }
 
-    /// `granules` one-granule handles were created and mapped (access not
-    /// yet granted).
-    pub(crate) fn created_and_mapped(&mut self, granules: u64) {
-        self.handles_created += granules;
+    /// `handles` physical handles of `granules` granules in all were
+    /// created and mapped (access not yet granted).
+    pub(crate) fn created_and_mapped(&mut self, handles: u64, granules: u64) {
+        self.handles_created += handles;
         self.handle_granules_created += granules;
-        self.maps += granules;
+        self.maps += handles;
         self.peak_granules_mapped = self.peak_granules_mapped.max(self.granules_mapped());
     }
 
@@ -158,10 +158,11 @@ impl DriverOps {
         self.access_grants += handles;
     }
 
-    /// `granules` granules were unmapped and their handles released.
-    pub(crate) fn unmapped(&mut self, granules: u64) {
-        self.unmaps += granules;
-        self.handles_released += granules;
+    /// `handles` physical handles of `granules` granules in all were
+    /// unmapped and released.
+    pub(crate) fn unmapped(&mut self, handles: u64, granules: u64) {
+        self.unmaps += handles;
+        self.handles_released += handles;
         self.handle_granules_released += granules;
     }
 
@@ -170,9 +171,10 @@ impl DriverOps {
         self.ranges_reserved += 1;
     }
 
-    /// A range was freed with `granules` granules still mapped in it.
-    pub(crate) fn range_freed(&mut self, granules: u64) {
-        self.unmapped(granules);
+    /// A range was freed with `handles` physical handles of `granules`
+    /// granules still mapped in it.
+    pub(crate) fn range_freed(&mut self, handles: u64, granules: u64) {
+        self.unmapped(handles, granules);
         self.ranges_freed += 1;
     }
 
@@ -449,8 +451,8 @@ mod tests {
     #[test]
     fn a_granule_mapped_and_unmapped_costs_what_the_h200_measured() {
         let mut ops = DriverOps::default();
-        ops.mapped(1);
-        ops.unmapped(1);
+        ops.mapped(1, 1);
+        ops.unmapped(1, 1);
         // 11.8 + 2.9 + 29.9 + 17.4 + 11.1 us.
         assert_eq!(DriverCosts::H200.price(&ops), 73_100);
         assert_eq!(ops.granules_mapped(), 0);

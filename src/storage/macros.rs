@@ -36,6 +36,16 @@ macro_rules! forward_to_inner {
             self.$inner.bytes_in_reclaim()
         }
     };
+    (@one $inner:ident bytes_stranded) => {
+        fn bytes_stranded(&self) -> u64 {
+            self.$inner.bytes_stranded()
+        }
+    };
+    (@one $inner:ident whole_handles) => {
+        fn whole_handles(&self, range: &StorageHandle) -> StorageHandle {
+            self.$inner.whole_handles(range)
+        }
+    };
     (@one $inner:ident bytes_a_map_adds) => {
         fn bytes_a_map_adds(&self, range: &StorageHandle) -> u64 {
             self.$inner.bytes_a_map_adds(range)

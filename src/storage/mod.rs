@@ -27,6 +27,13 @@ mod limited;
 mod virtual_storage;
 
 pub use budget::{BudgetedStorage, DeviceBudget};
+
+/// The most granules a storage's physical handle covers by default: a map
+/// of a run of fresh granules creates, maps and grants one handle per this
+/// many (each a driver call whatever its size), and memory goes back to
+/// the driver a whole handle at a time. `docs/memory.md`, "Physical
+/// handles", says what each size costs.
+pub const DEFAULT_HANDLE_GRANULES: u64 = 16;
 #[cfg(feature = "cuda")]
 pub use cuda::{CudaStorage, cuda_available};
 pub use driver::{DriverCosts, DriverOps, DriverReport};
@@ -216,6 +223,26 @@ pub trait DeviceStorage: Send {
         0
     }
 
+    /// Bytes given back whose fence passed but which the driver still
+    /// holds, because the rest of their physical handle is in use (in
+    /// [`bytes_allocated`](Self::bytes_allocated); they go with the last
+    /// of their handle, or serve a map of the same granules again with no
+    /// driver call). No wait frees them: only giving back the rest of the
+    /// handle does.
+    fn bytes_stranded(&self) -> u64 {
+        0
+    }
+
+    /// The largest part of `range` (whole mapped granules of a range, as
+    /// [`unmap`](Self::unmap) takes) that can be unmapped without leaving
+    /// a physical handle partly held: the driver frees only whole handles,
+    /// so a give-back of part of one would free nothing. One run, of size
+    /// 0 where there is none. By default all of `range` (a handle per
+    /// granule).
+    fn whole_handles(&self, range: &StorageHandle) -> StorageHandle {
+        *range
+    }
+
     /// The address of `handle`'s bytes.
     fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError>;
 
@@ -338,6 +365,12 @@ impl<S: DeviceStorage + ?Sized> DeviceStorage for Box<S> {
     }
     fn bytes_in_reclaim(&self) -> u64 {
         (**self).bytes_in_reclaim()
+    }
+    fn bytes_stranded(&self) -> u64 {
+        (**self).bytes_stranded()
+    }
+    fn whole_handles(&self, range: &StorageHandle) -> StorageHandle {
+        (**self).whole_handles(range)
     }
     fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError> {
         (**self).resource(handle)

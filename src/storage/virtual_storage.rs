@@ -45,6 +45,8 @@ pub struct VirtualStorage {
     churn: MapChurn,
     /// The granule of its virtual memory; `None`: pages only.
     granule: Option<u64>,
+    /// The most granules one physical handle covers.
+    handle_granules: u64,
     /// Reserved ranges and what is mapped in them.
     ranges: IdMap<GranuleMap>,
     /// Pages, ranges and granules given back, queued or behind fences.
@@ -73,6 +75,7 @@ impl VirtualStorage {
             bytes_copied: 0,
             churn: MapChurn::default(),
             granule: Some(DEFAULT_GRANULE),
+            handle_granules: super::DEFAULT_HANDLE_GRANULES,
             ranges: IdMap::default(),
             give_back: GiveBack::default(),
             clock: LagClock::default(),
@@ -89,6 +92,15 @@ impl VirtualStorage {
     /// before they went (taken back with no driver call).
     pub fn with_reclaim_lag(mut self, lag: u64) -> Self {
         self.clock.lag = lag;
+        self
+    }
+
+    /// The same storage, backing what it maps with physical handles of up
+    /// to `granules` granules (at least 1): fewer driver calls, and memory
+    /// that goes back a whole handle at a time (`docs/memory.md`,
+    /// "Physical handles").
+    pub fn with_handle_granules(mut self, granules: u64) -> Self {
+        self.handle_granules = granules.max(1);
         self
     }
 
@@ -144,11 +156,12 @@ impl VirtualStorage {
                 continue;
             };
             let granule = range.granule();
-            let granules = super::granules_in(&range.unmap_doomed(&handle, batch.id));
+            let released = range.unmap_doomed(&handle, batch.id);
+            let granules = super::granules_in(&released);
             let bytes = granules.saturating_mul(granule);
             self.bytes = self.bytes.saturating_sub(bytes);
             self.churn.unmapped = self.churn.unmapped.saturating_add(bytes);
-            self.ops.unmapped(granules);
+            self.ops.unmapped(released.len() as u64, granules);
         }
         for id in batch.frees {
             if let Some(size) = self.pages.remove(&id) {
@@ -157,7 +170,7 @@ impl VirtualStorage {
             }
             if let Some(range) = self.ranges.remove(&id) {
                 self.bytes = self.bytes.saturating_sub(range.mapped_bytes());
-                self.ops.range_freed(range.mapped_granules());
+                (self.ops).range_freed(range.handle_count(), range.mapped_granules());
             }
         }
     }
@@ -215,6 +228,14 @@ impl DeviceStorage for VirtualStorage {
         self.give_back.bytes_waiting(held, doomed)
     }
 
+    fn whole_handles(&self, range: &StorageHandle) -> StorageHandle {
+        (self.ranges.get(&range.id)).map_or(*range, |map| map.whole_handles(range))
+    }
+
+    fn bytes_stranded(&self) -> u64 {
+        self.ranges.values().map(GranuleMap::stranded_bytes).sum()
+    }
+
     fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError> {
         match self.ranges.get(&handle.id) {
             // The address of a range's bytes is known before they are mapped.
@@ -255,7 +276,7 @@ impl DeviceStorage for VirtualStorage {
         if size > 1 << ADDRESS_WINDOW_BITS {
             return Err(StorageError::InvalidSize(size));
         }
-        let range = GranuleMap::new(granule, size)?;
+        let range = GranuleMap::new(granule, size, self.handle_granules)?;
         let id = StorageId(self.next_id);
         self.next_id = self.next_id.wrapping_add(1);
         self.ranges.insert(id, range);
@@ -268,9 +289,10 @@ impl DeviceStorage for VirtualStorage {
             .ranges
             .get_mut(&handle.id)
             .ok_or(StorageError::UnknownPage(handle.id))?;
-        let fresh = super::granules_in(&range.map(handle)?);
+        let created = range.map(handle)?;
+        let fresh = super::granules_in(&created);
         let bytes = fresh.saturating_mul(range.granule());
-        self.ops.mapped(fresh);
+        self.ops.mapped(created.len() as u64, fresh);
         self.bytes = self.bytes.saturating_add(bytes);
         self.churn.mapped = self.churn.mapped.saturating_add(bytes);
         Ok(())

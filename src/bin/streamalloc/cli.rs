@@ -77,6 +77,12 @@ pub(crate) struct Common {
     /// is.
     #[arg(long, default_value_t = 0)]
     pub(crate) reclaim_lag: u64,
+    /// The most 2 MiB granules one physical handle covers: a run of fresh
+    /// granules is mapped with one driver call per this many, and memory
+    /// goes back a whole handle at a time (1: a handle per granule).
+    #[arg(long, default_value_t = streamalloc::storage::DEFAULT_HANDLE_GRANULES,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) handle_granules: u64,
     /// The pool layout.
     #[arg(long = "config", value_enum, default_value = "expandable")]
     pub(crate) preset: Preset,
@@ -204,15 +210,18 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
     text.parse::<Bytes>().map(|bytes| bytes.0)
 }
 
-pub(crate) fn factory(kind: StorageKind, reclaim_lag: u64) -> Result<StorageFactory, String> {
+/// What makes each stream's storage: of `kind`, shaped by `common`'s
+/// `--reclaim-lag` and `--handle-granules`.
+pub(crate) fn factory(kind: StorageKind, common: &Common) -> Result<StorageFactory, String> {
+    let (lag, handle) = (common.reclaim_lag, common.handle_granules);
     match kind {
         StorageKind::Host => Ok(Box::new(move |_| {
-            let storage = HostStorage::new().with_reclaim_lag(reclaim_lag);
-            Ok(Box::new(storage) as Box<dyn DeviceStorage>)
+            let storage = HostStorage::new().with_reclaim_lag(lag);
+            Ok(Box::new(storage.with_handle_granules(handle)) as Box<dyn DeviceStorage>)
         })),
         StorageKind::Virtual => Ok(Box::new(move |_| {
-            let storage = VirtualStorage::new().with_reclaim_lag(reclaim_lag);
-            Ok(Box::new(storage) as Box<dyn DeviceStorage>)
+            let storage = VirtualStorage::new().with_reclaim_lag(lag);
+            Ok(Box::new(storage.with_handle_granules(handle)) as Box<dyn DeviceStorage>)
         })),
         #[cfg(feature = "cuda")]
         StorageKind::Cuda => {
@@ -220,7 +229,7 @@ pub(crate) fn factory(kind: StorageKind, reclaim_lag: u64) -> Result<StorageFact
                 streamalloc::storage::CudaStorage::context(0).map_err(|e| e.to_string())?;
             Ok(Box::new(move |_| {
                 streamalloc::storage::CudaStorage::on_context(context.clone())
-                    .map(|s| Box::new(s) as Box<dyn DeviceStorage>)
+                    .map(|s| Box::new(s.with_handle_granules(handle)) as Box<dyn DeviceStorage>)
             }))
         }
         #[cfg(not(feature = "cuda"))]
@@ -422,7 +431,7 @@ fn simulate(args: SimulateArgs) -> Result<(), String> {
         None => None,
     };
     config.recorder = recorder.clone();
-    let supervisor = Supervisor::new(config, factory(kind, args.common.reclaim_lag)?);
+    let supervisor = Supervisor::new(config, factory(kind, &args.common)?);
     let options = streamalloc::simulate::SimulateOptions {
         model,
         streams: args.streams,

@@ -75,10 +75,9 @@ fn replay_once(
     let mut factory_error = None;
     let report = {
         let mut replayer = Replayer::new(|_device| {
-            let lag = args.common.reclaim_lag;
-            let storage = factory(kind, lag).unwrap_or_else(|err| {
+            let storage = factory(kind, &args.common).unwrap_or_else(|err| {
                 factory_error = Some(err);
-                factory(StorageKind::Virtual, lag).expect("virtual storage always exists")
+                factory(StorageKind::Virtual, &args.common).expect("virtual storage always exists")
             });
             Supervisor::new(config.clone(), storage)
         });

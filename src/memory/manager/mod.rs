@@ -515,6 +515,13 @@ impl<S: DeviceStorage> MemoryManager<S> {
         self.storage.bytes_in_reclaim()
     }
 
+    /// Bytes given back that the driver still holds because the rest of
+    /// their physical handle is in use
+    /// ([`DeviceStorage::bytes_stranded`]).
+    pub fn bytes_stranded(&self) -> u64 {
+        self.storage.bytes_stranded()
+    }
+
     /// Bytes the storage holds from the device now.
     pub fn bytes_allocated(&self) -> u64 {
         self.storage.bytes_allocated()

@@ -46,7 +46,7 @@ impl Stream {
                 .bytes_in_reclaim
                 .store(in_reclaim, Ordering::Relaxed);
         }
-        let reserved = self.memory.bytes_reserved();
+        let reserved = self.held();
         // Its own last store: what it published is what the counter holds.
         if reserved == self.shared.bytes_reserved.load(Ordering::Relaxed) {
             return;
@@ -59,6 +59,14 @@ impl Stream {
                 .peak_bytes_reserved
                 .store(reserved, Ordering::Relaxed);
         }
+    }
+
+    /// Bytes the stream holds from the device: its pools' pages, and the
+    /// granules they gave back that the rest of their physical handle
+    /// keeps (`storage/granules.rs`): what it could give back, and what
+    /// settling must bring down.
+    pub(super) fn held(&self) -> u64 {
+        (self.memory.bytes_reserved()).saturating_add(self.memory.bytes_stranded())
     }
 
     /// Take back every allocation the stream's clients keep in their hot
@@ -110,7 +118,7 @@ impl Stream {
     pub(super) fn settle(&mut self, keep: u64) {
         self.take_back_hot();
         self.memory.give_back_free();
-        if self.memory.bytes_reserved() > keep
+        if self.held() > keep
             && let Ok(report) = self.memory.relocate(RelocationReason::Settle)
         {
             crate::service::shared::bump(&self.shared.relocated, report.moved);

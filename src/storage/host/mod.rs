@@ -139,7 +139,7 @@ struct HostRange {
 
 #[cfg(unix)]
 impl HostRange {
-    fn reserve(size: u64, granule: u64) -> Result<Self, StorageError> {
+    fn reserve(size: u64, granule: u64, handle_granules: u64) -> Result<Self, StorageError> {
         // No process has more address space than this (x86-64 and arm64
         // give user space 2^47 or 2^48 bytes): checked before the bitmap of
         // its granules is allocated.
@@ -150,7 +150,7 @@ impl HostRange {
                 capacity: MAX_HOST_RANGE,
             });
         }
-        let map = GranuleMap::new(granule, size)?;
+        let map = GranuleMap::new(granule, size, handle_granules)?;
         let bytes = usize::try_from(size).map_err(|_| StorageError::InvalidSize(size))?;
         // No `MAP_NORESERVE`: the kernel does not count address space no
         // one may touch, but with the flag it would not count the granules
@@ -205,18 +205,16 @@ impl HostRange {
     }
 
     /// Map `handle`'s granules: those given back and not yet gone are
-    /// taken back as they are; the others are made accessible. The number
-    /// of granules made accessible.
-    fn map(&mut self, handle: &StorageHandle) -> Result<u64, StorageError> {
-        let mut next = self.map.clone();
-        let fresh = next.map(handle)?;
+    /// taken back as they are; the others are made accessible. The
+    /// physical handles a GPU would have created for them.
+    fn map(&mut self, handle: &StorageHandle) -> Result<Vec<std::ops::Range<u64>>, StorageError> {
+        let fresh = self.map.fresh_runs(handle)?;
         let granule = self.map.granule();
         for run in &fresh {
             let run = self.run(handle, run, granule);
             self.protect(&run, libc::PROT_READ | libc::PROT_WRITE)?;
         }
-        self.map = next;
-        Ok(super::granules_in(&fresh))
+        self.map.map(handle)
     }
 
     /// The granules `run` numbers, as a handle of the range `of` belongs to.
@@ -229,8 +227,8 @@ impl HostRange {
     }
 
     /// Give the granules of `handle` still waiting in `batch` back to the
-    /// kernel; how many.
-    fn unmap_doomed(&mut self, handle: &StorageHandle, batch: u64) -> u64 {
+    /// kernel, a whole physical handle at a time; the handles.
+    fn unmap_doomed(&mut self, handle: &StorageHandle, batch: u64) -> Vec<std::ops::Range<u64>> {
         let granule = self.map.granule();
         let gone = self.map.unmap_doomed(handle, batch);
         for run in &gone {
@@ -241,7 +239,7 @@ impl HostRange {
             unsafe { libc::madvise(self.at(&run).cast(), run.size as usize, libc::MADV_DONTNEED) };
             let _ = self.protect(&run, libc::PROT_NONE);
         }
-        super::granules_in(&gone)
+        gone
     }
 }
 
@@ -278,6 +276,9 @@ pub struct HostStorage {
     /// What a CUDA device's driver would have been asked for the same
     /// calls (`driver.rs`): the same counts a `VirtualStorage` keeps.
     ops: DriverOps,
+    /// The most granules one physical handle covers (0 until set: the
+    /// default, `DEFAULT_HANDLE_GRANULES`).
+    handle_granules: u64,
 }
 
 /// Where an access lands: the first byte, after the range was checked.
@@ -311,6 +312,22 @@ impl HostStorage {
         self
     }
 
+    /// The same storage, counting physical handles of up to `granules`
+    /// granules (at least 1) as a GPU's driver would create them: its
+    /// granules go back to the kernel a whole handle at a time, as a
+    /// GPU's would (`docs/memory.md`, "Physical handles").
+    pub fn with_handle_granules(mut self, granules: u64) -> Self {
+        self.handle_granules = granules.max(1);
+        self
+    }
+
+    fn handle_granules(&self) -> u64 {
+        match self.handle_granules {
+            0 => super::DEFAULT_HANDLE_GRANULES,
+            set => set,
+        }
+    }
+
     /// Give what `batch` holds back: its granules still given back, then
     /// its pages and ranges.
     fn reclaim(&mut self, batch: Batch<Lag>) {
@@ -319,10 +336,11 @@ impl HostStorage {
         #[cfg(unix)]
         for handle in &batch.unmaps {
             if let Some(range) = self.ranges.get_mut(&handle.id) {
-                let granules = range.unmap_doomed(handle, batch.id);
+                let released = range.unmap_doomed(handle, batch.id);
+                let granules = super::granules_in(&released);
                 let bytes = granules.saturating_mul(range.map.granule());
                 self.bytes = self.bytes.saturating_sub(bytes);
-                self.ops.unmapped(granules);
+                self.ops.unmapped(released.len() as u64, granules);
             }
         }
         for id in batch.frees {
@@ -333,7 +351,8 @@ impl HostStorage {
             #[cfg(unix)]
             if let Some(range) = self.ranges.remove(&id) {
                 self.bytes = self.bytes.saturating_sub(range.map.mapped_bytes());
-                self.ops.range_freed(range.map.mapped_granules());
+                let map = &range.map;
+                self.ops.range_freed(map.handle_count(), map.mapped_granules());
             }
         }
     }
@@ -468,7 +487,7 @@ impl DeviceStorage for HostStorage {
     #[cfg(unix)]
     fn reserve_range(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
         let range =
-            HostRange::reserve(size, HOST_GRANULE).map_err(|err| refused(err, self.bytes))?;
+            HostRange::reserve(size, HOST_GRANULE, self.handle_granules()).map_err(|err| refused(err, self.bytes))?;
         let id = StorageId(self.next_id);
         self.next_id = self.next_id.wrapping_add(1);
         self.ranges.insert(id, range);
@@ -483,8 +502,9 @@ impl DeviceStorage for HostStorage {
             .ranges
             .get_mut(&handle.id)
             .ok_or(StorageError::UnknownPage(handle.id))?;
-        let fresh = range.map(handle).map_err(|err| refused(err, held))?;
-        self.ops.mapped(fresh);
+        let created = range.map(handle).map_err(|err| refused(err, held))?;
+        let fresh = super::granules_in(&created);
+        self.ops.mapped(created.len() as u64, fresh);
         let bytes = fresh.saturating_mul(range.map.granule());
         self.bytes = self.bytes.saturating_add(bytes);
         Ok(())
@@ -516,6 +536,18 @@ impl DeviceStorage for HostStorage {
         #[cfg(not(unix))]
         let doomed = std::iter::empty();
         self.give_back.bytes_waiting(held, doomed)
+    }
+
+    #[cfg(unix)]
+    fn whole_handles(&self, range: &StorageHandle) -> StorageHandle {
+        (self.ranges.get(&range.id)).map_or(*range, |held| held.map.whole_handles(range))
+    }
+
+    fn bytes_stranded(&self) -> u64 {
+        #[cfg(unix)]
+        return self.ranges.values().map(|range| range.map.stranded_bytes()).sum();
+        #[cfg(not(unix))]
+        0
     }
 }
 

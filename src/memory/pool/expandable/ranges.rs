@@ -93,9 +93,13 @@ impl ExpandablePool {
     }
 
     /// Unmap the granules `first..last` (range offsets, on granules) of the
-    /// free block `node`, which holds them: the bytes unmapped, and the void
-    /// run they joined. What lies below them stays the block `node`, so a
-    /// caller may go on to unmap lower spans of it.
+    /// free block `node`, which holds them, or the part of them the storage
+    /// can give back whole (`DeviceStorage::whole_handles`: a physical
+    /// handle partly in use would free nothing, so the rest stays mapped
+    /// and free, as the allocator sees it and can use it): the bytes
+    /// unmapped, and the void run they joined (`node` where none went).
+    /// What lies below them stays the block `node`, so a caller may go on
+    /// to unmap lower spans of it.
     pub(super) fn unmap_span(
         &mut self,
         storage: &mut dyn DeviceStorage,
@@ -104,6 +108,11 @@ impl ExpandablePool {
         last: u64,
     ) -> (u64, u32) {
         let index = self.arena.page(node);
+        let whole = storage.whole_handles(&self.range_handle(index, first, last - first));
+        if whole.size == 0 {
+            return (0, node);
+        }
+        let (first, last) = (whole.offset, whole.offset + whole.size);
         let start = self.arena.offset(node);
         let mut middle = node;
         if first > start {
