@@ -45,6 +45,8 @@ pub struct CudaStorage {
     ordinal: i32,
     /// The granule of the device's virtual memory; `None`: pages only.
     granule: Option<u64>,
+    /// The most granules one physical handle covers.
+    handle_granules: u64,
     /// Reserved ranges of address space.
     ranges: IdMap<CudaRange>,
     /// Pages, ranges and granules given back, queued or behind fences.
@@ -171,6 +173,7 @@ impl CudaStorage {
             bytes: 0,
             ordinal,
             granule,
+            handle_granules: super::DEFAULT_HANDLE_GRANULES,
             ranges: IdMap::default(),
             give_back: GiveBack::default(),
             ops: DriverOps::default(),
@@ -280,6 +283,13 @@ impl CudaStorage {
         let mut storage = Self::on_context(context)?;
         storage.foreign_streams = true;
         Ok(storage)
+    }
+
+    /// The same storage, mapping physical handles of up to `granules`
+    /// granules (at least 1; `docs/memory.md`, "Physical handles").
+    pub fn with_handle_granules(mut self, granules: u64) -> Self {
+        self.handle_granules = granules.max(1);
+        self
     }
 
     /// The CUDA stream this storage orders its work on.
@@ -528,7 +538,7 @@ impl DeviceStorage for CudaStorage {
     fn reserve_range(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
         let granule = self.granule.ok_or(StorageError::NoVirtualMemory)?;
         self.bind()?;
-        let range = CudaRange::reserve(size, granule)?;
+        let range = CudaRange::reserve(size, granule, self.handle_granules)?;
         self.ops.range_reserved();
         let id = self.new_id();
         self.ranges.insert(id, range);

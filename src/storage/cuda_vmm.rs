@@ -1,18 +1,21 @@
 //! The CUDA device's virtual memory management (`cuMem*`): what an
 //! expandable arena on a GPU stands on, as PyTorch's expandable segments.
 //!
-//! A range is address space from `cuMemAddressReserve`. Each granule mapped
-//! into it is a physical allocation of its own (`cuMemCreate` of one
-//! granule, `cuMemMap`, then `cuMemSetAccess` for the device): the driver
-//! unmaps only whole mappings, and the arena unmaps granule by granule.
-//! Unmapping (`cuMemUnmap`, `cuMemRelease`) happens at the storage's
-//! flush, after its stream has finished the work that may touch the bytes;
-//! the address space goes back (`cuMemAddressFree`) with the range.
+//! A range is address space from `cuMemAddressReserve`. A map of fresh
+//! granules creates physical handles of one or more granules each, as the
+//! range's `GranuleMap` cuts them (`cuMemCreate`, `cuMemMap`, then one
+//! `cuMemSetAccess` per run for the device): the driver unmaps only whole
+//! mappings, so a handle goes back whole, once every granule of it was
+//! given back. Unmapping (`cuMemUnmap`, `cuMemRelease`) happens once the
+//! stream has finished the work that may touch the bytes (the batch's
+//! fence); the address space goes back (`cuMemAddressFree`) with the
+//! range.
 
 use super::{DriverOps, GranuleMap, StorageError, StorageHandle};
 use cudarc::driver::DriverError;
 use cudarc::driver::sys::{self, CUdeviceptr, CUmemGenericAllocationHandle};
 use std::collections::HashMap;
+use std::ops::Range;
 
 /// Where physical granules live: pinned device memory of one device.
 fn properties(ordinal: i32) -> sys::CUmemAllocationProp {
@@ -80,17 +83,23 @@ fn bytes(size: u64) -> Result<usize, StorageError> {
 pub(super) struct CudaRange {
     /// Its first address.
     base: CUdeviceptr,
-    /// Which granules are mapped.
+    /// Which granules are mapped, and which physical handle holds each.
     map: GranuleMap,
-    /// The physical allocation behind each mapped granule, by index.
-    granules: HashMap<u64, CUmemGenericAllocationHandle>,
+    /// Each physical handle, by its first granule: its granules and the
+    /// driver's handle.
+    handles: HashMap<u64, (Range<u64>, CUmemGenericAllocationHandle)>,
 }
 
 impl CudaRange {
-    /// Reserve `size` bytes of address space (a multiple of `granule`).
-    /// The context must be bound.
-    pub(super) fn reserve(size: u64, granule: u64) -> Result<Self, StorageError> {
-        let map = GranuleMap::new(granule, size)?;
+    /// Reserve `size` bytes of address space (a multiple of `granule`),
+    /// mapped later in physical handles of up to `handle_granules`
+    /// granules. The context must be bound.
+    pub(super) fn reserve(
+        size: u64,
+        granule: u64,
+        handle_granules: u64,
+    ) -> Result<Self, StorageError> {
+        let map = GranuleMap::new(granule, size, handle_granules)?;
         let mut base: CUdeviceptr = 0;
         // SAFETY: asks for fresh address space (no fixed address, no flags)
         // into a local.
@@ -105,7 +114,7 @@ impl CudaRange {
         Ok(Self {
             base,
             map,
-            granules: HashMap::new(),
+            handles: HashMap::new(),
         })
     }
 
@@ -124,10 +133,11 @@ impl CudaRange {
         self.base.wrapping_add(offset)
     }
 
-    /// Put memory behind `handle`: a physical handle per granule that
-    /// needs one, mapped and made accessible; granules given back and not
-    /// yet gone are taken back as they are. All or nothing: on a refusal
-    /// the handles made so far are released and the map is unchanged.
+    /// Put memory behind `handle`: the physical handles its fresh
+    /// granules need, mapped and made accessible; granules given back and
+    /// not yet gone are taken back as they are. All or nothing: on a
+    /// refusal the handles made so far are released and the map is
+    /// unchanged. The handles created.
     pub(super) fn map(
         &mut self,
         handle: &StorageHandle,
@@ -141,19 +151,18 @@ impl CudaRange {
         let prop = properties(ordinal);
         let mut done = Vec::new();
         let mut failure = None;
-        'runs: for run in &fresh {
-            for index in run.clone() {
-                match self.map_granule(index, granule, &prop) {
-                    Ok(physical) => done.push((index, physical)),
-                    Err(err) => {
-                        failure = Some(err);
-                        break 'runs;
-                    }
+        for run in self.map.handles_for(&fresh) {
+            match self.map_handle(&run, granule, &prop) {
+                Ok(physical) => done.push((run, physical)),
+                Err(err) => {
+                    failure = Some(err);
+                    break;
                 }
             }
         }
         let created = done.len() as u64;
-        ops.created_and_mapped(created);
+        let granules = done.iter().fold(0, |sum, (run, _)| sum + (run.end - run.start));
+        ops.created_and_mapped(created, granules);
         if failure.is_none() {
             // Counted per handle, as the model prices a grant.
             ops.granted(created);
@@ -165,14 +174,15 @@ impl CudaRange {
             }
         }
         let Some(err) = failure else {
-            self.granules.extend(done);
-            self.map.map(handle)?;
+            let recorded = self.map.map(handle)?;
+            debug_assert_eq!(recorded.len(), done.len(), "the same handles as planned");
+            (self.handles).extend(done.into_iter().map(|(run, physical)| (run.start, (run, physical))));
             return Ok(created);
         };
-        for (index, physical) in done {
-            self.unmap_granule(index, granule, physical);
+        for (run, physical) in done {
+            self.unmap_handle(&run, granule, physical);
         }
-        ops.unmapped(created);
+        ops.unmapped(created, granules);
         Err(match err {
             DriverError(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY) => StorageError::OutOfMemory {
                 requested: handle.size,
@@ -183,19 +193,22 @@ impl CudaRange {
         })
     }
 
-    fn map_granule(
+    /// Create one physical handle for the granules `run` and map it there.
+    fn map_handle(
         &self,
-        index: u64,
+        run: &Range<u64>,
         granule: u64,
         prop: &sys::CUmemAllocationProp,
     ) -> Result<CUmemGenericAllocationHandle, DriverError> {
-        let size = usize::try_from(granule).unwrap_or(usize::MAX);
+        let bytes = (run.end - run.start).saturating_mul(granule);
+        let size = usize::try_from(bytes).unwrap_or(usize::MAX);
         let mut physical: CUmemGenericAllocationHandle = 0;
-        // SAFETY: a fresh physical allocation of one granule into a local.
+        // SAFETY: a fresh physical allocation of whole granules into a local.
         unsafe { sys::cuMemCreate(&mut physical, size, prop, 0) }.result()?;
-        let at = self.address(index.saturating_mul(granule));
-        // SAFETY: `at` is a granule of this range's reserved address space
-        // that the bookkeeping says is unmapped; `physical` is one granule.
+        let at = self.address(run.start.saturating_mul(granule));
+        // SAFETY: `at..at + size` are granules of this range's reserved
+        // address space that the bookkeeping says are unmapped; `physical`
+        // is exactly that long.
         if let Err(err) = unsafe { sys::cuMemMap(at, size, 0, physical, 0) }.result() {
             // SAFETY: created above and mapped nowhere.
             let _ = unsafe { sys::cuMemRelease(physical) };
@@ -224,14 +237,16 @@ impl CudaRange {
         unsafe { sys::cuMemSetAccess(at, size, &access, 1) }.result()
     }
 
-    /// Unmap one granule and free its memory (errors are the driver's to
-    /// report on the next call; nothing here can be retried).
-    fn unmap_granule(&self, index: u64, granule: u64, physical: CUmemGenericAllocationHandle) {
-        let size = usize::try_from(granule).unwrap_or(usize::MAX);
-        // SAFETY: `physical` is mapped at this granule, and the caller
-        // waited for the stream's work on it.
+    /// Unmap one physical handle, mapped at the granules `run`, and free
+    /// its memory (errors are the driver's to report on the next call;
+    /// nothing here can be retried).
+    fn unmap_handle(&self, run: &Range<u64>, granule: u64, physical: CUmemGenericAllocationHandle) {
+        let bytes = (run.end - run.start).saturating_mul(granule);
+        let size = usize::try_from(bytes).unwrap_or(usize::MAX);
+        // SAFETY: `physical` is mapped at exactly these granules, and the
+        // caller waited for the stream's work on them.
         unsafe {
-            let _ = sys::cuMemUnmap(self.address(index.saturating_mul(granule)), size);
+            let _ = sys::cuMemUnmap(self.address(run.start.saturating_mul(granule)), size);
             let _ = sys::cuMemRelease(physical);
         }
     }
@@ -247,8 +262,9 @@ impl CudaRange {
         self.map.doomed_bytes()
     }
 
-    /// Unmap and release the granules of `handle` still waiting in
-    /// `batch`; how many. The stream must be done with them (the batch's
+    /// Unmap and release the physical handles that the granules of
+    /// `handle` still waiting in `batch` complete (`GranuleMap::unmap_doomed`);
+    /// the granules gone. The stream must be done with them (the batch's
     /// fence passed) and the context bound.
     pub(super) fn unmap_doomed(
         &mut self,
@@ -259,12 +275,10 @@ impl CudaRange {
         let granule = self.map.granule();
         let mut gone: u64 = 0;
         for run in self.map.unmap_doomed(handle, batch) {
-            for index in run {
-                if let Some(physical) = self.granules.remove(&index) {
-                    self.unmap_granule(index, granule, physical);
-                    ops.unmapped(1);
-                    gone = gone.saturating_add(1);
-                }
+            if let Some((run, physical)) = self.handles.remove(&run.start) {
+                self.unmap_handle(&run, granule, physical);
+                ops.unmapped(1, run.end - run.start);
+                gone = gone.saturating_add(run.end - run.start);
             }
         }
         gone
@@ -274,11 +288,13 @@ impl CudaRange {
     /// be done with the bytes and the context bound.
     pub(super) fn release(mut self, ops: &mut DriverOps) {
         let granule = self.map.granule();
-        let mapped = self.granules.len() as u64;
-        for (index, physical) in std::mem::take(&mut self.granules) {
-            self.unmap_granule(index, granule, physical);
+        let handles = self.handles.len() as u64;
+        let mut granules = 0;
+        for (_, (run, physical)) in std::mem::take(&mut self.handles) {
+            granules += run.end - run.start;
+            self.unmap_handle(&run, granule, physical);
         }
-        ops.range_freed(mapped);
+        ops.range_freed(handles, granules);
         let size = usize::try_from(self.map.size()).unwrap_or(usize::MAX);
         // SAFETY: the range's own reservation, nothing mapped in it now.
         let _ = unsafe { sys::cuMemAddressFree(self.base, size) };
