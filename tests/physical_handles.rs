@@ -61,7 +61,10 @@ fn bytes_kept_beside_a_partly_free_handle_stay_intact() {
     memory.write(&kept, 0, &pattern).unwrap();
     drop(held);
     memory.cleanup(Cleanup::Explicit);
-    assert!(memory.bytes_allocated() <= 32 * MIB, "what is free went back");
+    assert!(
+        memory.bytes_allocated() <= 32 * MIB,
+        "what is free went back"
+    );
     assert_eq!(memory.bytes_stranded(), 0, "none stranded by the arena");
     assert_eq!(memory.read(&kept, 0, 4096).unwrap(), pattern);
     drop(kept);

@@ -3,12 +3,14 @@
 //!
 //! The long form: `docs/modules.md`, "`src/storage/cuda.rs`".
 
+use super::cuda_fence::CudaFence;
 use super::cuda_vmm::{self, CudaRange};
 use super::give_back::{Batch, GiveBack};
 use super::id_map::IdMap;
 use super::{
     DeviceStorage, DriverOps, Resource, StorageError, StorageHandle, StorageId, check_range,
 };
+use crate::saturating::SaturatingSum;
 use crate::sync::foreign::Arc;
 use cudarc::driver::sys::{self, CUdeviceptr, CUevent};
 use cudarc::driver::{CudaContext, CudaStream, DriverError, result};
@@ -61,46 +63,6 @@ pub struct CudaStorage {
     /// memory waited for them): they leave `bytes` at the next flush,
     /// where whatever meters this storage (a budget) sees them go.
     freed_uncounted: u64,
-}
-
-/// What says the work that may touch a batch of give-backs is done: an
-/// event recorded on the storage's stream at the flush that sealed it, and
-/// the events other streams recorded as users of its pages (`record_use`).
-#[derive(Debug)]
-struct CudaFence {
-    /// Its own stream's event first.
-    events: Vec<CUevent>,
-}
-
-impl CudaFence {
-    /// Whether every event has passed (asked, never waited for; the first
-    /// query is counted by `GiveBack::ready`, the others here).
-    fn passed(&self, ops: &mut DriverOps) -> bool {
-        self.events.iter().enumerate().all(|(at, &event)| {
-            if at > 0 {
-                ops.event_queried();
-            }
-            // SAFETY: recorded by `flush` or `record_use`, destroyed only
-            // in `destroy`.
-            unsafe { result::event::query(event) }.is_ok()
-        })
-    }
-
-    /// Destroy the events once they passed (or were waited for: `wait`,
-    /// each counted as an event waited for but the stream's own, which
-    /// the caller waited for with the stream).
-    fn destroy(self, wait: bool, ops: &mut DriverOps) {
-        for (at, event) in self.events.into_iter().enumerate() {
-            // SAFETY: each event is destroyed once, here.
-            unsafe {
-                if wait && at > 0 {
-                    ops.event_waited();
-                    let _ = result::event::synchronize(event);
-                }
-                let _ = result::event::destroy(event);
-            }
-        }
-    }
 }
 
 fn driver(err: DriverError) -> StorageError {
@@ -469,7 +431,9 @@ impl DeviceStorage for CudaStorage {
     }
 
     fn bytes_stranded(&self) -> u64 {
-        (self.ranges.values()).map(|range| range.granule_map().stranded_bytes()).sum()
+        (self.ranges.values())
+            .map(|range| range.granule_map().stranded_bytes())
+            .saturating_sum()
     }
 
     fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError> {

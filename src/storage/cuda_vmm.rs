@@ -70,6 +70,11 @@ pub(super) fn granule(device: sys::CUdevice, ordinal: i32) -> Option<u64> {
         .filter(|&bytes| bytes > 0)
 }
 
+/// Granules in `run`.
+fn granules(run: &Range<u64>) -> u64 {
+    run.end.saturating_sub(run.start)
+}
+
 fn driver(err: DriverError) -> StorageError {
     StorageError::Driver(format!("{err:?}"))
 }
@@ -161,7 +166,9 @@ impl CudaRange {
             }
         }
         let created = done.len() as u64;
-        let granules = done.iter().fold(0, |sum, (run, _)| sum + (run.end - run.start));
+        let granules = done
+            .iter()
+            .fold(0, |sum: u64, (run, _)| sum.saturating_add(granules(run)));
         ops.created_and_mapped(created, granules);
         if failure.is_none() {
             // Counted per handle, as the model prices a grant.
@@ -176,7 +183,10 @@ impl CudaRange {
         let Some(err) = failure else {
             let recorded = self.map.map(handle)?;
             debug_assert_eq!(recorded.len(), done.len(), "the same handles as planned");
-            (self.handles).extend(done.into_iter().map(|(run, physical)| (run.start, (run, physical))));
+            (self.handles).extend(
+                done.into_iter()
+                    .map(|(run, physical)| (run.start, (run, physical))),
+            );
             return Ok(created);
         };
         for (run, physical) in done {
@@ -200,7 +210,7 @@ impl CudaRange {
         granule: u64,
         prop: &sys::CUmemAllocationProp,
     ) -> Result<CUmemGenericAllocationHandle, DriverError> {
-        let bytes = (run.end - run.start).saturating_mul(granule);
+        let bytes = granules(run).saturating_mul(granule);
         let size = usize::try_from(bytes).unwrap_or(usize::MAX);
         let mut physical: CUmemGenericAllocationHandle = 0;
         // SAFETY: a fresh physical allocation of whole granules into a local.
@@ -241,7 +251,7 @@ impl CudaRange {
     /// its memory (errors are the driver's to report on the next call;
     /// nothing here can be retried).
     fn unmap_handle(&self, run: &Range<u64>, granule: u64, physical: CUmemGenericAllocationHandle) {
-        let bytes = (run.end - run.start).saturating_mul(granule);
+        let bytes = granules(run).saturating_mul(granule);
         let size = usize::try_from(bytes).unwrap_or(usize::MAX);
         // SAFETY: `physical` is mapped at exactly these granules, and the
         // caller waited for the stream's work on them.
@@ -277,8 +287,8 @@ impl CudaRange {
         for run in self.map.unmap_doomed(handle, batch) {
             if let Some((run, physical)) = self.handles.remove(&run.start) {
                 self.unmap_handle(&run, granule, physical);
-                ops.unmapped(1, run.end - run.start);
-                gone = gone.saturating_add(run.end - run.start);
+                ops.unmapped(1, granules(&run));
+                gone = gone.saturating_add(granules(&run));
             }
         }
         gone
@@ -289,12 +299,12 @@ impl CudaRange {
     pub(super) fn release(mut self, ops: &mut DriverOps) {
         let granule = self.map.granule();
         let handles = self.handles.len() as u64;
-        let mut granules = 0;
+        let mut mapped: u64 = 0;
         for (_, (run, physical)) in std::mem::take(&mut self.handles) {
-            granules += run.end - run.start;
+            mapped = mapped.saturating_add(granules(&run));
             self.unmap_handle(&run, granule, physical);
         }
-        ops.range_freed(handles, granules);
+        ops.range_freed(handles, mapped);
         let size = usize::try_from(self.map.size()).unwrap_or(usize::MAX);
         // SAFETY: the range's own reservation, nothing mapped in it now.
         let _ = unsafe { sys::cuMemAddressFree(self.base, size) };

@@ -403,7 +403,11 @@ mod tests {
         let mut map = GranuleMap::new(GRANULE, 4096 * GRANULE, 16).unwrap();
         let created = map.map(&granules(0..1024)).unwrap();
         assert_eq!(created.len(), 64, "1,024 granules in handles of 16");
-        assert!(created.iter().all(|run| run.end - run.start == 16 && run.start % 16 == 0));
+        assert!(
+            created
+                .iter()
+                .all(|run| run.end - run.start == 16 && run.start % 16 == 0)
+        );
         map
     }
 
@@ -427,7 +431,10 @@ mod tests {
         let mut map = mapped_1024();
         assert!(map.doom(&granules(0..8), 1));
         assert_eq!(map.doomed_bytes(), 8 * GRANULE);
-        assert!(map.unmap_doomed(&granules(0..8), 1).is_empty(), "8..16 in use");
+        assert!(
+            map.unmap_doomed(&granules(0..8), 1).is_empty(),
+            "8..16 in use"
+        );
         assert_eq!((map.doomed_bytes(), map.stranded_bytes()), (0, 8 * GRANULE));
         assert_eq!(map.mapped_granules(), 1024, "the driver still holds them");
         assert!(map.check_access(&granules(0..1), 0).is_err(), "given back");
@@ -475,6 +482,9 @@ mod tests {
         assert!(map.doom(&granules(40..48), 1));
         assert_eq!(map.whole_handles(&granules(4..40)), granules(4..40));
         // Unmapped granules are nobody's handle.
-        assert_eq!(map.whole_handles(&granules(1024..1030)), granules(1024..1030));
+        assert_eq!(
+            map.whole_handles(&granules(1024..1030)),
+            granules(1024..1030)
+        );
     }
 }

@@ -17,6 +17,8 @@ mod budget;
 #[cfg(feature = "cuda")]
 mod cuda;
 #[cfg(feature = "cuda")]
+mod cuda_fence;
+#[cfg(feature = "cuda")]
 mod cuda_vmm;
 mod driver;
 mod give_back;

@@ -8,6 +8,7 @@ use super::{
     DeviceStorage, DriverOps, GranuleMap, Resource, StorageError, StorageHandle, StorageId,
     check_range,
 };
+use crate::saturating::SaturatingSum;
 
 /// The granule a `VirtualStorage` maps in by default: a CUDA device's
 /// (`cuMemGetAllocationGranularity` answers 2 MiB on current GPUs), so a
@@ -233,7 +234,10 @@ impl DeviceStorage for VirtualStorage {
     }
 
     fn bytes_stranded(&self) -> u64 {
-        self.ranges.values().map(GranuleMap::stranded_bytes).sum()
+        self.ranges
+            .values()
+            .map(GranuleMap::stranded_bytes)
+            .saturating_sum()
     }
 
     fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError> {

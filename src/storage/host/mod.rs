@@ -7,6 +7,7 @@ use super::{
     DeviceStorage, DriverOps, GranuleMap, Resource, StorageError, StorageHandle, StorageId,
     check_range,
 };
+use crate::saturating::SaturatingSum;
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::ptr::NonNull;
 
@@ -352,7 +353,8 @@ impl HostStorage {
             if let Some(range) = self.ranges.remove(&id) {
                 self.bytes = self.bytes.saturating_sub(range.map.mapped_bytes());
                 let map = &range.map;
-                self.ops.range_freed(map.handle_count(), map.mapped_granules());
+                self.ops
+                    .range_freed(map.handle_count(), map.mapped_granules());
             }
         }
     }
@@ -486,8 +488,8 @@ impl DeviceStorage for HostStorage {
 
     #[cfg(unix)]
     fn reserve_range(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
-        let range =
-            HostRange::reserve(size, HOST_GRANULE, self.handle_granules()).map_err(|err| refused(err, self.bytes))?;
+        let range = HostRange::reserve(size, HOST_GRANULE, self.handle_granules())
+            .map_err(|err| refused(err, self.bytes))?;
         let id = StorageId(self.next_id);
         self.next_id = self.next_id.wrapping_add(1);
         self.ranges.insert(id, range);
@@ -545,7 +547,11 @@ impl DeviceStorage for HostStorage {
 
     fn bytes_stranded(&self) -> u64 {
         #[cfg(unix)]
-        return self.ranges.values().map(|range| range.map.stranded_bytes()).sum();
+        return self
+            .ranges
+            .values()
+            .map(|range| range.map.stranded_bytes())
+            .saturating_sum();
         #[cfg(not(unix))]
         0
     }
