@@ -16,9 +16,10 @@ import sys
 import tempfile
 
 
-def replay(binary, path, storage):
+def replay(binary, path, storage, handle_granules=None):
+    extra = [] if handle_granules is None else ["--handle-granules", str(handle_granules)]
     out = subprocess.run(
-        [binary, "replay", path, "--json", "--quiet", "--storage", storage],
+        [binary, "replay", path, "--json", "--quiet", "--storage", storage] + extra,
         check=True, capture_output=True, text=True,
     )
     return json.loads(out.stdout)
@@ -26,8 +27,8 @@ def replay(binary, path, storage):
 
 def main():
     binary, snapshots = sys.argv[1], sys.argv[2:]
-    print("| snapshot | events | cuda us/event (wall) | virtual us/event (wall) | modeled driver us/event | modeled + virtual / cuda | driver counts equal | granules mapped / peak | stream waits |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| snapshot | handle granules | events | cuda us/event (wall) | virtual us/event (wall) | modeled driver us/event | modeled + virtual / cuda | driver counts equal | granules mapped / peak | stream waits |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as tmp:
         for snapshot in snapshots:
             path = snapshot
@@ -35,17 +36,25 @@ def main():
                 path = os.path.join(tmp, os.path.basename(snapshot)[:-3])
                 with gzip.open(snapshot, "rb") as src, open(path, "wb") as dst:
                     shutil.copyfileobj(src, dst)
-            cuda = replay(binary, path, "cuda")
-            virt = replay(binary, path, "virtual")
-            same = cuda["driver"]["ops"] == virt["driver"]["ops"]
-            if not same:
-                diff = {k: (cuda["driver"]["ops"][k], v) for k, v in virt["driver"]["ops"].items() if cuda["driver"]["ops"][k] != v}
-                print(f"  {os.path.basename(path)}: counts differ (cuda, virtual): {diff}", file=sys.stderr)
-            modeled = virt["driver"]["modeled_us_per_event"]
-            cuda_us = cuda["ns_per_op"] / 1000
-            virt_us = virt["ns_per_op"] / 1000
-            print(f"| {os.path.basename(path)} | {virt['events']} | {cuda_us:.1f} | {virt_us:.2f} | {modeled:.1f} | {(modeled + virt_us) / cuda_us:.2f} | {same} | {virt['driver']['mapped_over_peak']:.2f} | {virt['driver']['stream_waits']} |")
+            for handle_granules in (None, 1):
+                row(binary, path, handle_granules)
     return 0
+
+
+def row(binary, path, handle_granules):
+    """One snapshot on the GPU and on virtual storage, with physical
+    handles of the default size (None) or of one granule each."""
+    cuda = replay(binary, path, "cuda", handle_granules)
+    virt = replay(binary, path, "virtual", handle_granules)
+    same = cuda["driver"]["ops"] == virt["driver"]["ops"]
+    if not same:
+        diff = {k: (cuda["driver"]["ops"][k], v) for k, v in virt["driver"]["ops"].items() if cuda["driver"]["ops"][k] != v}
+        print(f"  {os.path.basename(path)}: counts differ (cuda, virtual): {diff}", file=sys.stderr)
+    modeled = virt["driver"]["modeled_us_per_event"]
+    cuda_us = cuda["ns_per_op"] / 1000
+    virt_us = virt["ns_per_op"] / 1000
+    size = "default" if handle_granules is None else handle_granules
+    print(f"| {os.path.basename(path)} | {size} | {virt['events']} | {cuda_us:.1f} | {virt_us:.2f} | {modeled:.1f} | {(modeled + virt_us) / cuda_us:.2f} | {same} | {virt['driver']['mapped_over_peak']:.2f} | {virt['driver']['stream_waits']} |")
 
 
 if __name__ == "__main__":

@@ -200,7 +200,7 @@ fn a_replay_prices_the_driver_per_device_and_per_stream_the_same_on_any_storage(
         driver["modeled_ns"].as_u64().unwrap(),
         DriverCosts::H200.price(&ops)
     );
-    assert!(ops.handles_created >= driver["peak_granules_mapped"].as_u64().unwrap());
+    assert!(ops.handle_granules_created >= driver["peak_granules_mapped"].as_u64().unwrap());
     let streams = report["per_stream"].as_array().unwrap();
     assert_eq!(streams.len(), 3);
     let events_per_stream: u64 = streams.iter().map(|s| s["events"].as_u64().unwrap()).sum();
