@@ -160,6 +160,12 @@ impl DeviceShared {
     /// Bytes the streams other than `stream` hold beyond what their clients
     /// hold (exact: pages as published before each answer, live bytes as
     /// released): what a recovery round could win back at most.
+    /// Whether `stream` shares the device with another stream now: room
+    /// it gives back could serve someone else.
+    pub(crate) fn has_others(&self, stream: StreamId) -> bool {
+        self.registry.lock().keys().any(|&other| other != stream)
+    }
+
     pub(crate) fn others_excess(&self, stream: StreamId) -> u64 {
         self.registry
             .lock()

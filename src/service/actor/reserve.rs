@@ -50,10 +50,13 @@ impl RunningShort {
 
     /// The device holds more than its headroom above what is live: serve
     /// from the room this stream holds if it can, else trim this stream's
-    /// pages, else ask the others to give back before growing (see
-    /// `headroom.rs`).
+    /// pages (if another stream could use them), else ask the others to
+    /// give back before growing (see `headroom.rs`).
     pub(super) fn serve_within_headroom(&mut self, stream: &mut Stream, mut pending: Pending) {
         for trimmed in [false, true] {
+            if trimmed && stream.alone() {
+                break;
+            }
             if trimmed {
                 stream.memory.give_back_free();
                 let _ = stream.memory.relocate(RelocationReason::Short);
@@ -213,7 +216,8 @@ impl Stream {
     /// stream holds more than its share of that excess: give back its empty
     /// pages now. The cheap half of the headroom policy (no round, no
     /// wake-up): streams that keep serving keep themselves trim, and a
-    /// growing stream asks the others only for what is left.
+    /// growing stream asks the others only for what is left. A stream alone
+    /// on its device keeps its room: nobody could use it.
     pub(super) fn trim_to_headroom(&mut self) {
         let Some(headroom) = self.device.headroom else {
             return;
@@ -221,7 +225,7 @@ impl Stream {
         // The stream's own pools, against what its clients hold now.
         let in_use = self.shared.bytes_in_use();
         let excess = self.memory.bytes_reserved().saturating_sub(in_use);
-        if excess < headroom.share(in_use) || !self.device.over_headroom(0, 0) {
+        if excess < headroom.share(in_use) || !self.device.over_headroom(0, 0) || self.alone() {
             return;
         }
         self.take_back_hot();

@@ -61,6 +61,15 @@ impl Stream {
         }
     }
 
+    /// Whether no other stream shares the device: then what this one gives
+    /// back at the headroom could serve nobody, and a trim before a
+    /// growth would only unmap what the growth maps again (the device's
+    /// budget, when short, still gets it back: `short.rs`). Asked only
+    /// where a trim is due (it takes the registry's lock).
+    pub(super) fn alone(&self) -> bool {
+        !self.device.has_others(self.shared.stream)
+    }
+
     /// Bytes the stream holds from the device: its pools' pages, and the
     /// granules they gave back that the rest of their physical handle
     /// keeps (`storage/granules.rs`): what it could give back, and what
