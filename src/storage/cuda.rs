@@ -8,7 +8,8 @@ use super::cuda_vmm::{self, CudaRange};
 use super::give_back::{Batch, GiveBack};
 use super::id_map::IdMap;
 use super::{
-    DeviceStorage, DriverOps, Resource, StorageError, StorageHandle, StorageId, check_range,
+    DeviceStorage, DriverOps, HandleSize, Resource, StorageError, StorageHandle, StorageId,
+    check_range,
 };
 use crate::saturating::SaturatingSum;
 use crate::sync::foreign::Arc;
@@ -48,7 +49,7 @@ pub struct CudaStorage {
     /// The granule of the device's virtual memory; `None`: pages only.
     granule: Option<u64>,
     /// The most granules one physical handle covers.
-    handle_granules: u64,
+    handle_size: HandleSize,
     /// Reserved ranges of address space.
     ranges: IdMap<CudaRange>,
     /// Pages, ranges and granules given back, queued or behind fences.
@@ -135,7 +136,7 @@ impl CudaStorage {
             bytes: 0,
             ordinal,
             granule,
-            handle_granules: super::DEFAULT_HANDLE_GRANULES,
+            handle_size: HandleSize::default(),
             ranges: IdMap::default(),
             give_back: GiveBack::default(),
             ops: DriverOps::default(),
@@ -250,7 +251,7 @@ impl CudaStorage {
     /// The same storage, mapping physical handles of up to `granules`
     /// granules (at least 1; `docs/memory.md`, "Physical handles").
     pub fn with_handle_granules(mut self, granules: u64) -> Self {
-        self.handle_granules = granules.max(1);
+        self.handle_size = HandleSize::new(granules);
         self
     }
 
@@ -502,7 +503,7 @@ impl DeviceStorage for CudaStorage {
     fn reserve_range(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
         let granule = self.granule.ok_or(StorageError::NoVirtualMemory)?;
         self.bind()?;
-        let range = CudaRange::reserve(size, granule, self.handle_granules)?;
+        let range = CudaRange::reserve(size, granule, self.handle_size)?;
         self.ops.range_reserved();
         let id = self.new_id();
         self.ranges.insert(id, range);

@@ -11,7 +11,7 @@
 //! fence); the address space goes back (`cuMemAddressFree`) with the
 //! range.
 
-use super::{DriverOps, GranuleMap, StorageError, StorageHandle};
+use super::{DriverOps, GranuleMap, HandleSize, StorageError, StorageHandle};
 use cudarc::driver::DriverError;
 use cudarc::driver::sys::{self, CUdeviceptr, CUmemGenericAllocationHandle};
 use std::collections::HashMap;
@@ -97,14 +97,14 @@ pub(super) struct CudaRange {
 
 impl CudaRange {
     /// Reserve `size` bytes of address space (a multiple of `granule`),
-    /// mapped later in physical handles of up to `handle_granules`
+    /// mapped later in physical handles of up to `handle_size`
     /// granules. The context must be bound.
     pub(super) fn reserve(
         size: u64,
         granule: u64,
-        handle_granules: u64,
+        handle_size: HandleSize,
     ) -> Result<Self, StorageError> {
-        let map = GranuleMap::new(granule, size, handle_granules)?;
+        let map = GranuleMap::new(granule, size, handle_size)?;
         let mut base: CUdeviceptr = 0;
         // SAFETY: asks for fresh address space (no fixed address, no flags)
         // into a local.

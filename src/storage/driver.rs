@@ -21,10 +21,10 @@ const PAGE_GRANULE: u64 = 2 * 1024 * 1024;
 /// Driver operations a storage performed, by kind, and the most granules
 /// it had mapped at once. Cumulative over the storage's life.
 ///
-/// A physical handle is one `cuMemCreate`: every storage in this crate
-/// creates one per granule it maps, so `handle_granules_created` equals
-/// `handles_created`; the separate count prices a storage that creates
-/// larger handles.
+/// A physical handle is one `cuMemCreate`, of one granule or more (a
+/// run of fresh granules is cut into handles: `storage/granules.rs`), so
+/// `handles_created` counts the calls and `handle_granules_created` the
+/// granules they cover; each is priced.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DriverOps {
     /// Physical handles created (`cuMemCreate`).

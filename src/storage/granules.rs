@@ -27,6 +27,25 @@ use std::ops::Range;
 /// "Physical handles").
 pub(crate) const HANDLE_SHARE_ONE_IN: u64 = 64;
 
+/// The most granules one physical handle may cover: at least 1, and
+/// [`DEFAULT_HANDLE_GRANULES`](super::DEFAULT_HANDLE_GRANULES) unless a
+/// storage was told otherwise (`with_handle_granules`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HandleSize(u64);
+
+impl HandleSize {
+    /// At most `granules` granules a handle (1 where 0 is asked).
+    pub(crate) fn new(granules: u64) -> Self {
+        Self(granules.max(1))
+    }
+}
+
+impl Default for HandleSize {
+    fn default() -> Self {
+        Self(super::DEFAULT_HANDLE_GRANULES)
+    }
+}
+
 /// Granules in `runs`.
 pub(crate) fn granules_in(runs: &[Range<u64>]) -> u64 {
     runs.iter().fold(0, |sum, run| sum + (run.end - run.start))
@@ -52,8 +71,8 @@ pub(crate) struct GranuleMap {
     granule: u64,
     /// Bytes of address space.
     size: u64,
-    /// The most granules one physical handle covers (1 or more).
-    handle_granules: u64,
+    /// The most granules one physical handle covers.
+    handle_size: HandleSize,
     /// One bit per granule.
     mapped: Vec<u64>,
     /// Granules mapped.
@@ -72,9 +91,12 @@ pub(crate) struct GranuleMap {
 
 impl GranuleMap {
     /// A range of `size` bytes (a multiple of `granule`), nothing mapped,
-    /// whose maps get physical handles of up to `handle_granules` granules
-    /// (at least 1).
-    pub(crate) fn new(granule: u64, size: u64, handle_granules: u64) -> Result<Self, StorageError> {
+    /// whose maps get physical handles of up to `handle_size` granules.
+    pub(crate) fn new(
+        granule: u64,
+        size: u64,
+        handle_size: HandleSize,
+    ) -> Result<Self, StorageError> {
         if granule == 0 || size == 0 || size % granule != 0 {
             return Err(StorageError::InvalidSize(size));
         }
@@ -96,7 +118,7 @@ impl GranuleMap {
         Ok(Self {
             granule,
             size,
-            handle_granules: handle_granules.max(1),
+            handle_size,
             mapped,
             count: 0,
             handles: BTreeMap::new(),
@@ -214,7 +236,7 @@ impl GranuleMap {
 
     /// The physical handles a map of the fresh `runs` creates, in order:
     /// each run cut at multiples of the handle size, which is the range's
-    /// most (`handle_granules`) or the largest power of two no more than
+    /// most (`handle_size`) or the largest power of two no more than
     /// [`HANDLE_SHARE_ONE_IN`]th of the granules it holds once mapped,
     /// whichever is less. So a range that grew large maps in large
     /// handles, and a small one (or a large one's first granules) in
@@ -223,7 +245,7 @@ impl GranuleMap {
     pub(crate) fn handles_for(&self, runs: &[Range<u64>]) -> Vec<Range<u64>> {
         let after = self.count + granules_in(runs);
         let share = (after / HANDLE_SHARE_ONE_IN).max(1);
-        let most = self.handle_granules.min(1 << share.ilog2());
+        let most = self.handle_size.0.min(1 << share.ilog2());
         let mut handles = Vec::new();
         for run in runs {
             let mut start = run.start;
@@ -400,7 +422,7 @@ mod tests {
     /// A range of 4,096 granules with 1,024 of them mapped at once: large
     /// enough for handles of 16 granules.
     fn mapped_1024() -> GranuleMap {
-        let mut map = GranuleMap::new(GRANULE, 4096 * GRANULE, 16).unwrap();
+        let mut map = GranuleMap::new(GRANULE, 4096 * GRANULE, HandleSize::new(16)).unwrap();
         let created = map.map(&granules(0..1024)).unwrap();
         assert_eq!(created.len(), 64, "1,024 granules in handles of 16");
         assert!(
@@ -413,7 +435,7 @@ mod tests {
 
     #[test]
     fn a_small_range_maps_a_handle_per_granule_and_a_large_one_larger_handles() {
-        let mut map = GranuleMap::new(GRANULE, 4096 * GRANULE, 16).unwrap();
+        let mut map = GranuleMap::new(GRANULE, 4096 * GRANULE, HandleSize::new(16)).unwrap();
         // 10 granules: a handle may cover at most 1/64 of the range's.
         assert_eq!(map.map(&granules(0..10)).unwrap().len(), 10);
         // 256 more: 266 held once mapped, so handles of 4, cut at multiples

@@ -39,7 +39,7 @@ pub const DEFAULT_HANDLE_GRANULES: u64 = 16;
 #[cfg(feature = "cuda")]
 pub use cuda::{CudaStorage, cuda_available};
 pub use driver::{DriverCosts, DriverOps, DriverReport};
-pub(crate) use granules::{GranuleMap, granules_in};
+pub(crate) use granules::{GranuleMap, HandleSize, granules_in};
 #[cfg(unix)]
 pub use host::HOST_GRANULE;
 pub use host::HostStorage;

@@ -5,8 +5,8 @@
 use super::give_back::{Batch, GiveBack, Lag, LagClock};
 use super::id_map::IdMap;
 use super::{
-    DeviceStorage, DriverOps, GranuleMap, Resource, StorageError, StorageHandle, StorageId,
-    check_range,
+    DeviceStorage, DriverOps, GranuleMap, HandleSize, Resource, StorageError, StorageHandle,
+    StorageId, check_range,
 };
 use crate::saturating::SaturatingSum;
 
@@ -47,7 +47,7 @@ pub struct VirtualStorage {
     /// The granule of its virtual memory; `None`: pages only.
     granule: Option<u64>,
     /// The most granules one physical handle covers.
-    handle_granules: u64,
+    handle_size: HandleSize,
     /// Reserved ranges and what is mapped in them.
     ranges: IdMap<GranuleMap>,
     /// Pages, ranges and granules given back, queued or behind fences.
@@ -76,7 +76,7 @@ impl VirtualStorage {
             bytes_copied: 0,
             churn: MapChurn::default(),
             granule: Some(DEFAULT_GRANULE),
-            handle_granules: super::DEFAULT_HANDLE_GRANULES,
+            handle_size: HandleSize::default(),
             ranges: IdMap::default(),
             give_back: GiveBack::default(),
             clock: LagClock::default(),
@@ -101,7 +101,7 @@ impl VirtualStorage {
     /// that goes back a whole handle at a time (`docs/memory.md`,
     /// "Physical handles").
     pub fn with_handle_granules(mut self, granules: u64) -> Self {
-        self.handle_granules = granules.max(1);
+        self.handle_size = HandleSize::new(granules);
         self
     }
 
@@ -280,7 +280,7 @@ impl DeviceStorage for VirtualStorage {
         if size > 1 << ADDRESS_WINDOW_BITS {
             return Err(StorageError::InvalidSize(size));
         }
-        let range = GranuleMap::new(granule, size, self.handle_granules)?;
+        let range = GranuleMap::new(granule, size, self.handle_size)?;
         let id = StorageId(self.next_id);
         self.next_id = self.next_id.wrapping_add(1);
         self.ranges.insert(id, range);

@@ -60,10 +60,11 @@ impl RunningShort {
     /// from 1.019 to 1.044 of live).
     pub(super) fn serve_within_headroom(&mut self, stream: &mut Stream, mut pending: Pending) {
         for trimmed in [false, true] {
-            if trimmed && stream.alone() && !stream.room_could_fit(&pending) {
-                break;
-            }
             if trimmed {
+                // The room check first: `alone` takes the registry's lock.
+                if !stream.room_could_fit(&pending) && stream.alone() {
+                    break;
+                }
                 stream.memory.give_back_free();
                 let _ = stream.memory.relocate(RelocationReason::Short);
                 stream.memory.flush();

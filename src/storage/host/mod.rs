@@ -4,8 +4,8 @@
 use super::give_back::{Batch, GiveBack, Lag, LagClock};
 use super::id_map::IdMap;
 use super::{
-    DeviceStorage, DriverOps, GranuleMap, Resource, StorageError, StorageHandle, StorageId,
-    check_range,
+    DeviceStorage, DriverOps, GranuleMap, HandleSize, Resource, StorageError, StorageHandle,
+    StorageId, check_range,
 };
 use crate::saturating::SaturatingSum;
 use std::alloc::{Layout, alloc_zeroed, dealloc};
@@ -140,7 +140,7 @@ struct HostRange {
 
 #[cfg(unix)]
 impl HostRange {
-    fn reserve(size: u64, granule: u64, handle_granules: u64) -> Result<Self, StorageError> {
+    fn reserve(size: u64, granule: u64, handle_size: HandleSize) -> Result<Self, StorageError> {
         // No process has more address space than this (x86-64 and arm64
         // give user space 2^47 or 2^48 bytes): checked before the bitmap of
         // its granules is allocated.
@@ -151,7 +151,7 @@ impl HostRange {
                 capacity: MAX_HOST_RANGE,
             });
         }
-        let map = GranuleMap::new(granule, size, handle_granules)?;
+        let map = GranuleMap::new(granule, size, handle_size)?;
         let bytes = usize::try_from(size).map_err(|_| StorageError::InvalidSize(size))?;
         // No `MAP_NORESERVE`: the kernel does not count address space no
         // one may touch, but with the flag it would not count the granules
@@ -277,9 +277,8 @@ pub struct HostStorage {
     /// What a CUDA device's driver would have been asked for the same
     /// calls (`driver.rs`): the same counts a `VirtualStorage` keeps.
     ops: DriverOps,
-    /// The most granules one physical handle covers (0 until set: the
-    /// default, `DEFAULT_HANDLE_GRANULES`).
-    handle_granules: u64,
+    /// The most granules one physical handle covers.
+    handle_size: HandleSize,
 }
 
 /// Where an access lands: the first byte, after the range was checked.
@@ -318,15 +317,8 @@ impl HostStorage {
     /// granules go back to the kernel a whole handle at a time, as a
     /// GPU's would (`docs/memory.md`, "Physical handles").
     pub fn with_handle_granules(mut self, granules: u64) -> Self {
-        self.handle_granules = granules.max(1);
+        self.handle_size = HandleSize::new(granules);
         self
-    }
-
-    fn handle_granules(&self) -> u64 {
-        match self.handle_granules {
-            0 => super::DEFAULT_HANDLE_GRANULES,
-            set => set,
-        }
     }
 
     /// Give what `batch` holds back: its granules still given back, then
@@ -488,7 +480,7 @@ impl DeviceStorage for HostStorage {
 
     #[cfg(unix)]
     fn reserve_range(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
-        let range = HostRange::reserve(size, HOST_GRANULE, self.handle_granules())
+        let range = HostRange::reserve(size, HOST_GRANULE, self.handle_size)
             .map_err(|err| refused(err, self.bytes))?;
         let id = StorageId(self.next_id);
         self.next_id = self.next_id.wrapping_add(1);
