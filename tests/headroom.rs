@@ -2,13 +2,16 @@
 //! headroom gets cached pages back first (its own, then the others'), and
 //! growth is never refused for it.
 
+use streamalloc::clock::ManualClock;
 use streamalloc::memory::StreamId;
+use streamalloc::replay::{ReplayReport, Replayer};
 use streamalloc::service::{
     Events, Headroom, ServiceConfig, StreamHandle, Supervisor, SupervisorEvent,
 };
+use streamalloc::trace::{TraceAction, TraceEvent};
 
 mod common;
-use common::MIB;
+use common::{KIB, MIB};
 
 fn device(headroom: Option<Headroom>) -> Supervisor {
     Supervisor::virtual_device(ServiceConfig {
@@ -113,4 +116,73 @@ fn the_headroom_is_the_larger_of_its_fraction_and_its_slack() {
     assert!(headroom.exceeded(108 * MIB + 1, 100 * MIB));
     assert!(!headroom.exceeded(1050 * MIB, 1000 * MIB));
     assert!(headroom.exceeded(1050 * MIB + 1, 1000 * MIB));
+}
+
+/// A random load of one stream (1 KiB..8 MiB, about a hundred live): the
+/// trace's events, and its allocations' ids.
+fn random_load(events: u64) -> Vec<TraceEvent> {
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        state >> 33
+    };
+    let (mut trace, mut live, mut time) = (Vec::new(), Vec::new(), 0);
+    for id in 0..events {
+        time += 1_000;
+        if live.len() > 100 || (live.len() > 60 && next() % 2 == 0) {
+            let (gone, size) = live.swap_remove(next() as usize % live.len());
+            trace.push(TraceEvent::new(time, 1, TraceAction::Free, gone, size));
+        } else {
+            let size = KIB + next() % (8 * MIB);
+            trace.push(TraceEvent::new(time, 1, TraceAction::Alloc, id, size));
+            live.push((id, size));
+        }
+    }
+    trace
+}
+
+/// Replay `events` (and, if `other`, one allocation of 1 MiB on a second
+/// stream first, held to the end); its report.
+fn replay(events: &[TraceEvent], other: bool) -> ReplayReport {
+    let mut replayer = Replayer::new(|_| {
+        Supervisor::virtual_device(ServiceConfig {
+            clock: ManualClock::shared(),
+            ..ServiceConfig::default()
+        })
+    });
+    if other {
+        let theirs = TraceEvent::new(0, 2, TraceAction::Alloc, u64::MAX, MIB);
+        replayer.event(&theirs).unwrap();
+    }
+    for event in events {
+        replayer.event(event).unwrap();
+    }
+    replayer.finish().unwrap()
+}
+
+/// A stream past the headroom whose free room could hold its request once
+/// compacted: one with others on its device compacts the whole stream for
+/// them, one alone does not (whatever it gathered would serve nobody) and
+/// lets its growth move only what that request needs
+/// (`serve_within_headroom`): far fewer copies, the peak no higher.
+#[test]
+fn a_lone_stream_past_the_headroom_moves_only_what_its_requests_need() {
+    let events = random_load(6_000);
+    let alone = replay(&events, false);
+    let with_another = replay(&events, true);
+    let copies = |report: &ReplayReport| report.driver.ops.copies;
+    assert!(
+        copies(&alone) * 3 < copies(&with_another) * 2,
+        "{} copies alone, {} with another stream",
+        copies(&alone),
+        copies(&with_another)
+    );
+    assert!(
+        alone.reserved_over_live <= 1.05,
+        "alone: {} of peak live",
+        alone.reserved_over_live
+    );
+    assert_eq!(alone.failures + with_another.failures, 0);
 }

@@ -50,23 +50,31 @@ impl RunningShort {
 
     /// The device holds more than its headroom above what is live: serve
     /// from the room this stream holds if it can, else trim this stream's
-    /// pages and compact (if another stream could use what goes, or the
-    /// room it holds could fit the request once compacted), else ask the
-    /// others to give back before growing (see `headroom.rs`). A stream
-    /// alone whose free room is short of the request skips the trim: it
-    /// would unmap what the growth then maps again (a random single-stream
-    /// load: 47 → 39 us per event of modeled driver time, the same peak;
-    /// skipping it always took that to 20 us but a held-out load's peak
-    /// from 1.019 to 1.044 of live).
+    /// pages and compact, else ask the others to give back before growing
+    /// (see `headroom.rs`).
+    ///
+    /// A stream alone on its device trims but does not compact: whatever a
+    /// compaction of the whole stream gathers could serve nobody else, and
+    /// its growth compacts for the request itself (`pool/expandable/grow.rs`),
+    /// moving only what that request needs. Against a compaction at every
+    /// such reservation: a random single-stream load 39 → 20 us per event of
+    /// modeled driver time (copies 30 → 16) at 1.035 → 1.031 of peak live,
+    /// a held-out one 1.019 → 1.032 at 3.9 → 3.4 us (`docs/performance.md`).
+    /// And whose free room is short of the request, it does not even trim:
+    /// that would unmap what the growth then maps again (47 → 39 us per
+    /// event, the same peak; skipping the trim always as well took the
+    /// held-out load's peak to 1.044 of live).
     pub(super) fn serve_within_headroom(&mut self, stream: &mut Stream, mut pending: Pending) {
         for trimmed in [false, true] {
             if trimmed {
-                // The room check first: `alone` takes the registry's lock.
-                if !stream.room_could_fit(&pending) && stream.alone() {
+                let alone = stream.alone();
+                if alone && !stream.room_could_fit(&pending) {
                     break;
                 }
                 stream.memory.give_back_free();
-                let _ = stream.memory.relocate(RelocationReason::Short);
+                if !alone {
+                    let _ = stream.memory.relocate(RelocationReason::Short);
+                }
                 stream.memory.flush();
                 stream.publish();
             }
