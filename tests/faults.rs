@@ -129,6 +129,66 @@ fn a_copy_failure_at_every_point_of_a_relocation_loses_nothing() {
     }
 }
 
+/// An expandable arena's compaction slides allocations of 2-3 MiB down
+/// over holes of 64 KiB: each would take dozens of copies in place, so
+/// each goes through a free block apart from it (the room two of them
+/// left): two copies. A copy failure at any one of them (the first copy
+/// of a staged move, or the second, whose target overlaps the source)
+/// leaves every byte where a reader finds it.
+#[test]
+fn a_copy_failure_at_every_point_of_an_arena_compaction_loses_nothing() {
+    let build = |faults: FaultPlan| {
+        let mut memory = MemoryManager::new(
+            LimitedStorage::new(HostStorage::new(), u64::MAX).with_faults(faults),
+            MemoryConfig::with_pools(MemoryConfiguration::Expandable),
+        );
+        let all: Vec<_> = (0..24u64)
+            .map(|i| {
+                let size = if i % 2 == 0 {
+                    384 * KIB
+                } else {
+                    2 * MIB + i * 40 * KIB
+                };
+                let a = memory.reserve(size, PageUpdate::Allow).unwrap();
+                memory.write(&a, 0, &vec![i as u8; size as usize]).unwrap();
+                (a, size, i as u8)
+            })
+            .collect();
+        // Room above them all to stage in, and the holes among them.
+        drop(memory.reserve(6 * MIB, PageUpdate::Allow).unwrap());
+        let live: Vec<_> = all.into_iter().filter(|(_, _, b)| b % 2 == 1).collect();
+        memory.process_releases();
+        (memory, live)
+    };
+    let (copies, moved) = {
+        let (mut memory, live) = build(FaultPlan::none());
+        let before = memory.memory_report().driver.copies;
+        let moved = memory.compact().unwrap().moved;
+        let copies = memory.memory_report().driver.copies - before;
+        verify(&mut memory, &live);
+        (copies, moved)
+    };
+    assert!(moved > 3, "{moved} moved");
+    assert!(
+        copies <= 2 * moved,
+        "{copies} copies for {moved} moves: staged, not in pieces"
+    );
+    for nth in 1..=copies {
+        let (mut memory, live) = build(FaultPlan::none().fail_copy(nth));
+        let err = memory.relocate(RelocationReason::Compaction).unwrap_err();
+        assert!(matches!(
+            err.error,
+            MemoryError::Storage(StorageError::InjectedFault(_))
+        ));
+        verify(&mut memory, &live);
+        memory.compact().unwrap();
+        verify(&mut memory, &live);
+        drop(live);
+        memory.cleanup(Cleanup::Explicit);
+        assert_eq!(memory.bytes_allocated(), 0);
+    }
+}
+
 #[test]
 fn a_capacity_below_the_working_set_fails_cleanly() {
     let mut memory = memory(20 * MIB, FaultPlan::none());

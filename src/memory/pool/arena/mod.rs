@@ -12,6 +12,8 @@
 use super::bins::{self, BINS, LEAVES, TOPS};
 use super::page::Placement;
 
+mod search;
+
 /// "No node": the end of a list.
 pub(crate) const NONE: u32 = u32::MAX;
 
@@ -497,24 +499,6 @@ impl Arena {
         }
         let bin = self.first_class_at_least(bins::round_up(size))?;
         Some(self.heads[bin])
-    }
-
-    /// Push every listed free block of at least `size` bytes onto `out`,
-    /// in class order: the classes at and above `size`'s, empty ones
-    /// skipped through the bitmap.
-    pub(crate) fn listed_at_least(&self, size: u64, out: &mut Vec<u32>) {
-        let mut bin = bins::round_down(size);
-        while let Some(found) = self.first_class_at_least(bin) {
-            let mut node = self.heads[found];
-            while node != NONE {
-                let block = &self.blocks[node as usize];
-                if block.size >= size {
-                    out.push(node);
-                }
-                node = block.class_next;
-            }
-            bin = found + 1;
-        }
     }
 
     /// The lowest class `>= bin` with a listed block.
