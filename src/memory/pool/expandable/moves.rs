@@ -79,42 +79,108 @@ impl ExpandablePool {
     }
 
     /// Where to stage `size` bytes that slide down over `span` of range
-    /// `page` (from the target's start to the source's end), when a slide
-    /// in place would take more copies than two: it copies in pieces no
-    /// longer than the distance (`DeviceStorage::slide`), and each queued
-    /// copy costs the host about as much as moving 15 MB (7.5 us on an
-    /// H200). A free block of the pool apart from the span, or `None`.
+    /// `page` (from the target's start to the source's end), when that
+    /// takes fewer copies than a slide in place: that copies in pieces no
+    /// longer than the distance (`DeviceStorage::slide`), each queued copy
+    /// costing the host about as much as moving 15 MB (7.5 us on an H200),
+    /// while staging takes two a piece as long as the staging block. A
+    /// free block of the pool apart from the span that holds all of it, or
+    /// else one of the largest; `None` when none pays.
     fn staging(&self, page: u32, size: u64, span: Range<u64>) -> Option<StorageHandle> {
         let distance = span.end - size - span.start;
-        if size.div_ceil(distance.max(1)) <= 2 {
+        let in_place = size.div_ceil(distance.max(1));
+        if in_place <= 2 {
             return None;
         }
-        let node = self.arena.free_apart(size, page, span)?;
+        let node = self
+            .arena
+            .free_apart(size, page, span.clone())
+            .or_else(|| self.arena.largest_apart(page, span))?;
+        let piece = self.arena.size(node).min(size);
+        if size.div_ceil(piece).saturating_mul(2) >= in_place {
+            return None;
+        }
         let backing = self.page_backing(self.arena.page(node))?;
         Some(StorageHandle {
             id: backing.handle.id,
             offset: backing.handle.offset + self.arena.offset(node),
-            size,
+            size: piece,
         })
     }
 }
 
-/// Move `source`'s bytes to `target`, which overlaps it, through the free
-/// `staging`: two copies. If the second fails, the source's bytes are put
-/// back from the staging copy (the target overlaps them), so a failure
-/// leaves them where they were, as a failed slide does.
+/// Move `source`'s bytes down to `target`, which overlaps it, through the
+/// free `staging` block: a piece of its size at a time, lowest first, two
+/// copies each (a piece's target never reaches the source of the pieces
+/// after it, which lie higher). If a copy fails, the pieces moved go back,
+/// last first, through the staging block again, so a failure leaves the
+/// bytes where they were, as a failed slide does.
 fn stage(
     storage: &mut dyn DeviceStorage,
     source: &StorageHandle,
     staging: &StorageHandle,
     target: &StorageHandle,
 ) -> Result<(), StorageError> {
-    storage.copy(source, staging)?;
-    if let Err(error) = storage.copy(staging, target) {
-        storage.copy(staging, source)?;
-        return Err(error);
+    let pieces = Pieces {
+        source,
+        staging,
+        target,
+    };
+    let mut at = 0;
+    while at < source.size {
+        let (from, through, to) = pieces.at(at);
+        if let Err(error) = storage.copy(&from, &through) {
+            pieces.undo(storage, at)?;
+            return Err(error);
+        }
+        if let Err(error) = storage.copy(&through, &to) {
+            // The piece's target overlaps its source: put it back first.
+            storage.copy(&through, &from)?;
+            pieces.undo(storage, at)?;
+            return Err(error);
+        }
+        at += staging.size;
     }
     Ok(())
+}
+
+/// A staged move cut into pieces of the staging block's size.
+struct Pieces<'a> {
+    source: &'a StorageHandle,
+    staging: &'a StorageHandle,
+    target: &'a StorageHandle,
+}
+
+impl Pieces<'_> {
+    /// The piece at `at` bytes in: where it comes from, the staging block's
+    /// part it goes through, and where it goes.
+    fn at(&self, at: u64) -> (StorageHandle, StorageHandle, StorageHandle) {
+        let size = self.staging.size.min(self.source.size - at);
+        let part = |of: &StorageHandle| StorageHandle {
+            id: of.id,
+            offset: of.offset + at,
+            size,
+        };
+        let through = StorageHandle {
+            size,
+            ..*self.staging
+        };
+        (part(self.source), through, part(self.target))
+    }
+
+    /// Move the pieces before `done` bytes back to the source, last first:
+    /// restoring one never reaches the targets of those before it, which
+    /// lie lower.
+    fn undo(&self, storage: &mut dyn DeviceStorage, done: u64) -> Result<(), StorageError> {
+        let mut at = done;
+        while at > 0 {
+            at = at.saturating_sub(self.staging.size);
+            let (from, through, to) = self.at(at);
+            storage.copy(&to, &through)?;
+            storage.copy(&through, &from)?;
+        }
+        Ok(())
+    }
 }
 
 impl Pages for ExpandablePool {
