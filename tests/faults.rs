@@ -50,6 +50,25 @@ fn verify(memory: &mut Memory, live: &[(Allocation, u64, u8)]) {
     );
 }
 
+/// A compaction that meets its injected copy fault: a typed error, every
+/// byte where a reader finds it, and consistent after: a second pass
+/// completes, everything still reads, and all goes back. How many moved
+/// before the fault.
+fn compaction_fails_and_loses_nothing(mut memory: Memory, live: Vec<(Allocation, u64, u8)>) -> u64 {
+    let err = memory.relocate(RelocationReason::Compaction).unwrap_err();
+    assert!(matches!(
+        err.error,
+        MemoryError::Storage(StorageError::InjectedFault(_))
+    ));
+    verify(&mut memory, &live);
+    memory.compact().unwrap();
+    verify(&mut memory, &live);
+    drop(live);
+    memory.cleanup(Cleanup::Explicit);
+    assert_eq!(memory.bytes_allocated(), 0);
+    err.report.moved
+}
+
 #[test]
 fn an_allocation_failure_at_every_point_is_typed_and_harmless() {
     // How many page allocations the clean sequence makes.
@@ -112,20 +131,8 @@ fn a_copy_failure_at_every_point_of_a_relocation_loses_nothing() {
     assert!(copies > 3);
     eprintln!("injected {copies} copy faults, one at each copy of the relocation");
     for nth in 1..=copies {
-        let (mut memory, live) = build(FaultPlan::none().fail_copy(nth));
-        let err = memory.relocate(RelocationReason::Compaction).unwrap_err();
-        assert_eq!(err.report.moved, nth - 1);
-        assert!(matches!(
-            err.error,
-            MemoryError::Storage(StorageError::InjectedFault(_))
-        ));
-        verify(&mut memory, &live);
-        // Consistent: a second pass completes, and everything still reads.
-        memory.compact().unwrap();
-        verify(&mut memory, &live);
-        drop(live);
-        memory.cleanup(Cleanup::Explicit);
-        assert_eq!(memory.bytes_allocated(), 0);
+        let (memory, live) = build(FaultPlan::none().fail_copy(nth));
+        assert_eq!(compaction_fails_and_loses_nothing(memory, live), nth - 1);
     }
 }
 
@@ -174,18 +181,8 @@ fn a_copy_failure_at_every_point_of_an_arena_compaction_loses_nothing() {
         assert!(moved > 3, "{moved} moved");
         copies_by_room.push((copies, moved));
         for nth in 1..=copies {
-            let (mut memory, live) = build(FaultPlan::none().fail_copy(nth), room);
-            let err = memory.relocate(RelocationReason::Compaction).unwrap_err();
-            assert!(matches!(
-                err.error,
-                MemoryError::Storage(StorageError::InjectedFault(_))
-            ));
-            verify(&mut memory, &live);
-            memory.compact().unwrap();
-            verify(&mut memory, &live);
-            drop(live);
-            memory.cleanup(Cleanup::Explicit);
-            assert_eq!(memory.bytes_allocated(), 0);
+            let (memory, live) = build(FaultPlan::none().fail_copy(nth), room);
+            compaction_fails_and_loses_nothing(memory, live);
         }
     }
     // Room for all of one: two copies a move at most (23 in place).
