@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::MIB;
+use common::{KIB, MIB};
 use std::sync::Arc;
 use streamalloc::memory::{
     Allocation, Cleanup, DeviceProperties, MemoryConfig, MemoryConfiguration, MemoryError,
@@ -292,6 +292,29 @@ fn a_growth_slides_allocations_down_to_gather_holes_too_small_for_it() {
             .iter()
             .all(|&b| b == 0xEE)
     );
+}
+
+/// Allocations that lie one right after another slide by the same
+/// distance, so one copy moves them all: in KiB, gap 1280, three of 320,
+/// gap 192, keep 1664 (two granules, full). 1400 KiB fit no hole, and no
+/// window's allocations fit elsewhere; sliding the three down over the
+/// first gap gathers 1472 above them, with one device copy where each
+/// alone took one.
+#[test]
+fn allocations_side_by_side_slide_in_one_copy() {
+    let mut memory = memory();
+    let sizes = [1280, 320, 320, 320, 192, 1664].map(|kib| kib * KIB);
+    let all = laid_out(&mut memory, &sizes, &[0, 4]);
+    let reserved = memory.bytes_reserved();
+    let copies = memory.memory_report().driver.copies;
+    let wanted = memory.reserve(1400 * KIB, PageUpdate::Allow).unwrap();
+    assert_eq!(memory.memory_report().driver.copies - copies, 1);
+    assert_eq!(memory.moved_before_growth(), (3, 960 * KIB));
+    assert_eq!(memory.bytes_reserved(), reserved, "served by sliding");
+    memory
+        .write(&wanted, 0, &[0xEE; 1400 * KIB as usize])
+        .unwrap();
+    assert_all_hold(&mut memory, &all);
 }
 
 #[test]

@@ -7,8 +7,10 @@
 
 use super::page::{Backing, Placement};
 use crate::memory::error::MemoryError;
+use crate::memory::handle::AllocationCell;
 use crate::memory::slot::SlotTable;
 use crate::storage::{DeviceStorage, StorageError, StorageHandle};
+use crate::sync::Arc;
 
 /// The manager's state a pool borrows to move allocations.
 pub(crate) struct Mover<'a> {
@@ -36,6 +38,17 @@ pub(crate) trait Pages {
     fn free(&mut self, placement: Placement, size: u64, aligned: u64, serial: u64);
 }
 
+/// A move's claim on one allocation ([`Mover::claim`]): while it lives no
+/// client can pin the allocation; as it drops, the move ends, and a client
+/// that pins after reads the new place (publish it first).
+pub(crate) struct Claim(Arc<AllocationCell>);
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.0.pins.end_move();
+    }
+}
+
 /// An allocation as a move finds it: its size and where it lies.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Moving {
@@ -54,13 +67,9 @@ impl Mover<'_> {
         |slot| self.slots.get(slot).is_some_and(|live| !live.is_pinned())
     }
 
-    /// Run `moving` with the allocation of `slot` claimed for a move;
-    /// `None`, without running it, when a client holds a pin on it.
-    pub(crate) fn while_claimed<T>(
-        &mut self,
-        slot: u32,
-        moving: impl FnOnce(&mut Self) -> T,
-    ) -> Option<T> {
+    /// Claim the allocation of `slot` for a move; `None` when a client
+    /// holds a pin on it. The claim ends when the [`Claim`] drops.
+    pub(crate) fn claim(&self, slot: u32) -> Option<Claim> {
         let live = self
             .slots
             .get(slot)
@@ -71,12 +80,21 @@ impl Mover<'_> {
             return None;
         }
         let cell = live.cell.clone();
-        if !cell.pins.claim_move() {
-            return None;
-        }
+        // `then`, not `then_some`: a claim made for a refused move would end
+        // a move it never began as it drops.
+        cell.pins.claim_move().then(|| Claim(cell))
+    }
+
+    /// Run `moving` with the allocation of `slot` claimed for a move;
+    /// `None`, without running it, when a client holds a pin on it.
+    pub(crate) fn while_claimed<T>(
+        &mut self,
+        slot: u32,
+        moving: impl FnOnce(&mut Self) -> T,
+    ) -> Option<T> {
+        let claim = self.claim(slot)?;
         let moved = moving(self);
-        // A client that pins after this sees the new place.
-        cell.pins.end_move();
+        drop(claim);
         Some(moved)
     }
 

@@ -113,8 +113,8 @@ impl Run {
     /// Take what one move did; whether the run goes on.
     fn take(&mut self, step: Result<Step, MemoryError>) -> bool {
         match step {
-            Ok(Step::Moved(bytes)) => {
-                self.moved += 1;
+            Ok(Step::Moved { allocations, bytes }) => {
+                self.moved += allocations;
                 self.bytes += bytes;
                 true
             }
@@ -338,10 +338,15 @@ impl ExpandablePool {
             self.map_for_slide(mover.storage, void, mover.serial).ok()?;
         }
         let mut run = Run::default();
-        for slot in slide.slots {
-            if !run.take(self.slide_slot(mover, slot)) {
+        let mut rest = &slide.slots[..];
+        while !rest.is_empty() {
+            let adjacent = self.adjacent(mover, rest);
+            let slid = self.slide_adjacent(mover, &rest[..adjacent]);
+            let done = slid.as_ref().map_or(0, |&(_, done)| done);
+            if !run.take(slid.map(|(step, _)| step)) {
                 break;
             }
+            rest = &rest[done..];
         }
         Some(run)
     }
@@ -378,7 +383,13 @@ impl ExpandablePool {
             };
             let into = landed[at].1;
             let step = self.move_into(mover, slot, into);
-            if !run.take(step.map(|moved| moved.map_or(Step::Pinned, Step::Moved))) {
+            let step = step.map(|moved| {
+                moved.map_or(Step::Pinned, |bytes| Step::Moved {
+                    allocations: 1,
+                    bytes,
+                })
+            });
+            if !run.take(step) {
                 break;
             }
             // The move carved the start of the block; the rest is where

@@ -16,8 +16,8 @@ use std::ops::Range;
 /// What one move of a planned run did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Step {
-    /// Moved down, this many bytes.
-    Moved(u64),
+    /// Moved down: this many allocations, of these bytes.
+    Moved { allocations: u64, bytes: u64 },
     /// Nothing free right below it (it stays, and needs not move).
     InPlace,
     /// Pinned by a client (it stays).
@@ -42,40 +42,65 @@ impl ExpandablePool {
         })
     }
 
-    /// Slide the allocation of `slot` down over the free block right below
-    /// it, if it is not pinned. A failed copy leaves its bytes where they
-    /// were (the storage undoes a partial one).
-    pub(super) fn slide_slot(
-        &mut self,
-        mover: &mut Mover<'_>,
-        slot: u32,
-    ) -> Result<Step, MemoryError> {
-        mover
-            .while_claimed(slot, |mover| self.slide_claimed(mover, slot))
-            .unwrap_or(Ok(Step::Pinned))
+    /// How many of `slots` (in address order) lie one right after another
+    /// from the first, no free room between: one slide moves them all by
+    /// the same distance, as one span.
+    pub(super) fn adjacent(&self, mover: &Mover<'_>, slots: &[u32]) -> usize {
+        let node = |slot: u32| mover.slots.get(slot).expect("live").placement.node;
+        1 + slots
+            .windows(2)
+            .take_while(|pair| self.arena.next(node(pair[0])) == node(pair[1]))
+            .count()
     }
 
-    fn slide_claimed(&mut self, mover: &mut Mover<'_>, slot: u32) -> Result<Step, MemoryError> {
-        let live = mover.slots.get(slot).expect("claimed");
-        let (size, from) = (live.size, live.placement);
-        let Some(to) = self.slide_target(from.node) else {
-            return Ok(Step::InPlace);
+    /// Slide the allocations of `slots` (adjacent, in address order) down
+    /// over the free block right below the first, as one span: those a
+    /// client does not pin, up to the first it does. What it did, and how
+    /// many of `slots` it is done with. A failed copy leaves their bytes
+    /// where they were (the storage, or the staging, undoes a partial
+    /// one).
+    pub(super) fn slide_adjacent(
+        &mut self,
+        mover: &mut Mover<'_>,
+        slots: &[u32],
+    ) -> Result<(Step, usize), MemoryError> {
+        let first = mover.slots.get(slots[0]).expect("live").placement;
+        let Some(to) = self.slide_target(first.node) else {
+            // Nothing free below the first, so none below the others.
+            return Ok((Step::InPlace, slots.len()));
         };
-        if let Some(backing) = self.page_backing(from.page) {
+        let claims: Vec<_> = slots.iter().map_while(|&slot| mover.claim(slot)).collect();
+        let claimed = &slots[..claims.len()];
+        let Some(&last) = claimed.last() else {
+            return Ok((Step::Pinned, 0));
+        };
+        let last = mover.slots.get(last).expect("live");
+        let span = last.placement.offset + last.size - first.offset;
+        if let Some(backing) = self.page_backing(first.page) {
             let at = |offset: u64| StorageHandle {
                 id: backing.handle.id,
                 offset: backing.handle.offset + offset,
-                size,
+                size: span,
             };
-            let (source, target) = (at(from.offset), at(to));
-            match self.staging(from.page, size, to..from.offset + size) {
+            let (source, target) = (at(first.offset), at(to));
+            match self.staging(first.page, span, to..first.offset + span) {
                 Some(staging) => stage(mover.storage, &source, &staging, &target)?,
                 None => mover.storage.slide(&source, &target)?,
             }
         }
-        let placement = self.slid(from.node, slot, mover.serial);
-        mover.publish(self, slot, placement);
-        Ok(Step::Moved(size))
+        // Each lands where the span put it: the one before it slid by the
+        // same distance, leaving the free block right below it.
+        let mut bytes = 0;
+        for &slot in claimed {
+            let live = mover.slots.get(slot).expect("live");
+            let (node, size) = (live.placement.node, live.size);
+            let placement = self.slid(node, slot, mover.serial);
+            mover.publish(self, slot, placement);
+            bytes += size;
+        }
+        drop(claims);
+        let allocations = claimed.len() as u64;
+        Ok((Step::Moved { allocations, bytes }, claimed.len()))
     }
 
     /// Where to stage `size` bytes that slide down over `span` of range
