@@ -7,10 +7,11 @@
 
 use super::ExpandablePool;
 use crate::memory::error::MemoryError;
-use crate::memory::pool::mover::{Mover, Pages};
+use crate::memory::pool::mover::{Claim, Mover, Pages};
 use crate::memory::pool::page::{Backing, Placement};
 
 use crate::storage::{DeviceStorage, StorageError, StorageHandle};
+use smallvec::SmallVec;
 use std::ops::Range;
 
 /// What one move of a planned run did.
@@ -69,7 +70,8 @@ impl ExpandablePool {
             // Nothing free below the first, so none below the others.
             return Ok((Step::InPlace, slots.len()));
         };
-        let claims: Vec<_> = slots.iter().map_while(|&slot| mover.claim(slot)).collect();
+        let claims: SmallVec<[Claim; 8]> =
+            slots.iter().map_while(|&slot| mover.claim(slot)).collect();
         let claimed = &slots[..claims.len()];
         let Some(&last) = claimed.last() else {
             return Ok((Step::Pinned, 0));
