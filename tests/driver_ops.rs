@@ -12,7 +12,7 @@ use streamalloc::replay::Replayer;
 use streamalloc::service::{ServiceConfig, Supervisor};
 use streamalloc::storage::{
     BudgetedStorage, DeviceBudget, DeviceStorage, DriverCosts, DriverOps, HOST_GRANULE,
-    HostStorage, VirtualStorage,
+    HostStorage, LimitedStorage, VirtualStorage,
 };
 use streamalloc::trace::{TraceAction, TraceEvent};
 
@@ -22,7 +22,7 @@ use common::{KIB, MIB};
 const G: u64 = HOST_GRANULE;
 
 /// The same calls on any storage: a range mapped and unmapped in parts, a
-/// page, copies and a slide.
+/// page, copies, a slide and a staged move.
 fn drive(storage: &mut dyn DeviceStorage) -> DriverOps {
     let range = storage.reserve_range(8 * G).unwrap();
     storage.map(&range.sub_range(0, 3 * G).unwrap()).unwrap();
@@ -36,6 +36,10 @@ fn drive(storage: &mut dyn DeviceStorage) -> DriverOps {
     let from = range.sub_range(2048, 5120).unwrap();
     let to = range.sub_range(1024, 4096).unwrap();
     storage.slide(&from, &to).unwrap();
+    // Down 1 KiB more through 2 KiB apart: two pieces, two copies each.
+    let staging = range.sub_range(4 * G + 4096, 4 * G + 6144).unwrap();
+    let bottom = range.sub_range(0, 3072).unwrap();
+    storage.stage(&to, &staging, &bottom).unwrap();
     storage.unmap(&range.sub_range(G, 3 * G).unwrap());
     storage.flush();
     let page = storage.allocate(5 * MIB).unwrap();
@@ -52,6 +56,10 @@ fn host_and_virtual_storage_count_what_a_device_would_call() {
     let host = drive(&mut HostStorage::new());
     let virtual_ = drive(&mut VirtualStorage::new());
     assert_eq!(host, virtual_);
+    // A storage that copies a staged move piece by piece (the trait's
+    // default) counts what one overlapping move on host memory counts.
+    let pieces = drive(&mut LimitedStorage::new(HostStorage::new(), u64::MAX));
+    assert_eq!(pieces, host);
     let expected = DriverOps {
         handles_created: 5,
         handle_granules_created: 5,
@@ -71,8 +79,8 @@ fn host_and_virtual_storage_count_what_a_device_would_call() {
         events_recorded: 2,
         events_queried: 2,
         stream_waits: 0,
-        copies: 4,
-        bytes_copied: 1024 + 3072,
+        copies: 8,
+        bytes_copied: 1024 + 3072 + 2 * 3072,
         peak_granules_mapped: 5,
     };
     assert_eq!(virtual_, expected);

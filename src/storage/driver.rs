@@ -204,6 +204,14 @@ impl DriverOps {
         self.bytes_copied += size;
     }
 
+    /// `size` bytes moved through a staging block of `piece` bytes as a
+    /// device does it: two copies a piece (what
+    /// [`DeviceStorage::stage`](super::DeviceStorage::stage)'s default does).
+    pub(crate) fn staged(&mut self, size: u64, piece: u64) {
+        self.copies += 2 * size.div_ceil(piece.max(1));
+        self.bytes_copied += 2 * size;
+    }
+
     /// The host waited for a stream.
     pub(crate) fn waited(&mut self) {
         self.stream_waits += 1;

@@ -75,6 +75,14 @@ macro_rules! forward_to_inner {
         fn slide(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
             self.$inner.slide(from, to)
         }
+        fn stage(
+            &mut self,
+            source: &StorageHandle,
+            staging: &StorageHandle,
+            target: &StorageHandle,
+        ) -> Result<(), StorageError> {
+            self.$inner.stage(source, staging, target)
+        }
     };
     (@one $inner:ident bytes_allocated) => {
         fn bytes_allocated(&self) -> u64 {
@@ -108,9 +116,10 @@ macro_rules! forward_to_inner {
     };
 }
 
-/// Implement `copy` and `slide` for a storage whose `$move(from, to)`
-/// handles overlapping ranges (a `memmove`): a slide is one call, counted
-/// as the chunked copies a device would queue for it.
+/// Implement `copy`, `slide` and `stage` for a storage whose
+/// `$move(from, to)` handles overlapping ranges (a `memmove`): a slide or a
+/// staged move is one call, counted as the copies a device would queue for
+/// it.
 macro_rules! copy_and_slide_by {
     ($move:ident) => {
         fn copy(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
@@ -123,6 +132,20 @@ macro_rules! copy_and_slide_by {
             let distance = super::check_slide(from, to)?;
             self.$move(from, to)?;
             self.ops.slid(from.size, distance);
+            Ok(())
+        }
+
+        fn stage(
+            &mut self,
+            source: &StorageHandle,
+            staging: &StorageHandle,
+            target: &StorageHandle,
+        ) -> Result<(), StorageError> {
+            // One overlapping move where a device makes two a piece (the
+            // staging block's bytes are free: what lands there is garbage).
+            super::check_slide(source, target)?;
+            self.$move(source, target)?;
+            self.ops.staged(source.size, staging.size);
             Ok(())
         }
     };

@@ -26,6 +26,7 @@ mod granules;
 mod host;
 mod id_map;
 mod limited;
+mod stage;
 mod virtual_storage;
 
 pub use budget::{BudgetedStorage, DeviceBudget};
@@ -289,6 +290,25 @@ pub trait DeviceStorage: Send {
         Ok(())
     }
 
+    /// Move the bytes of `source` down to `target` (a slide's: the same
+    /// length, overlapping) through `staging`, a free block of the same
+    /// storage apart from both, no longer than them: when the distance is
+    /// short, fewer copies than [`slide`](Self::slide) would take.
+    ///
+    /// The default copies a piece of the staging block's size at a time,
+    /// lowest first, there and on to the target: two copies a piece. If a
+    /// copy fails, the pieces moved go back, last first, and the bytes are
+    /// where they were. A storage whose `copy` handles overlap does it in
+    /// one, counting what a device would queue.
+    fn stage(
+        &mut self,
+        source: &StorageHandle,
+        staging: &StorageHandle,
+        target: &StorageHandle,
+    ) -> Result<(), StorageError> {
+        stage::through(self, source, staging, target)
+    }
+
     /// Bytes the storage holds from the driver now, queued deallocations
     /// (and unmappings) included; a reserved range counts its mapped bytes.
     fn bytes_allocated(&self) -> u64;
@@ -388,6 +408,14 @@ impl<S: DeviceStorage + ?Sized> DeviceStorage for Box<S> {
     }
     fn slide(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
         (**self).slide(from, to)
+    }
+    fn stage(
+        &mut self,
+        source: &StorageHandle,
+        staging: &StorageHandle,
+        target: &StorageHandle,
+    ) -> Result<(), StorageError> {
+        (**self).stage(source, staging, target)
     }
     fn bytes_allocated(&self) -> u64 {
         (**self).bytes_allocated()

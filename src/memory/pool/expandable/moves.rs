@@ -86,7 +86,7 @@ impl ExpandablePool {
             };
             let (source, target) = (at(first.offset), at(to));
             match self.staging(first.page, span, to..first.offset + span) {
-                Some(staging) => stage(mover.storage, &source, &staging, &target)?,
+                Some(staging) => mover.storage.stage(&source, &staging, &target)?,
                 None => mover.storage.slide(&source, &target)?,
             }
         }
@@ -133,80 +133,6 @@ impl ExpandablePool {
             offset: backing.handle.offset + self.arena.offset(node),
             size: piece,
         })
-    }
-}
-
-/// Move `source`'s bytes down to `target`, which overlaps it, through the
-/// free `staging` block: a piece of its size at a time, lowest first, two
-/// copies each (a piece's target never reaches the source of the pieces
-/// after it, which lie higher). If a copy fails, the pieces moved go back,
-/// last first, through the staging block again, so a failure leaves the
-/// bytes where they were, as a failed slide does.
-fn stage(
-    storage: &mut dyn DeviceStorage,
-    source: &StorageHandle,
-    staging: &StorageHandle,
-    target: &StorageHandle,
-) -> Result<(), StorageError> {
-    let pieces = Pieces {
-        source,
-        staging,
-        target,
-    };
-    let mut at = 0;
-    while at < source.size {
-        let (from, through, to) = pieces.at(at);
-        if let Err(error) = storage.copy(&from, &through) {
-            pieces.undo(storage, at)?;
-            return Err(error);
-        }
-        if let Err(error) = storage.copy(&through, &to) {
-            // The piece's target overlaps its source: put it back first.
-            storage.copy(&through, &from)?;
-            pieces.undo(storage, at)?;
-            return Err(error);
-        }
-        at += staging.size;
-    }
-    Ok(())
-}
-
-/// A staged move cut into pieces of the staging block's size.
-struct Pieces<'a> {
-    source: &'a StorageHandle,
-    staging: &'a StorageHandle,
-    target: &'a StorageHandle,
-}
-
-impl Pieces<'_> {
-    /// The piece at `at` bytes in: where it comes from, the staging block's
-    /// part it goes through, and where it goes.
-    fn at(&self, at: u64) -> (StorageHandle, StorageHandle, StorageHandle) {
-        let size = self.staging.size.min(self.source.size - at);
-        let part = |of: &StorageHandle| StorageHandle {
-            id: of.id,
-            offset: of.offset + at,
-            size,
-        };
-        let through = StorageHandle {
-            size,
-            ..*self.staging
-        };
-        (part(self.source), through, part(self.target))
-    }
-
-    /// Move the pieces before `done` bytes back to the source, last first:
-    /// restoring one never reaches the targets of those before it, which
-    /// lie lower.
-    fn undo(&self, storage: &mut dyn DeviceStorage, done: u64) -> Result<(), StorageError> {
-        let mut at = done;
-        while at > 0 {
-            at = at.saturating_sub(self.staging.size);
-            let (from, through, to) = self.at(at);
-            storage.copy(&to, &through)?;
-            storage.copy(&through, &from)?;
-        }
-        Ok(())
     }
 }
 
