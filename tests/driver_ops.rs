@@ -12,7 +12,7 @@ use streamalloc::replay::Replayer;
 use streamalloc::service::{ServiceConfig, Supervisor};
 use streamalloc::storage::{
     BudgetedStorage, DeviceBudget, DeviceStorage, DriverCosts, DriverOps, HOST_GRANULE,
-    HostStorage, LimitedStorage, VirtualStorage,
+    HostStorage, LimitedStorage, StagedMove, VirtualStorage,
 };
 use streamalloc::trace::{TraceAction, TraceEvent};
 
@@ -39,7 +39,12 @@ fn drive(storage: &mut dyn DeviceStorage) -> DriverOps {
     // Down 1 KiB more through 2 KiB apart: two pieces, two copies each.
     let staging = range.sub_range(4 * G + 4096, 4 * G + 6144).unwrap();
     let bottom = range.sub_range(0, 3072).unwrap();
-    storage.stage(&to, &staging, &bottom).unwrap();
+    let staged = StagedMove {
+        source: to,
+        staging,
+        target: bottom,
+    };
+    storage.stage(&staged).unwrap();
     storage.unmap(&range.sub_range(G, 3 * G).unwrap());
     storage.flush();
     let page = storage.allocate(5 * MIB).unwrap();

@@ -75,13 +75,8 @@ macro_rules! forward_to_inner {
         fn slide(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
             self.$inner.slide(from, to)
         }
-        fn stage(
-            &mut self,
-            source: &StorageHandle,
-            staging: &StorageHandle,
-            target: &StorageHandle,
-        ) -> Result<(), StorageError> {
-            self.$inner.stage(source, staging, target)
+        fn stage(&mut self, moving: &super::StagedMove) -> Result<(), StorageError> {
+            self.$inner.stage(moving)
         }
     };
     (@one $inner:ident bytes_allocated) => {
@@ -135,17 +130,12 @@ macro_rules! copy_and_slide_by {
             Ok(())
         }
 
-        fn stage(
-            &mut self,
-            source: &StorageHandle,
-            staging: &StorageHandle,
-            target: &StorageHandle,
-        ) -> Result<(), StorageError> {
+        fn stage(&mut self, moving: &super::StagedMove) -> Result<(), StorageError> {
             // One overlapping move where a device makes two a piece (the
             // staging block's bytes are free: what lands there is garbage).
-            super::check_slide(source, target)?;
-            self.$move(source, target)?;
-            self.ops.staged(source.size, staging.size);
+            super::check_slide(&moving.source, &moving.target)?;
+            self.$move(&moving.source, &moving.target)?;
+            self.ops.staged(moving.source.size, moving.staging.size);
             Ok(())
         }
     };

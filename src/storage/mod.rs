@@ -45,6 +45,7 @@ pub(crate) use granules::{GranuleMap, HandleSize, granules_in};
 pub use host::HOST_GRANULE;
 pub use host::HostStorage;
 pub use limited::{FaultPlan, LimitedStorage};
+pub use stage::StagedMove;
 pub use virtual_storage::{DEFAULT_GRANULE, MapChurn, VirtualStorage};
 
 use std::fmt;
@@ -290,23 +291,19 @@ pub trait DeviceStorage: Send {
         Ok(())
     }
 
-    /// Move the bytes of `source` down to `target` (a slide's: the same
-    /// length, overlapping) through `staging`, a free block of the same
-    /// storage apart from both, no longer than them: when the distance is
-    /// short, fewer copies than [`slide`](Self::slide) would take.
+    /// Move the bytes of `moving.source` down to `moving.target` (a
+    /// slide's: the same length, overlapping) through `moving.staging`, a
+    /// free block of the same storage apart from both, no longer than
+    /// them: when the distance is short, fewer copies than
+    /// [`slide`](Self::slide) would take.
     ///
     /// The default copies a piece of the staging block's size at a time,
     /// lowest first, there and on to the target: two copies a piece. If a
     /// copy fails, the pieces moved go back, last first, and the bytes are
     /// where they were. A storage whose `copy` handles overlap does it in
     /// one, counting what a device would queue.
-    fn stage(
-        &mut self,
-        source: &StorageHandle,
-        staging: &StorageHandle,
-        target: &StorageHandle,
-    ) -> Result<(), StorageError> {
-        stage::through(self, source, staging, target)
+    fn stage(&mut self, moving: &StagedMove) -> Result<(), StorageError> {
+        stage::through(self, moving)
     }
 
     /// Bytes the storage holds from the driver now, queued deallocations
@@ -409,13 +406,8 @@ impl<S: DeviceStorage + ?Sized> DeviceStorage for Box<S> {
     fn slide(&mut self, from: &StorageHandle, to: &StorageHandle) -> Result<(), StorageError> {
         (**self).slide(from, to)
     }
-    fn stage(
-        &mut self,
-        source: &StorageHandle,
-        staging: &StorageHandle,
-        target: &StorageHandle,
-    ) -> Result<(), StorageError> {
-        (**self).stage(source, staging, target)
+    fn stage(&mut self, moving: &StagedMove) -> Result<(), StorageError> {
+        (**self).stage(moving)
     }
     fn bytes_allocated(&self) -> u64 {
         (**self).bytes_allocated()

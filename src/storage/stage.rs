@@ -4,6 +4,18 @@
 
 use super::{DeviceStorage, StorageError, StorageHandle};
 
+/// An overlapping move down through a free block apart from it: what
+/// [`DeviceStorage::stage`] makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StagedMove {
+    /// Where the bytes are.
+    pub source: StorageHandle,
+    /// A free block apart from both ends, no longer than they are.
+    pub staging: StorageHandle,
+    /// Where they go: below the source, the same length, overlapping it.
+    pub target: StorageHandle,
+}
+
 /// Move `source`'s bytes down to `target`, which overlaps it, through the
 /// free `staging` block: a piece of its size at a time, lowest first, two
 /// copies each (a piece's target never reaches the source of the pieces
@@ -12,10 +24,9 @@ use super::{DeviceStorage, StorageError, StorageHandle};
 /// bytes where they were, as a failed slide does.
 pub(super) fn through<S: DeviceStorage + ?Sized>(
     storage: &mut S,
-    source: &StorageHandle,
-    staging: &StorageHandle,
-    target: &StorageHandle,
+    moving: &StagedMove,
 ) -> Result<(), StorageError> {
+    let (source, staging, target) = (&moving.source, &moving.staging, &moving.target);
     super::check_slide(source, target)?;
     if staging.size == 0 {
         // Nothing to stage through: the slide's own way.

@@ -10,7 +10,7 @@ use crate::memory::error::MemoryError;
 use crate::memory::pool::mover::{Claim, Mover, Pages};
 use crate::memory::pool::page::{Backing, Placement};
 
-use crate::storage::{DeviceStorage, StorageError, StorageHandle};
+use crate::storage::{DeviceStorage, StagedMove, StorageError, StorageHandle};
 use smallvec::SmallVec;
 use std::ops::Range;
 
@@ -86,7 +86,11 @@ impl ExpandablePool {
             };
             let (source, target) = (at(first.offset), at(to));
             match self.staging(first.page, span, to..first.offset + span) {
-                Some(staging) => mover.storage.stage(&source, &staging, &target)?,
+                Some(staging) => mover.storage.stage(&StagedMove {
+                    source,
+                    staging,
+                    target,
+                })?,
                 None => mover.storage.slide(&source, &target)?,
             }
         }
