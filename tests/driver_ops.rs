@@ -17,7 +17,7 @@ use streamalloc::storage::{
 use streamalloc::trace::{TraceAction, TraceEvent};
 
 mod common;
-use common::{KIB, MIB};
+use common::{KIB, Lcg, MIB};
 
 const G: u64 = HOST_GRANULE;
 
@@ -100,11 +100,9 @@ fn a_manager_on_host_memory_counts_the_same_as_on_virtual_memory() {
             MemoryConfig::with_pools(MemoryConfiguration::Expandable),
         );
         let mut held = Vec::new();
-        let mut state = 17u64;
+        let mut random = Lcg(17);
         for step in 0..600u64 {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            let state = random.next();
             let size = 4 * KIB + (state >> 33) % (6 * MIB);
             held.push(memory.reserve(size, PageUpdate::Allow).unwrap());
             if step % 3 != 0 {

@@ -11,7 +11,7 @@ use streamalloc::service::{
 use streamalloc::trace::{TraceAction, TraceEvent};
 
 mod common;
-use common::{KIB, MIB};
+use common::{KIB, Lcg, MIB};
 
 fn device(headroom: Option<Headroom>) -> Supervisor {
     Supervisor::virtual_device(ServiceConfig {
@@ -121,13 +121,8 @@ fn the_headroom_is_the_larger_of_its_fraction_and_its_slack() {
 /// A random load of one stream (1 KiB..8 MiB, about a hundred live): the
 /// trace's events, and its allocations' ids.
 fn random_load(events: u64) -> Vec<TraceEvent> {
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    let mut next = move || {
-        state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        state >> 33
-    };
+    let mut random = Lcg(0x2545_f491_4f6c_dd1d);
+    let mut next = move || random.next() >> 33;
     let (mut trace, mut live, mut time) = (Vec::new(), Vec::new(), 0);
     for id in 0..events {
         time += 1_000;

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::MIB;
+use common::{Lcg, MIB};
 use proptest::prelude::*;
 use std::sync::Arc;
 use streamalloc::memory::{Cleanup, MemoryConfig, MemoryConfiguration, MemoryManager, PageUpdate};
@@ -121,11 +121,9 @@ fn an_explicit_cleanup_returns_everything_and_a_reservation_never_waits() {
         MemoryConfig::with_pools(MemoryConfiguration::Expandable),
     );
     let mut held = Vec::new();
-    let mut state = 5u64;
+    let mut random = Lcg(5);
     for step in 0..2_000u64 {
-        state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+        let state = random.next();
         let size = 4096 + (state >> 33) % (24 * MIB);
         held.push(memory.reserve(size, PageUpdate::Allow).unwrap());
         if step % 3 != 0 {

@@ -2,8 +2,8 @@
 //! physical handles hold it: the bookkeeping every storage with virtual
 //! memory keeps.
 //!
-//! A map of fresh granules gets physical handles of up to
-//! the storage's `HandleSize` in granules each (one driver call creates, maps and
+//! A map of fresh granules gets physical handles of up to the storage's
+//! `HandleSize` in granules each (one driver call creates, maps and
 //! grants a handle, whatever its size), cut at multiples of that size so
 //! the same calls give the same handles. The driver frees only whole
 //! handles: a granule given back whose handle still has granules in use

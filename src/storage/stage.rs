@@ -2,7 +2,7 @@
 //! [`DeviceStorage::stage`] does by default, on a device whose copies may
 //! not overlap their source.
 
-use super::{DeviceStorage, StorageError, StorageHandle};
+use super::{DeviceStorage, StorageError, StorageHandle, check_slide};
 
 /// An overlapping move down through a free block apart from it: what
 /// [`DeviceStorage::stage`] makes.
@@ -26,46 +26,34 @@ pub(super) fn through<S: DeviceStorage + ?Sized>(
     storage: &mut S,
     moving: &StagedMove,
 ) -> Result<(), StorageError> {
-    let (source, staging, target) = (&moving.source, &moving.staging, &moving.target);
-    super::check_slide(source, target)?;
-    if staging.size == 0 {
+    check_slide(&moving.source, &moving.target)?;
+    if moving.staging.size == 0 {
         // Nothing to stage through: the slide's own way.
-        return storage.slide(source, target);
+        return storage.slide(&moving.source, &moving.target);
     }
-    let pieces = Pieces {
-        source,
-        staging,
-        target,
-    };
     let mut at = 0;
-    while at < source.size {
-        let (from, through, to) = pieces.at(at);
+    while at < moving.source.size {
+        let (from, through, to) = moving.piece(at);
         if let Err(error) = storage.copy(&from, &through) {
-            pieces.undo(storage, at)?;
+            moving.undo(storage, at)?;
             return Err(error);
         }
         if let Err(error) = storage.copy(&through, &to) {
             // The piece's target overlaps its source: put it back first.
             storage.copy(&through, &from)?;
-            pieces.undo(storage, at)?;
+            moving.undo(storage, at)?;
             return Err(error);
         }
-        at = at.saturating_add(staging.size);
+        at = at.saturating_add(moving.staging.size);
     }
     Ok(())
 }
 
-/// A staged move cut into pieces of the staging block's size.
-struct Pieces<'a> {
-    source: &'a StorageHandle,
-    staging: &'a StorageHandle,
-    target: &'a StorageHandle,
-}
-
-impl Pieces<'_> {
-    /// The piece at `at` bytes in: where it comes from, the staging block's
-    /// part it goes through, and where it goes.
-    fn at(&self, at: u64) -> (StorageHandle, StorageHandle, StorageHandle) {
+impl StagedMove {
+    /// The piece at `at` bytes in, as long as the staging block at most:
+    /// where it comes from, the staging block's part it goes through, and
+    /// where it goes.
+    fn piece(&self, at: u64) -> (StorageHandle, StorageHandle, StorageHandle) {
         let size = self.staging.size.min(self.source.size.saturating_sub(at));
         let part = |of: &StorageHandle| StorageHandle {
             id: of.id,
@@ -74,9 +62,9 @@ impl Pieces<'_> {
         };
         let through = StorageHandle {
             size,
-            ..*self.staging
+            ..self.staging
         };
-        (part(self.source), through, part(self.target))
+        (part(&self.source), through, part(&self.target))
     }
 
     /// Move the pieces before `done` bytes back to the source, last first:
@@ -90,7 +78,7 @@ impl Pieces<'_> {
         let mut at = done;
         while at > 0 {
             at = at.saturating_sub(self.staging.size);
-            let (from, through, to) = self.at(at);
+            let (from, through, to) = self.piece(at);
             storage.copy(&to, &through)?;
             storage.copy(&through, &from)?;
         }

@@ -26,6 +26,21 @@ pub fn quiet() -> ServiceConfig {
     }
 }
 
+/// A seeded pseudo-random sequence (Knuth's MMIX linear congruential
+/// generator): the same sizes and picks on every run.
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    /// The next state; its high bits are the random ones.
+    pub fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        self.0
+    }
+}
+
 /// A thread spinning on a core while it lives, as a busy server's other
 /// work does: what must not change a replay's answer.
 pub struct BusyCore {

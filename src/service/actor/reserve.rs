@@ -113,7 +113,10 @@ impl Stream {
     /// Whether the free room this stream holds is at least what `pending`
     /// asks: only then can a compaction make it fit without a growth.
     pub(super) fn room_could_fit(&self, pending: &Pending) -> bool {
-        let free = (self.memory.bytes_reserved()).saturating_sub(self.memory.bytes_in_use());
+        let free = self
+            .memory
+            .bytes_reserved()
+            .saturating_sub(self.memory.bytes_in_use());
         free >= pending.requested()
     }
 

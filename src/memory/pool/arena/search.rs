@@ -16,18 +16,10 @@ impl Arena {
     /// in class order: the classes at and above `size`'s, empty ones
     /// skipped through the bitmap.
     pub(crate) fn listed_at_least(&self, size: u64, out: &mut Vec<u32>) {
-        let mut bin = bins::round_down(size);
-        while let Some(found) = self.first_class_at_least(bin) {
-            let mut node = self.heads[found];
-            while node != NONE {
-                let block = &self.blocks[node as usize];
-                if block.size >= size {
-                    out.push(node);
-                }
-                node = block.class_next;
-            }
-            bin = found + 1;
-        }
+        out.extend(
+            self.listed_upward(bins::round_down(size))
+                .filter(|&node| self.blocks[node as usize].size >= size),
+        );
     }
 
     /// A listed free block of at least `size` bytes that lies wholly
@@ -35,45 +27,40 @@ impl Arena {
     /// that holds `size`, so the same arena gives the same block on every
     /// run.
     pub(crate) fn free_apart(&self, size: u64, page: u32, avoid: Range<u64>) -> Option<u32> {
-        let mut probes = 0;
-        let mut bin = bins::round_down(size);
-        while let Some(found) = self.first_class_at_least(bin) {
-            let mut node = self.heads[found];
-            while node != NONE {
+        self.listed_upward(bins::round_down(size))
+            .take(PROBES)
+            .find(|&node| {
                 let block = &self.blocks[node as usize];
-                if block.size >= size && is_apart(block, page, &avoid) {
-                    return Some(node);
-                }
-                probes += 1;
-                if probes == PROBES {
-                    return None;
-                }
-                node = block.class_next;
-            }
-            bin = found + 1;
-        }
-        None
+                block.size >= size && is_apart(block, page, &avoid)
+            })
     }
+
     /// Among the largest listed free blocks, one that lies wholly outside
     /// `page`'s bytes `avoid`: the first such from the highest class down
     /// (the same on every run), `None` if the look finds none.
     pub(crate) fn largest_apart(&self, page: u32, avoid: Range<u64>) -> Option<u32> {
-        let mut probes = 0;
-        for class in (0..BINS).rev() {
-            let mut node = self.heads[class];
-            while node != NONE {
-                let block = &self.blocks[node as usize];
-                if is_apart(block, page, &avoid) {
-                    return Some(node);
-                }
-                probes += 1;
-                if probes == PROBES {
-                    return None;
-                }
-                node = block.class_next;
-            }
-        }
-        None
+        (0..BINS)
+            .rev()
+            .flat_map(|class| self.class_list(class))
+            .take(PROBES)
+            .find(|&node| is_apart(&self.blocks[node as usize], page, &avoid))
+    }
+
+    /// The listed free blocks of every class from `bin` up, class by class,
+    /// empty classes skipped through the bitmap.
+    fn listed_upward(&self, bin: usize) -> impl Iterator<Item = u32> + '_ {
+        std::iter::successors(self.first_class_at_least(bin), |&class| {
+            self.first_class_at_least(class + 1)
+        })
+        .flat_map(|class| self.class_list(class))
+    }
+
+    /// The listed free blocks of class `class`, in list order.
+    fn class_list(&self, class: usize) -> impl Iterator<Item = u32> + '_ {
+        let listed = |node: u32| (node != NONE).then_some(node);
+        std::iter::successors(listed(self.heads[class]), move |&node| {
+            listed(self.blocks[node as usize].class_next)
+        })
     }
 }
 
