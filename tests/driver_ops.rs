@@ -70,6 +70,8 @@ fn host_and_virtual_storage_count_what_a_device_would_call() {
         handle_granules_created: 5,
         handles_released: 5,
         handle_granules_released: 5,
+        handles_moved: 0,
+        handle_granules_moved: 0,
         maps: 5,
         access_grants: 5,
         unmaps: 5,
@@ -90,6 +92,96 @@ fn host_and_virtual_storage_count_what_a_device_would_call() {
     };
     assert_eq!(virtual_, expected);
     assert_eq!(virtual_.granules_mapped(), 0);
+}
+
+/// Granules 0..6 of a small range mapped, 1..4 given back while spares
+/// are held, then 8..11 mapped: what the storage asked of the driver, and
+/// the bytes it held after each step.
+fn move_spares(storage: &mut dyn DeviceStorage) -> (DriverOps, Vec<u64>) {
+    let range = storage.reserve_range(64 * G).unwrap();
+    let granules = |first: u64, last: u64| range.sub_range(first * G, last * G).unwrap();
+    storage.map(&granules(0, 6)).unwrap();
+    let mut held = vec![storage.bytes_allocated()];
+    storage.hold_spares(true);
+    storage.unmap(&granules(1, 4));
+    storage.flush();
+    held.push(storage.bytes_allocated());
+    storage.map(&granules(8, 10)).unwrap();
+    held.push(storage.bytes_allocated());
+    // One spare left, two granules to map: it moves, then one is created.
+    storage.map(&granules(10, 12)).unwrap();
+    held.push(storage.bytes_allocated());
+    storage.hold_spares(false);
+    storage.release_spares();
+    held.push(storage.bytes_allocated());
+    (storage.driver_ops(), held)
+}
+
+#[test]
+fn a_map_moves_the_handles_held_as_spares_in_place_of_new_ones() {
+    let (host, host_held) = move_spares(&mut HostStorage::new());
+    let (virtual_, held) = move_spares(&mut VirtualStorage::new());
+    assert_eq!((host, &host_held), (virtual_, &held));
+    // Spares stay held until moved: the bytes never pass the 6 granules.
+    assert_eq!(held, [6 * G, 6 * G, 6 * G, 7 * G, 7 * G]);
+    assert_eq!(
+        virtual_.handles_created, 7,
+        "6, then 1 the spares could not cover"
+    );
+    assert_eq!(
+        (virtual_.handles_moved, virtual_.handle_granules_moved),
+        (3, 3)
+    );
+    assert_eq!(virtual_.handles_released, 0);
+    assert_eq!(virtual_.maps, 10);
+    assert_eq!(virtual_.unmaps, 3);
+    // A move saves a handle's create and release.
+    let costs = DriverCosts::H200;
+    let moved = costs.price(&virtual_);
+    let fresh = DriverOps {
+        handles_moved: 0,
+        handle_granules_moved: 0,
+        handles_created: 10,
+        handle_granules_created: 10,
+        handles_released: 3,
+        handle_granules_released: 3,
+        ..virtual_
+    };
+    assert_eq!(
+        costs.price(&fresh) - moved,
+        3 * (costs.handle_create_ns + costs.handle_release_ns)
+    );
+}
+
+#[test]
+fn a_budget_meters_spares_as_held_and_gets_them_back_before_it_refuses() {
+    // 128 granules of a large range: handles of 2 granules.
+    let budget = Arc::new(DeviceBudget::new(128 * G));
+    let mut storage = BudgetedStorage::new(VirtualStorage::new(), budget.clone());
+    let range = storage.reserve_range(1024 * G).unwrap();
+    let granules = |first: u64, last: u64| range.sub_range(first * G, last * G).unwrap();
+    storage.map(&granules(0, 128)).unwrap();
+    storage.hold_spares(true);
+    storage.unmap(&granules(0, 4));
+    storage.flush();
+    assert_eq!(budget.held(), 128 * G, "spares are memory held");
+    // Two granules: one spare moves there, no grant needed.
+    storage.map(&granules(200, 202)).unwrap();
+    assert_eq!(storage.driver_ops().handles_moved, 1);
+    assert_eq!(budget.held(), 128 * G);
+    // One granule: no spare of its size. The budget is full, so the spare
+    // left goes back first, then the granule is granted.
+    storage.map(&granules(300, 301)).unwrap();
+    assert_eq!(budget.held(), 127 * G);
+    assert_eq!(budget.peak(), 128 * G);
+    assert_eq!(budget.held(), storage.bytes_allocated());
+    let ops = storage.driver_ops();
+    assert_eq!((ops.handles_moved, ops.handles_released), (1, 1));
+    // Full without spares: refused.
+    assert!(storage.map(&granules(400, 402)).is_err());
+    storage.hold_spares(false);
+    storage.release_spares();
+    assert_eq!(budget.held(), storage.bytes_allocated());
 }
 
 #[test]

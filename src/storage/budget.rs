@@ -179,6 +179,15 @@ impl<S: DeviceStorage> BudgetedStorage<S> {
         if self.budget.try_reserve(asked) {
             return Ok(asked);
         }
+        // Spare handles the map could not move go back before it creates
+        // any; here, before the grant, where their bytes are what it lacks.
+        if self.inner.bytes_stranded() > 0 {
+            self.settle(S::release_spares);
+            let asked = bytes(&self.inner);
+            if self.budget.try_reserve(asked) {
+                return Ok(asked);
+            }
+        }
         if self.inner.bytes_in_reclaim() > 0 {
             self.drain();
             let asked = bytes(&self.inner);
@@ -213,7 +222,7 @@ impl<S: DeviceStorage> DeviceStorage for BudgetedStorage<S> {
     forward_to_inner!(inner: alignment, deallocate, resource, write, read, copy, slide);
     forward_to_inner!(inner: bytes_allocated, granule, reserve_range, unmap, driver_ops);
     forward_to_inner!(inner: bytes_in_reclaim, bytes_stranded, bytes_a_map_adds);
-    forward_to_inner!(inner: whole_handles);
+    forward_to_inner!(inner: whole_handles, hold_spares);
 
     fn allocate(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
         self.reserve(|_| size)?;
@@ -237,6 +246,10 @@ impl<S: DeviceStorage> DeviceStorage for BudgetedStorage<S> {
         self.settle(S::drain);
     }
 
+    fn release_spares(&mut self) {
+        self.settle(S::release_spares);
+    }
+
     /// The budget is the device's, shared by every stream's storage (an
     /// unlimited one refuses nothing).
     fn shares_a_budget(&self) -> bool {
@@ -252,7 +265,13 @@ impl<S: DeviceStorage> DeviceStorage for BudgetedStorage<S> {
         let before = self.inner.bytes_allocated();
         match self.inner.map(range) {
             Ok(()) => {
-                let added = self.inner.bytes_allocated().saturating_sub(before);
+                // It created what it said it would (`asked`), after it
+                // released the spares it did not move: those first, so the
+                // peak counts no moment the storage never had.
+                let after = self.inner.bytes_allocated();
+                let released = before.saturating_add(asked).saturating_sub(after);
+                self.budget.give_back(released);
+                let added = after.saturating_sub(before.saturating_sub(released));
                 debug_assert_eq!(added, asked, "a map adds what it said it would");
                 self.budget.commit(added.min(asked));
                 self.budget.release(asked.saturating_sub(added));

@@ -9,7 +9,7 @@ use super::give_back::{Batch, GiveBack};
 use super::id_map::IdMap;
 use super::{
     DeviceStorage, DriverOps, HandleSize, Resource, StorageError, StorageHandle, StorageId,
-    check_range,
+    check_range, granules_in,
 };
 use crate::saturating::SaturatingSum;
 use crate::sync::foreign::Arc;
@@ -64,6 +64,8 @@ pub struct CudaStorage {
     /// memory waited for them): they leave `bytes` at the next flush,
     /// where whatever meters this storage (a budget) sees them go.
     freed_uncounted: u64,
+    /// Whether handles given back are kept as spares (`hold_spares`).
+    hold_spares: bool,
 }
 
 fn driver(err: DriverError) -> StorageError {
@@ -141,6 +143,7 @@ impl CudaStorage {
             give_back: GiveBack::default(),
             ops: DriverOps::default(),
             foreign_streams: false,
+            hold_spares: false,
             freed_uncounted: 0,
         })
     }
@@ -205,7 +208,7 @@ impl CudaStorage {
         batch.fence.destroy(waited, &mut self.ops);
         for handle in &batch.unmaps {
             if let Some(range) = self.ranges.get_mut(&handle.id) {
-                let gone = range.unmap_doomed(handle, batch.id, &mut self.ops);
+                let gone = range.unmap_doomed(handle, batch.id, self.hold_spares, &mut self.ops);
                 let granule = range.granule_map().granule();
                 self.bytes = self.bytes.saturating_sub(gone.saturating_mul(granule));
             }
@@ -415,6 +418,22 @@ impl DeviceStorage for CudaStorage {
         if self.catch_up() {
             self.wait_all();
         }
+        self.release_spares();
+    }
+
+    fn hold_spares(&mut self, hold: bool) {
+        self.hold_spares = hold;
+    }
+
+    fn release_spares(&mut self) {
+        if self.bind().is_err() {
+            return;
+        }
+        for range in self.ranges.values_mut() {
+            let gone = range.release_spares(&mut self.ops);
+            let granule = range.granule_map().granule();
+            self.bytes = self.bytes.saturating_sub(gone.saturating_mul(granule));
+        }
     }
 
     fn bytes_in_reclaim(&self) -> u64 {
@@ -524,8 +543,13 @@ impl DeviceStorage for CudaStorage {
                 .map(|(_, total)| total as u64)
                 .unwrap_or(0)
         };
+        let granule = self.granule.unwrap_or(0);
         let mut mapped = range.map(handle, ordinal, &mut self.ops, held, capacity);
-        if matches!(mapped, Err(StorageError::OutOfMemory { .. })) && self.reclaim_held_back() {
+        if let Err((_, dropped)) = &mapped {
+            self.bytes = (self.bytes).saturating_sub(dropped.saturating_mul(granule));
+        }
+        if matches!(mapped, Err((StorageError::OutOfMemory { .. }, _))) && self.reclaim_held_back()
+        {
             // What went back in stream order was still held: waited for
             // and given back, so ask once more.
             let capacity = || {
@@ -536,9 +560,16 @@ impl DeviceStorage for CudaStorage {
             let range =
                 (self.ranges.get_mut(&handle.id)).ok_or(StorageError::UnknownPage(handle.id))?;
             mapped = range.map(handle, ordinal, &mut self.ops, held, capacity);
+            if let Err((_, dropped)) = &mapped {
+                self.bytes = (self.bytes).saturating_sub(dropped.saturating_mul(granule));
+            }
         }
-        let granule = self.granule.unwrap_or(0);
-        self.bytes = self.bytes.saturating_add(mapped?.saturating_mul(granule));
+        let mapping = mapped.map_err(|(err, _)| err)?;
+        let released = granules_in(&mapping.released).saturating_mul(granule);
+        let created = mapping.created_granules().saturating_mul(granule);
+        self.bytes = (self.bytes)
+            .saturating_sub(released)
+            .saturating_add(created);
         Ok(())
     }
 

@@ -11,7 +11,7 @@
 //! fence); the address space goes back (`cuMemAddressFree`) with the
 //! range.
 
-use super::{DriverOps, GranuleMap, HandleSize, StorageError, StorageHandle};
+use super::{DriverOps, GranuleMap, HandleSize, Mapping, StorageError, StorageHandle, granules_in};
 use cudarc::driver::DriverError;
 use cudarc::driver::sys::{self, CUdeviceptr, CUmemGenericAllocationHandle};
 use std::collections::HashMap;
@@ -138,11 +138,14 @@ impl CudaRange {
         self.base.wrapping_add(offset)
     }
 
-    /// Put memory behind `handle`: the physical handles its fresh
-    /// granules need, mapped and made accessible; granules given back and
-    /// not yet gone are taken back as they are. All or nothing: on a
-    /// refusal the handles made so far are released and the map is
-    /// unchanged. The handles created.
+    /// Put memory behind `handle` as [`GranuleMap::plan`] says: the spares
+    /// it does not move released first, spares moved (unmapped where they
+    /// were, mapped at their new granules), new physical handles created
+    /// for the rest, all made accessible; granules given back and not yet
+    /// gone are taken back as they are. On a refusal the handles created
+    /// or moved so far are released, and so are the spares given up
+    /// before it: the error comes with the granules those held, and the
+    /// map is otherwise unchanged. What the map did.
     pub(super) fn map(
         &mut self,
         handle: &StorageHandle,
@@ -150,30 +153,58 @@ impl CudaRange {
         ops: &mut DriverOps,
         held: u64,
         capacity: impl FnOnce() -> u64,
-    ) -> Result<u64, StorageError> {
-        let fresh = self.map.fresh_runs(handle)?;
+    ) -> Result<Mapping, (StorageError, u64)> {
+        let mapping = self.map.plan(handle).map_err(|err| (err, 0))?;
         let granule = self.map.granule();
         let prop = properties(ordinal);
+        let mut given_up: Vec<Range<u64>> = Vec::new();
+        for spare in &mapping.released {
+            if let Some((run, physical)) = self.handles.remove(&spare.start) {
+                self.unmap_handle(&run, granule, physical);
+            }
+            given_up.push(spare.clone());
+        }
+        ops.unmapped(given_up.len() as u64, granules_in(&given_up));
         let mut done = Vec::new();
         let mut failure = None;
-        for run in self.map.handles_for(&fresh) {
-            match self.map_handle(&run, granule, &prop) {
-                Ok(physical) => done.push((run, physical)),
+        for moved in &mapping.moved {
+            given_up.push(moved.from.clone());
+            let Some((from, physical)) = self.handles.remove(&moved.from.start) else {
+                continue;
+            };
+            match self.move_handle(&from, &moved.to, granule, physical) {
+                Ok(()) => done.push((moved.to.clone(), physical)),
                 Err(err) => {
+                    ops.unmapped(1, granules(&from));
                     failure = Some(err);
                     break;
                 }
             }
         }
-        let created = done.len() as u64;
-        let granules = done
+        let moved = done.len();
+        let moved_granules = done
             .iter()
             .fold(0, |sum: u64, (run, _)| sum.saturating_add(granules(run)));
-        ops.created_and_mapped(created, granules);
+        ops.moved(moved as u64, moved_granules);
         if failure.is_none() {
-            // Counted per handle, as the model prices a grant.
-            ops.granted(created);
-            for run in &fresh {
+            for run in &mapping.created {
+                match self.map_handle(run, granule, &prop) {
+                    Ok(physical) => done.push((run.clone(), physical)),
+                    Err(err) => {
+                        failure = Some(err);
+                        break;
+                    }
+                }
+            }
+        }
+        let created = &done[moved..];
+        let created_granules = created
+            .iter()
+            .fold(0, |sum: u64, (run, _)| sum.saturating_add(granules(run)));
+        ops.created_and_mapped(created.len() as u64, created_granules);
+        if failure.is_none() {
+            ops.granted(done.len() as u64);
+            for (run, _) in &done {
                 if let Err(err) = self.allow_access(run, granule, ordinal) {
                     failure = Some(err);
                     break;
@@ -181,29 +212,56 @@ impl CudaRange {
             }
         }
         let Some(err) = failure else {
-            let recorded = self.map.map(handle)?;
-            debug_assert_eq!(recorded.len(), done.len(), "the same handles as planned");
+            self.map.apply(handle, &mapping);
             (self.handles).extend(
                 done.into_iter()
                     .map(|(run, physical)| (run.start, (run, physical))),
             );
-            return Ok(created);
+            return Ok(mapping);
         };
-        for (run, physical) in done {
-            self.unmap_handle(&run, granule, physical);
+        let dropped = done
+            .iter()
+            .fold(0, |sum: u64, (run, _)| sum.saturating_add(granules(run)));
+        for (run, physical) in &done {
+            self.unmap_handle(run, granule, *physical);
         }
-        ops.unmapped(created, granules);
-        Err(match err {
+        ops.unmapped(done.len() as u64, dropped);
+        self.map.forget_spares(&given_up);
+        let err = match err {
             DriverError(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY) => StorageError::OutOfMemory {
                 requested: handle.size,
                 held,
                 capacity: capacity(),
             },
             err => driver(err),
-        })
+        };
+        Err((err, granules_in(&given_up)))
     }
 
-    /// Create one physical handle for the granules `run` and map it there.
+    /// Move the spare `physical` from the granules `from` (its fence
+    /// passed: nothing touches them) to `to`, as many; released where it
+    /// cannot be mapped there.
+    fn move_handle(
+        &self,
+        from: &Range<u64>,
+        to: &Range<u64>,
+        granule: u64,
+        physical: CUmemGenericAllocationHandle,
+    ) -> Result<(), DriverError> {
+        let size = usize::try_from(granules(from).saturating_mul(granule)).unwrap_or(usize::MAX);
+        let at = self.address(to.start.saturating_mul(granule));
+        // SAFETY: the range's own granules: `from` mapped to `physical`
+        // and past its fence, `to` unmapped (the granule map's plan).
+        unsafe {
+            let _ = sys::cuMemUnmap(self.address(from.start.saturating_mul(granule)), size);
+            if let Err(err) = sys::cuMemMap(at, size, 0, physical, 0).result() {
+                let _ = sys::cuMemRelease(physical);
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+
     fn map_handle(
         &self,
         run: &Range<u64>,
@@ -280,11 +338,27 @@ impl CudaRange {
         &mut self,
         handle: &StorageHandle,
         batch: u64,
+        keep: bool,
         ops: &mut DriverOps,
     ) -> u64 {
         let granule = self.map.granule();
         let mut gone: u64 = 0;
-        for run in self.map.unmap_doomed(handle, batch) {
+        for run in self.map.unmap_doomed(handle, batch, keep) {
+            if let Some((run, physical)) = self.handles.remove(&run.start) {
+                self.unmap_handle(&run, granule, physical);
+                ops.unmapped(1, granules(&run));
+                gone = gone.saturating_add(granules(&run));
+            }
+        }
+        gone
+    }
+
+    /// Unmap and release every spare handle; the granules gone. The
+    /// context bound.
+    pub(super) fn release_spares(&mut self, ops: &mut DriverOps) -> u64 {
+        let granule = self.map.granule();
+        let mut gone: u64 = 0;
+        for run in self.map.release_spares() {
             if let Some((run, physical)) = self.handles.remove(&run.start) {
                 self.unmap_handle(&run, granule, physical);
                 ops.unmapped(1, granules(&run));

@@ -35,6 +35,14 @@ pub struct DriverOps {
     pub handles_released: u64,
     /// Granules of those handles.
     pub handle_granules_released: u64,
+    /// Spare handles moved: unmapped where they were given back and
+    /// mapped at fresh granules (each also counted in `maps`,
+    /// `access_grants` and `unmaps`; none created or released).
+    #[serde(default)]
+    pub handles_moved: u64,
+    /// Granules of those handles.
+    #[serde(default)]
+    pub handle_granules_moved: u64,
     /// Handles mapped into address space (`cuMemMap`).
     pub maps: u64,
     /// Handles granted access (`cuMemSetAccess` costs per handle it
@@ -107,6 +115,8 @@ impl DriverOps {
         let add = u64::saturating_add;
         Self {
             handles_created: add(self.handles_created, other.handles_created),
+            handles_moved: add(self.handles_moved, other.handles_moved),
+            handle_granules_moved: add(self.handle_granules_moved, other.handle_granules_moved),
             handle_granules_created: add(
                 self.handle_granules_created,
                 other.handle_granules_created,
@@ -151,6 +161,25 @@ impl DriverOps {
         self.handle_granules_created += granules;
         self.maps += handles;
         self.peak_granules_mapped = self.peak_granules_mapped.max(self.granules_mapped());
+    }
+
+    /// `handles` spare handles of `granules` granules in all were unmapped
+    /// and mapped again elsewhere, with access granted there.
+    pub(crate) fn moved(&mut self, handles: u64, granules: u64) {
+        self.handles_moved += handles;
+        self.handle_granules_moved += granules;
+        self.unmaps += handles;
+        self.maps += handles;
+        self.access_grants += handles;
+    }
+
+    /// What `mapping` asked of the driver, in its order: spares released,
+    /// spares moved, handles created, mapped and granted access.
+    pub(crate) fn mapping(&mut self, mapping: &super::granules::Mapping) {
+        let released = super::granules_in(&mapping.released);
+        self.unmapped(mapping.released.len() as u64, released);
+        self.moved(mapping.moved.len() as u64, mapping.moved_granules());
+        self.mapped(mapping.created.len() as u64, mapping.created_granules());
     }
 
     /// Access was granted over `handles` handles.
@@ -413,7 +442,8 @@ pub struct DriverReport {
     /// The modeled time beyond what mapping the peak granules once costs
     /// (the least any allocator of granules pays), per event, microseconds.
     pub beyond_peak_us_per_event: f64,
-    /// Granules mapped, over the whole replay.
+    /// Granules mapped, over the whole replay: those of handles created
+    /// and of spare handles moved.
     pub granules_mapped: u64,
     /// The most granules mapped at once.
     pub peak_granules_mapped: u64,
@@ -433,6 +463,7 @@ impl DriverReport {
         let modeled_ns = costs.price(&ops);
         let beyond = modeled_ns.saturating_sub(costs.map_once(peak_granules));
         let per_event = |ns: u64| ns as f64 / 1000.0 / events.max(1) as f64;
+        let granules_mapped = ops.handle_granules_created + ops.handle_granules_moved;
         Self {
             costs: costs.name.to_string(),
             ops,
@@ -440,12 +471,12 @@ impl DriverReport {
             modeled_ns,
             modeled_us_per_event: per_event(modeled_ns),
             beyond_peak_us_per_event: per_event(beyond),
-            granules_mapped: ops.handle_granules_created,
+            granules_mapped,
             peak_granules_mapped: peak_granules,
             mapped_over_peak: if peak_granules == 0 {
                 0.0
             } else {
-                ops.handle_granules_created as f64 / peak_granules as f64
+                granules_mapped as f64 / peak_granules as f64
             },
             stream_waits: ops.stream_waits,
         }

@@ -10,13 +10,20 @@
 //! stays *stranded*, its memory held, until the last of them goes (or it is
 //! mapped again, with no driver call). `docs/memory.md`, "Physical
 //! handles".
+//!
+//! While its owner holds spares ([`GranuleMap::unmap_doomed`]'s `keep`),
+//! a handle whose every granule went back past its fence is not released
+//! but kept as a *spare*, still mapped where it was: the next map of fresh
+//! granules moves it there (unmapped and mapped again, no handle created
+//! or released) before it creates any. `docs/memory.md`, "Spare
+//! handles".
 
 // The granule is checked non-zero when a map is made, and every index is
 // below the range's granule count (checked against its size first).
 #![allow(clippy::arithmetic_side_effects)]
 
 use super::{StorageError, StorageHandle, check_range};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 
 /// A physical handle covers at most this fraction (one in this many) of
@@ -49,6 +56,45 @@ impl Default for HandleSize {
 /// Granules in `runs`.
 pub(crate) fn granules_in(runs: &[Range<u64>]) -> u64 {
     runs.iter().fold(0, |sum, run| sum + (run.end - run.start))
+}
+
+/// A spare physical handle moved by a map: unmapped from the granules
+/// `from` and mapped at `to` (as many), with no handle created or
+/// released.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HandleMove {
+    /// Where it was mapped.
+    pub(crate) from: Range<u64>,
+    /// Where it is mapped now.
+    pub(crate) to: Range<u64>,
+}
+
+/// What a map of fresh granules asks of the driver: spare handles moved
+/// to some, new handles created for the rest, and (only where it creates
+/// any) the spares it does not move released first, so that a storage
+/// never holds spares and new memory at once.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Mapping {
+    /// Spare handles moved to fresh granules, in order.
+    pub(crate) moved: Vec<HandleMove>,
+    /// Spare handles released before any is created.
+    pub(crate) released: Vec<Range<u64>>,
+    /// Physical handles created, in order.
+    pub(crate) created: Vec<Range<u64>>,
+}
+
+impl Mapping {
+    /// Granules the map puts new memory behind.
+    pub(crate) fn created_granules(&self) -> u64 {
+        granules_in(&self.created)
+    }
+
+    /// Granules of the spares it moves.
+    pub(crate) fn moved_granules(&self) -> u64 {
+        self.moved
+            .iter()
+            .fold(0, |sum, moved| sum + (moved.to.end - moved.to.start))
+    }
 }
 
 /// Where a granule given back but still backed by the driver stands.
@@ -87,6 +133,10 @@ pub(crate) struct GranuleMap {
     doomed: BTreeMap<u64, GivenBack>,
     /// Granules in `doomed` waiting for a fence.
     waiting: u64,
+    /// Spare handles, as `(granules, first granule)`: every granule given
+    /// back and past its fence (`Stranded` in `doomed`), kept for a map to
+    /// move (`unmap_doomed`'s `keep`).
+    spares: BTreeSet<(u64, u64)>,
 }
 
 impl GranuleMap {
@@ -124,6 +174,7 @@ impl GranuleMap {
             handles: BTreeMap::new(),
             doomed: BTreeMap::new(),
             waiting: 0,
+            spares: BTreeSet::new(),
         })
     }
 
@@ -195,12 +246,15 @@ impl GranuleMap {
     }
 
     /// The runs of `handle`'s granules a [`map`](Self::map) would need
-    /// memory for from the driver (the others were given back and are
-    /// not yet gone), in order; refused where `handle` is not whole
-    /// granules of the range or any of them is live.
-    pub(crate) fn fresh_runs(
+    /// memory for from the driver, in order: all but those given back and
+    /// not yet gone, which are revived, unless they belong to a spare
+    /// handle that reaches outside `handle` (`partial`: released first,
+    /// since reviving part of it would strand the rest). Refused where
+    /// `handle` is not whole granules of the range or any of them is live.
+    fn fresh_runs(
         &self,
         handle: &StorageHandle,
+        partial: &[Range<u64>],
     ) -> Result<Vec<Range<u64>>, StorageError> {
         let refused = StorageError::Unmapped {
             id: handle.id,
@@ -209,12 +263,13 @@ impl GranuleMap {
             expected: "whole unmapped granules of the range",
         };
         let granules = self.granules(handle).ok_or(refused.clone())?;
+        let released = |index: u64| partial.iter().any(|spare| spare.contains(&index));
         let mut fresh: Vec<Range<u64>> = Vec::new();
         for index in granules {
             if self.is_live(index) {
                 return Err(refused);
             }
-            if self.is_mapped(index) {
+            if self.is_mapped(index) && !released(index) {
                 continue;
             }
             match fresh.last_mut() {
@@ -228,55 +283,156 @@ impl GranuleMap {
     /// Bytes a [`map`](Self::map) of `handle` would put memory behind
     /// (all of it where the map would be refused: the caller finds out).
     pub(crate) fn bytes_a_map_adds(&self, handle: &StorageHandle) -> u64 {
-        match self.fresh_runs(handle) {
-            Ok(runs) => granules_in(&runs) * self.granule,
+        match self.plan(handle) {
+            Ok(mapping) => mapping.created_granules() * self.granule,
             Err(_) => handle.size,
         }
     }
 
-    /// The physical handles a map of the fresh `runs` creates, in order:
-    /// each run cut at multiples of the handle size, which is the range's
-    /// most (`handle_size`) or the largest power of two no more than
-    /// [`HANDLE_SHARE_ONE_IN`]th of the granules it holds once mapped,
-    /// whichever is less. So a range that grew large maps in large
-    /// handles, and a small one (or a large one's first granules) in
-    /// small ones: a handle partly in use keeps at most about that share
-    /// of its range from going back.
+    /// The physical handles a map of the fresh `runs` creates where no
+    /// spare is moved, in order: each run cut at multiples of the handle
+    /// size, which is the range's most (`handle_size`) or the largest power
+    /// of two no more than [`HANDLE_SHARE_ONE_IN`]th of the granules it
+    /// holds once mapped, whichever is less. So a range that grew large
+    /// maps in large handles, and a small one (or a large one's first
+    /// granules) in small ones: a handle partly in use keeps at most about
+    /// that share of its range from going back.
     pub(crate) fn handles_for(&self, runs: &[Range<u64>]) -> Vec<Range<u64>> {
-        let after = self.count + granules_in(runs);
-        let share = (after / HANDLE_SHARE_ONE_IN).max(1);
-        let most = self.handle_size.0.min(1 << share.ilog2());
         let mut handles = Vec::new();
+        let most = self.most_per_handle(runs);
         for run in runs {
-            let mut start = run.start;
-            while start < run.end {
-                let end = ((start / most + 1) * most).min(run.end);
-                handles.push(start..end);
-                start = end;
-            }
+            Self::cut(run.clone(), most, &mut handles);
         }
         handles
     }
 
-    /// Mark `handle`'s granules mapped: none of them may be live. Those
-    /// given back and not yet gone are revived (their memory never
-    /// left); the physical handles created for the others are returned,
-    /// in order ([`handles_for`](Self::handles_for) their runs).
-    pub(crate) fn map(&mut self, handle: &StorageHandle) -> Result<Vec<Range<u64>>, StorageError> {
-        let created = self.handles_for(&self.fresh_runs(handle)?);
+    /// The most granules a handle created for `runs` covers.
+    fn most_per_handle(&self, runs: &[Range<u64>]) -> u64 {
+        let after = self.count + granules_in(runs);
+        let share = (after / HANDLE_SHARE_ONE_IN).max(1);
+        self.handle_size.0.min(1 << share.ilog2())
+    }
+
+    /// Cut `run` into handles of at most `most` granules, at multiples of it.
+    fn cut(run: Range<u64>, most: u64, into: &mut Vec<Range<u64>>) {
+        let mut start = run.start;
+        while start < run.end {
+            let end = ((start / most + 1) * most).min(run.end);
+            into.push(start..end);
+            start = end;
+        }
+    }
+
+    /// What a [`map`](Self::map) of `handle` asks of the driver. Its
+    /// granules given back and not yet gone are revived where they are,
+    /// except a spare handle's that reaches outside it (released, and its
+    /// granules inside mapped fresh). The fresh granules are cut into
+    /// handles as [`handles_for`](Self::handles_for) cuts them, so a map
+    /// gives the same handles whatever it moves, and each takes a spare
+    /// of its size where one is kept (none inside `handle`), or is
+    /// created. Where any is created, the spares not moved are released
+    /// first. Refused where `handle` is not whole granules of the range
+    /// or any of them is live.
+    pub(crate) fn plan(&self, handle: &StorageHandle) -> Result<Mapping, StorageError> {
+        let inside = self.granules(handle).unwrap_or(0..0);
+        let mut mapping = Mapping::default();
+        let mut free = BTreeSet::new();
+        for &(len, start) in &self.spares {
+            let spare = start..start + len;
+            if spare.end <= inside.start || spare.start >= inside.end {
+                free.insert((len, start));
+            } else if spare.start < inside.start || spare.end > inside.end {
+                mapping.released.push(spare);
+            }
+        }
+        let runs = self.fresh_runs(handle, &mapping.released)?;
+        for piece in self.handles_for(&runs) {
+            let len = piece.end - piece.start;
+            let spare = free.range((len, 0)..=(len, u64::MAX)).next().copied();
+            match spare {
+                Some((_, start)) => {
+                    free.remove(&(len, start));
+                    mapping.moved.push(HandleMove {
+                        from: start..start + len,
+                        to: piece,
+                    });
+                }
+                None => mapping.created.push(piece),
+            }
+        }
+        if !mapping.created.is_empty() {
+            (mapping.released).extend(free.iter().map(|&(len, start)| start..start + len));
+        }
+        Ok(mapping)
+    }
+
+    /// Mark `handle`'s granules mapped: none of them may be live. The
+    /// driver's part is what [`plan`](Self::plan) says, which is returned.
+    pub(crate) fn map(&mut self, handle: &StorageHandle) -> Result<Mapping, StorageError> {
+        let mapping = self.plan(handle)?;
+        self.apply(handle, &mapping);
+        Ok(mapping)
+    }
+
+    /// Record `mapping`, the [`plan`](Self::plan) of a map of `handle`
+    /// that the driver carried out.
+    pub(crate) fn apply(&mut self, handle: &StorageHandle, mapping: &Mapping) {
+        for spare in &mapping.released {
+            self.forget_spare(spare);
+        }
+        for moved in &mapping.moved {
+            self.forget_spare(&moved.from);
+        }
         for index in self.granules(handle).unwrap_or(0..0) {
             match self.doomed.remove(&index) {
                 Some(GivenBack::Waiting(_)) => self.waiting -= 1,
-                Some(GivenBack::Stranded) => {}
+                Some(GivenBack::Stranded) => {
+                    // A spare inside the map, revived whole: no spare now.
+                    let physical = self.handle_of(index);
+                    self.spares
+                        .remove(&(physical.end - physical.start, physical.start));
+                }
                 None => {
                     self.set(index, true);
                     self.count += 1;
                 }
             }
         }
-        self.handles
-            .extend(created.iter().map(|run| (run.start, run.end)));
-        Ok(created)
+        for moved in &mapping.moved {
+            self.handles.insert(moved.to.start, moved.to.end);
+        }
+        (self.handles).extend(mapping.created.iter().map(|run| (run.start, run.end)));
+    }
+
+    /// The spare handles `spares` went (a map failed after giving them
+    /// back): their granules are unmapped.
+    pub(crate) fn forget_spares(&mut self, spares: &[Range<u64>]) {
+        for spare in spares {
+            self.forget_spare(spare);
+        }
+    }
+
+    /// The spare handle `spare` leaves these granules: they are unmapped.
+    fn forget_spare(&mut self, spare: &Range<u64>) {
+        self.spares.remove(&(spare.end - spare.start, spare.start));
+        self.handles.remove(&spare.start);
+        for at in spare.clone() {
+            self.doomed.remove(&at);
+            self.set(at, false);
+            self.count -= 1;
+        }
+    }
+
+    /// Release every spare handle (the handles the driver unmaps and
+    /// releases, in order).
+    pub(crate) fn release_spares(&mut self) -> Vec<Range<u64>> {
+        let spares: Vec<Range<u64>> = (self.spares.iter())
+            .map(|&(len, start)| start..start + len)
+            .collect();
+        for spare in &spares {
+            self.forget_spare(spare);
+        }
+        spares
     }
 
     /// Give `handle`'s granules back in `batch`: they stay mapped until
@@ -299,9 +455,16 @@ impl GranuleMap {
     /// `batch`'s fence passed (and every earlier one's): the granules of
     /// `handle` still waiting in it go, as the whole physical handles
     /// whose every granule is now given back and past its fence (the
-    /// handles the driver unmaps and releases, in order). The others stay
-    /// stranded until the last granule of their handle goes.
-    pub(crate) fn unmap_doomed(&mut self, handle: &StorageHandle, batch: u64) -> Vec<Range<u64>> {
+    /// handles the driver unmaps and releases, in order), or, with
+    /// `keep`, those handles stay mapped as spares for the next maps to
+    /// move ([`release_spares`](Self::release_spares) lets them go). The
+    /// others stay stranded until the last granule of their handle goes.
+    pub(crate) fn unmap_doomed(
+        &mut self,
+        handle: &StorageHandle,
+        batch: u64,
+        keep: bool,
+    ) -> Vec<Range<u64>> {
         let mut gone: Vec<Range<u64>> = Vec::new();
         for index in self.granules(handle).unwrap_or(0..0) {
             if self.doomed.get(&index) != Some(&GivenBack::Waiting(batch)) {
@@ -313,7 +476,18 @@ impl GranuleMap {
                 Some(GivenBack::Waiting(at)) => *at <= batch,
                 None => false,
             };
-            if !physical.clone().all(|at| passed(self.doomed.get(&at))) {
+            let complete = physical.clone().all(|at| passed(self.doomed.get(&at)));
+            if keep && complete {
+                for at in physical.clone() {
+                    if let Some(GivenBack::Waiting(_)) = self.doomed.insert(at, GivenBack::Stranded)
+                    {
+                        self.waiting -= 1;
+                    }
+                }
+                (self.spares).insert((physical.end - physical.start, physical.start));
+                continue;
+            }
+            if !complete {
                 self.doomed.insert(index, GivenBack::Stranded);
                 self.waiting -= 1;
                 continue;
@@ -423,7 +597,7 @@ mod tests {
     /// enough for handles of 16 granules.
     fn mapped_1024() -> GranuleMap {
         let mut map = GranuleMap::new(GRANULE, 4096 * GRANULE, HandleSize::new(16)).unwrap();
-        let created = map.map(&granules(0..1024)).unwrap();
+        let created = map.map(&granules(0..1024)).unwrap().created;
         assert_eq!(created.len(), 64, "1,024 granules in handles of 16");
         assert!(
             created
@@ -437,10 +611,10 @@ mod tests {
     fn a_small_range_maps_a_handle_per_granule_and_a_large_one_larger_handles() {
         let mut map = GranuleMap::new(GRANULE, 4096 * GRANULE, HandleSize::new(16)).unwrap();
         // 10 granules: a handle may cover at most 1/64 of the range's.
-        assert_eq!(map.map(&granules(0..10)).unwrap().len(), 10);
+        assert_eq!(map.map(&granules(0..10)).unwrap().created.len(), 10);
         // 256 more: 266 held once mapped, so handles of 4, cut at multiples
         // of 4 (10..12 first, to reach one).
-        let created = map.map(&granules(10..266)).unwrap();
+        let created = map.map(&granules(10..266)).unwrap().created;
         assert_eq!(created.first(), Some(&(10..12)));
         assert_eq!(created.get(1), Some(&(12..16)));
         assert_eq!(created.last(), Some(&(264..266)));
@@ -454,7 +628,7 @@ mod tests {
         assert!(map.doom(&granules(0..8), 1));
         assert_eq!(map.doomed_bytes(), 8 * GRANULE);
         assert!(
-            map.unmap_doomed(&granules(0..8), 1).is_empty(),
+            map.unmap_doomed(&granules(0..8), 1, false).is_empty(),
             "8..16 in use"
         );
         assert_eq!((map.doomed_bytes(), map.stranded_bytes()), (0, 8 * GRANULE));
@@ -462,7 +636,7 @@ mod tests {
         assert!(map.check_access(&granules(0..1), 0).is_err(), "given back");
         // The rest of the handle goes in a later batch: the whole handle with it.
         assert!(map.doom(&granules(8..16), 2));
-        assert_eq!(map.unmap_doomed(&granules(8..16), 2), vec![0..16]);
+        assert_eq!(map.unmap_doomed(&granules(8..16), 2, false), vec![0..16]);
         assert_eq!((map.stranded_bytes(), map.mapped_granules()), (0, 1008));
         assert_eq!(map.handle_count(), 63);
     }
@@ -473,9 +647,9 @@ mod tests {
         assert!(map.doom(&granules(16..24), 1));
         assert!(map.doom(&granules(24..32), 2));
         // Batch 1's fence passed, batch 2's not yet: nothing goes.
-        assert!(map.unmap_doomed(&granules(16..24), 1).is_empty());
+        assert!(map.unmap_doomed(&granules(16..24), 1, false).is_empty());
         assert_eq!(map.doomed_bytes(), 8 * GRANULE, "batch 2's still wait");
-        assert_eq!(map.unmap_doomed(&granules(24..32), 2), vec![16..32]);
+        assert_eq!(map.unmap_doomed(&granules(24..32), 2, false), vec![16..32]);
         assert_eq!(map.doomed_bytes() + map.stranded_bytes(), 0);
     }
 
@@ -483,10 +657,10 @@ mod tests {
     fn a_stranded_granule_mapped_again_needs_no_driver_call() {
         let mut map = mapped_1024();
         assert!(map.doom(&granules(32..40), 1));
-        assert!(map.unmap_doomed(&granules(32..40), 1).is_empty());
-        assert_eq!(map.fresh_runs(&granules(32..40)).unwrap(), vec![]);
+        assert!(map.unmap_doomed(&granules(32..40), 1, false).is_empty());
+        assert_eq!(map.fresh_runs(&granules(32..40), &[]).unwrap(), vec![]);
         assert_eq!(map.bytes_a_map_adds(&granules(32..40)), 0);
-        assert!(map.map(&granules(32..40)).unwrap().is_empty());
+        assert_eq!(map.map(&granules(32..40)).unwrap(), Mapping::default());
         assert_eq!(map.stranded_bytes(), 0);
         assert!(map.check_access(&granules(32..40), 0).is_ok());
     }
@@ -508,5 +682,82 @@ mod tests {
             map.whole_handles(&granules(1024..1030)),
             granules(1024..1030)
         );
+    }
+
+    /// A small range (handles of one granule) with granules 0..8 mapped,
+    /// and 0..3 given back and past their fence while spares are held.
+    fn three_spares() -> GranuleMap {
+        let mut map = GranuleMap::new(GRANULE, 64 * GRANULE, HandleSize::new(16)).unwrap();
+        assert_eq!(map.map(&granules(0..8)).unwrap().created.len(), 8);
+        assert!(map.doom(&granules(0..3), 1));
+        assert!(
+            map.unmap_doomed(&granules(0..3), 1, true).is_empty(),
+            "kept"
+        );
+        assert_eq!(map.stranded_bytes(), 3 * GRANULE, "still held");
+        map
+    }
+
+    #[test]
+    fn a_map_moves_spares_before_it_creates_any() {
+        let mut map = three_spares();
+        let mapping = map.map(&granules(8..10)).unwrap();
+        let moved: Vec<_> = mapping
+            .moved
+            .iter()
+            .map(|m| (m.from.clone(), m.to.clone()))
+            .collect();
+        assert_eq!(moved, vec![(0..1, 8..9), (1..2, 9..10)]);
+        assert!(mapping.created.is_empty() && mapping.released.is_empty());
+        assert_eq!(map.mapped_granules(), 8, "5 live, 2 moved, 1 spare");
+        assert!(map.check_access(&granules(8..10), 0).is_ok());
+        // The spare left and the two it cannot cover: moved, then created.
+        let mapping = map.map(&granules(10..13)).unwrap();
+        assert_eq!(mapping.moved.len(), 1);
+        assert_eq!(mapping.created, vec![11..12, 12..13]);
+        assert_eq!(map.release_spares(), vec![], "none left");
+        assert_eq!(map.mapped_granules(), 10);
+        assert_eq!(map.stranded_bytes(), 0);
+    }
+
+    #[test]
+    fn a_map_that_must_create_releases_the_spares_it_cannot_move_first() {
+        let mut map = GranuleMap::new(GRANULE, 4096 * GRANULE, HandleSize::new(16)).unwrap();
+        map.map(&granules(0..1024)).unwrap();
+        // One spare of 16 granules; a map of 4 cannot take it.
+        assert!(map.doom(&granules(0..16), 1));
+        assert!(map.unmap_doomed(&granules(0..16), 1, true).is_empty());
+        assert_eq!(map.bytes_a_map_adds(&granules(1024..1028)), 4 * GRANULE);
+        let mapping = map.map(&granules(1024..1028)).unwrap();
+        assert_eq!(mapping.released, vec![0..16]);
+        assert_eq!(mapping.created, vec![1024..1028]);
+        assert_eq!(map.mapped_granules(), 1024 - 16 + 4);
+        assert!(map.check_access(&granules(0..1), 0).is_err());
+    }
+
+    #[test]
+    fn a_spare_inside_a_map_is_revived_whole_and_one_reaching_out_is_released() {
+        let mut map = GranuleMap::new(GRANULE, 4096 * GRANULE, HandleSize::new(16)).unwrap();
+        map.map(&granules(0..1024)).unwrap();
+        assert!(map.doom(&granules(0..32), 1));
+        assert!(map.unmap_doomed(&granules(0..32), 1, true).is_empty());
+        // 0..16 lies inside: revived where it is, no driver call.
+        assert_eq!(map.map(&granules(0..16)).unwrap(), Mapping::default());
+        // 16..32 reaches past 16..20: released, and 16..20 mapped fresh.
+        let mapping = map.map(&granules(16..20)).unwrap();
+        assert_eq!(mapping.released, vec![16..32]);
+        assert_eq!(mapping.created, vec![16..20]);
+        assert_eq!(map.mapped_granules(), 1024 - 12);
+        assert_eq!(map.stranded_bytes(), 0, "nothing left half held");
+    }
+
+    #[test]
+    fn spares_go_when_released_and_none_are_kept_unless_asked() {
+        let mut map = three_spares();
+        assert_eq!(map.release_spares(), vec![0..1, 1..2, 2..3]);
+        assert_eq!((map.mapped_granules(), map.stranded_bytes()), (5, 0));
+        assert!(map.doom(&granules(3..4), 2));
+        assert_eq!(map.unmap_doomed(&granules(3..4), 2, false), vec![3..4]);
+        assert_eq!(map.release_spares(), vec![]);
     }
 }

@@ -41,6 +41,16 @@ macro_rules! forward_to_inner {
             self.$inner.bytes_stranded()
         }
     };
+    (@one $inner:ident hold_spares) => {
+        fn hold_spares(&mut self, hold: bool) {
+            self.$inner.hold_spares(hold)
+        }
+    };
+    (@one $inner:ident release_spares) => {
+        fn release_spares(&mut self) {
+            self.$inner.release_spares()
+        }
+    };
     (@one $inner:ident whole_handles) => {
         fn whole_handles(&self, range: &StorageHandle) -> StorageHandle {
             self.$inner.whole_handles(range)

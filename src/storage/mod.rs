@@ -40,7 +40,7 @@ pub const DEFAULT_HANDLE_GRANULES: u64 = 16;
 #[cfg(feature = "cuda")]
 pub use cuda::{CudaStorage, cuda_available};
 pub use driver::{DriverCosts, DriverOps, DriverReport};
-pub(crate) use granules::{GranuleMap, HandleSize, granules_in};
+pub(crate) use granules::{GranuleMap, HandleSize, Mapping, granules_in};
 #[cfg(unix)]
 pub use host::HOST_GRANULE;
 pub use host::HostStorage;
@@ -237,6 +237,23 @@ pub trait DeviceStorage: Send {
         0
     }
 
+    /// Keep, from now until told otherwise, the physical handles whose
+    /// every granule was given back and past its fence as *spares*, still
+    /// mapped where they were, for the next [`map`](Self::map)s to move
+    /// to their fresh granules (an unmap and a map, where a new handle
+    /// would cost a create and a release more). What the owner does
+    /// between holding and [`release_spares`](Self::release_spares):
+    /// unmap to grow, then map. A map that must still create handles
+    /// releases the spares it does not move first, so the storage never
+    /// holds both. By default nothing (no physical handles).
+    /// `docs/memory.md`, "Spare handles".
+    fn hold_spares(&mut self, _hold: bool) {}
+
+    /// Unmap and release every spare handle (what
+    /// [`hold_spares`](Self::hold_spares) kept; those it keeps later stay
+    /// until the next release, or a [`drain`](Self::drain)).
+    fn release_spares(&mut self) {}
+
     /// The largest part of `range` (whole mapped granules of a range, as
     /// [`unmap`](Self::unmap) takes) that can be unmapped without leaving
     /// a physical handle partly held: the driver frees only whole handles,
@@ -387,6 +404,12 @@ impl<S: DeviceStorage + ?Sized> DeviceStorage for Box<S> {
     }
     fn bytes_stranded(&self) -> u64 {
         (**self).bytes_stranded()
+    }
+    fn hold_spares(&mut self, hold: bool) {
+        (**self).hold_spares(hold)
+    }
+    fn release_spares(&mut self) {
+        (**self).release_spares()
     }
     fn whole_handles(&self, range: &StorageHandle) -> StorageHandle {
         (**self).whole_handles(range)

@@ -54,6 +54,8 @@ pub struct VirtualStorage {
     give_back: GiveBack<Lag>,
     /// When a fence passes: flushes counted, and how many it lags.
     clock: LagClock,
+    /// Whether handles given back are kept as spares (`hold_spares`).
+    hold_spares: bool,
 
     /// What a CUDA device's driver would have been asked (`driver.rs`).
     ops: DriverOps,
@@ -80,6 +82,7 @@ impl VirtualStorage {
             ranges: IdMap::default(),
             give_back: GiveBack::default(),
             clock: LagClock::default(),
+            hold_spares: false,
             ops: DriverOps::default(),
         }
     }
@@ -157,7 +160,7 @@ impl VirtualStorage {
                 continue;
             };
             let granule = range.granule();
-            let released = range.unmap_doomed(&handle, batch.id);
+            let released = range.unmap_doomed(&handle, batch.id, self.hold_spares);
             let granules = super::granules_in(&released);
             let bytes = granules.saturating_mul(granule);
             self.bytes = self.bytes.saturating_sub(bytes);
@@ -217,6 +220,7 @@ impl DeviceStorage for VirtualStorage {
         for batch in (self.give_back).drain_lagged(&mut self.clock, &mut self.ops) {
             self.reclaim(batch);
         }
+        self.release_spares();
     }
 
     fn bytes_in_reclaim(&self) -> u64 {
@@ -293,17 +297,39 @@ impl DeviceStorage for VirtualStorage {
             .ranges
             .get_mut(&handle.id)
             .ok_or(StorageError::UnknownPage(handle.id))?;
-        let created = range.map(handle)?;
-        let fresh = super::granules_in(&created);
-        let bytes = fresh.saturating_mul(range.granule());
-        self.ops.mapped(created.len() as u64, fresh);
-        self.bytes = self.bytes.saturating_add(bytes);
-        self.churn.mapped = self.churn.mapped.saturating_add(bytes);
+        let mapping = range.map(handle)?;
+        let granule = range.granule();
+        self.ops.mapping(&mapping);
+        let released = super::granules_in(&mapping.released).saturating_mul(granule);
+        let created = mapping.created_granules().saturating_mul(granule);
+        let moved = mapping.moved_granules().saturating_mul(granule);
+        self.bytes = self.bytes.saturating_sub(released).saturating_add(created);
+        self.churn.unmapped = (self.churn.unmapped)
+            .saturating_add(released)
+            .saturating_add(moved);
+        self.churn.mapped = (self.churn.mapped)
+            .saturating_add(created)
+            .saturating_add(moved);
         Ok(())
     }
 
     fn bytes_a_map_adds(&self, handle: &StorageHandle) -> u64 {
         (self.ranges.get(&handle.id)).map_or(handle.size, |range| range.bytes_a_map_adds(handle))
+    }
+
+    fn hold_spares(&mut self, hold: bool) {
+        self.hold_spares = hold;
+    }
+
+    fn release_spares(&mut self) {
+        for range in self.ranges.values_mut() {
+            let released = range.release_spares();
+            let granules = super::granules_in(&released);
+            let bytes = granules.saturating_mul(range.granule());
+            self.bytes = self.bytes.saturating_sub(bytes);
+            self.churn.unmapped = self.churn.unmapped.saturating_add(bytes);
+            self.ops.unmapped(released.len() as u64, granules);
+        }
     }
 
     fn unmap(&mut self, handle: &StorageHandle) {

@@ -4,11 +4,12 @@
 use super::give_back::{Batch, GiveBack, Lag, LagClock};
 use super::id_map::IdMap;
 use super::{
-    DeviceStorage, DriverOps, GranuleMap, HandleSize, Resource, StorageError, StorageHandle,
-    StorageId, check_range,
+    DeviceStorage, DriverOps, GranuleMap, HandleSize, Mapping, Resource, StorageError,
+    StorageHandle, StorageId, check_range,
 };
 use crate::saturating::SaturatingSum;
 use std::alloc::{Layout, alloc_zeroed, dealloc};
+use std::ops::Range;
 use std::ptr::NonNull;
 
 /// Host pages start on this boundary (a page of the MMU), whatever smaller
@@ -208,14 +209,66 @@ impl HostRange {
     /// Map `handle`'s granules: those given back and not yet gone are
     /// taken back as they are; the others are made accessible. The
     /// physical handles a GPU would have created for them.
-    fn map(&mut self, handle: &StorageHandle) -> Result<Vec<std::ops::Range<u64>>, StorageError> {
-        let fresh = self.map.fresh_runs(handle)?;
+    ///
+    /// A spare handle moved or released gives its old granules back to the
+    /// kernel as a release does (host memory cannot follow it; what a GPU
+    /// would call is counted all the same).
+    /// Refused, the spare handles it had given back already went: they are
+    /// returned with the error.
+    fn map(&mut self, handle: &StorageHandle) -> Result<Mapping, (StorageError, Vec<Range<u64>>)> {
+        let mapping = self.map.plan(handle).map_err(|err| (err, Vec::new()))?;
         let granule = self.map.granule();
-        for run in &fresh {
-            let run = self.run(handle, run, granule);
-            self.protect(&run, libc::PROT_READ | libc::PROT_WRITE)?;
+        // Old places first: a spare released may lie partly in `handle`.
+        let old: Vec<Range<u64>> = (mapping.released.iter().cloned())
+            .chain(mapping.moved.iter().map(|moved| moved.from.clone()))
+            .collect();
+        for run in &old {
+            self.give_to_kernel(&self.run(handle, run, granule));
         }
-        self.map.map(handle)
+        // One protection a run, as a map of it is weighed whole (the
+        // kernel's overcommit policy refuses a run it cannot back).
+        let mut new: Vec<Range<u64>> = (mapping.created.iter().cloned())
+            .chain(mapping.moved.iter().map(|moved| moved.to.clone()))
+            .collect();
+        new.sort_by_key(|run| run.start);
+        let runs = new
+            .into_iter()
+            .fold(Vec::<Range<u64>>::new(), |mut runs, piece| {
+                match runs.last_mut() {
+                    Some(run) if run.end == piece.start => run.end = piece.end,
+                    _ => runs.push(piece),
+                }
+                runs
+            });
+        for run in &runs {
+            let run = self.run(handle, run, granule);
+            if let Err(err) = self.protect(&run, libc::PROT_READ | libc::PROT_WRITE) {
+                self.map.forget_spares(&old);
+                return Err((err, old));
+            }
+        }
+        self.map.apply(handle, &mapping);
+        Ok(mapping)
+    }
+
+    /// Give whole granules no allocation holds back to the kernel.
+    fn give_to_kernel(&self, run: &StorageHandle) {
+        // SAFETY: whole granules of our reservation that no allocation
+        // holds (the manager unmaps only free granules); their pages go
+        // back to the kernel and read as zero if mapped again.
+        unsafe { libc::madvise(self.at(run).cast(), run.size as usize, libc::MADV_DONTNEED) };
+        let _ = self.protect(run, libc::PROT_NONE);
+    }
+
+    /// Give every spare handle back to the kernel; the handles.
+    fn release_spares(&mut self, id: StorageId) -> Vec<std::ops::Range<u64>> {
+        let granule = self.map.granule();
+        let whole = StorageHandle::whole(id, self.map.size());
+        let released = self.map.release_spares();
+        for run in &released {
+            self.give_to_kernel(&self.run(&whole, run, granule));
+        }
+        released
     }
 
     /// The granules `run` numbers, as a handle of the range `of` belongs to.
@@ -229,16 +282,17 @@ impl HostRange {
 
     /// Give the granules of `handle` still waiting in `batch` back to the
     /// kernel, a whole physical handle at a time; the handles.
-    fn unmap_doomed(&mut self, handle: &StorageHandle, batch: u64) -> Vec<std::ops::Range<u64>> {
+    /// `keep`: whole handles stay as spares (`GranuleMap::unmap_doomed`).
+    fn unmap_doomed(
+        &mut self,
+        handle: &StorageHandle,
+        batch: u64,
+        keep: bool,
+    ) -> Vec<std::ops::Range<u64>> {
         let granule = self.map.granule();
-        let gone = self.map.unmap_doomed(handle, batch);
+        let gone = self.map.unmap_doomed(handle, batch, keep);
         for run in &gone {
-            let run = self.run(handle, run, granule);
-            // SAFETY: whole granules of our reservation that no allocation
-            // holds (the manager unmaps only free granules); their pages go
-            // back to the kernel and read as zero if mapped again.
-            unsafe { libc::madvise(self.at(&run).cast(), run.size as usize, libc::MADV_DONTNEED) };
-            let _ = self.protect(&run, libc::PROT_NONE);
+            self.give_to_kernel(&self.run(handle, run, granule));
         }
         gone
     }
@@ -279,6 +333,8 @@ pub struct HostStorage {
     ops: DriverOps,
     /// The most granules one physical handle covers.
     handle_size: HandleSize,
+    /// Whether handles given back are kept as spares (`hold_spares`).
+    hold_spares: bool,
 }
 
 /// Where an access lands: the first byte, after the range was checked.
@@ -329,7 +385,7 @@ impl HostStorage {
         #[cfg(unix)]
         for handle in &batch.unmaps {
             if let Some(range) = self.ranges.get_mut(&handle.id) {
-                let released = range.unmap_doomed(handle, batch.id);
+                let released = range.unmap_doomed(handle, batch.id, self.hold_spares);
                 let granules = super::granules_in(&released);
                 let bytes = granules.saturating_mul(range.map.granule());
                 self.bytes = self.bytes.saturating_sub(bytes);
@@ -422,6 +478,7 @@ impl DeviceStorage for HostStorage {
         for batch in (self.give_back).drain_lagged(&mut self.clock, &mut self.ops) {
             self.reclaim(batch);
         }
+        self.release_spares();
     }
 
     fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError> {
@@ -496,11 +553,20 @@ impl DeviceStorage for HostStorage {
             .ranges
             .get_mut(&handle.id)
             .ok_or(StorageError::UnknownPage(handle.id))?;
-        let created = range.map(handle).map_err(|err| refused(err, held))?;
-        let fresh = super::granules_in(&created);
-        self.ops.mapped(created.len() as u64, fresh);
-        let bytes = fresh.saturating_mul(range.map.granule());
-        self.bytes = self.bytes.saturating_add(bytes);
+        let granule = range.map.granule();
+        let mapping = match range.map(handle) {
+            Ok(mapping) => mapping,
+            Err((err, released)) => {
+                let granules = super::granules_in(&released);
+                self.bytes = (self.bytes).saturating_sub(granules.saturating_mul(granule));
+                self.ops.unmapped(released.len() as u64, granules);
+                return Err(refused(err, held));
+            }
+        };
+        self.ops.mapping(&mapping);
+        let released = super::granules_in(&mapping.released).saturating_mul(granule);
+        let created = mapping.created_granules().saturating_mul(granule);
+        self.bytes = self.bytes.saturating_sub(released).saturating_add(created);
         Ok(())
     }
 
@@ -508,6 +574,21 @@ impl DeviceStorage for HostStorage {
     fn bytes_a_map_adds(&self, handle: &StorageHandle) -> u64 {
         (self.ranges.get(&handle.id))
             .map_or(handle.size, |range| range.map.bytes_a_map_adds(handle))
+    }
+
+    fn hold_spares(&mut self, hold: bool) {
+        self.hold_spares = hold;
+    }
+
+    fn release_spares(&mut self) {
+        #[cfg(unix)]
+        for (id, range) in self.ranges.iter_mut() {
+            let released = range.release_spares(*id);
+            let granules = super::granules_in(&released);
+            let bytes = granules.saturating_mul(range.map.granule());
+            self.bytes = self.bytes.saturating_sub(bytes);
+            self.ops.unmapped(released.len() as u64, granules);
+        }
     }
 
     #[cfg(unix)]

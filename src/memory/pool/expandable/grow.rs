@@ -20,6 +20,22 @@ impl ExpandablePool {
         wanted: Wanted,
         update: PageUpdate,
     ) -> Result<Placement, StorageError> {
+        // What the growth unmaps it may map again elsewhere: the storage
+        // keeps those handles as spares until the growth ends, and moves
+        // them where it maps (`DeviceStorage::hold_spares`).
+        mover.storage.hold_spares(true);
+        let grown = self.grow_holding_spares(mover, wanted, update);
+        mover.storage.hold_spares(false);
+        mover.storage.release_spares();
+        grown
+    }
+
+    fn grow_holding_spares(
+        &mut self,
+        mover: &mut Mover<'_>,
+        wanted: Wanted,
+        update: PageUpdate,
+    ) -> Result<Placement, StorageError> {
         self.unmap_before_growth(mover.storage, wanted.aligned);
         if update == PageUpdate::Allow
             && let Some(placement) = self.make_room(mover, wanted)
