@@ -135,15 +135,18 @@ impl DeviceShared {
     /// Whether taking `page` bytes of new pages for `requested` bytes now
     /// would carry the device past its headroom (see `headroom.rs`). Live
     /// bytes count at their high-water mark: caching below the most the
-    /// device ever had live costs no footprint.
-    pub(crate) fn over_headroom(&self, requested: u64, page: u64) -> bool {
+    /// device ever had live costs no footprint. `spare`: bytes of spare
+    /// handles the asking stream holds, which its growth moves rather than
+    /// adds to (`DeviceStorage::hold_spares`).
+    pub(crate) fn over_headroom(&self, requested: u64, page: u64, spare: u64) -> bool {
         self.headroom.is_some_and(|headroom| {
             let live = self
                 .live
                 .get()
                 .saturating_add(requested)
                 .max(self.live.peak());
-            headroom.exceeded(self.meter.granted().saturating_add(page), live)
+            let granted = self.meter.granted().saturating_sub(spare);
+            headroom.exceeded(granted.saturating_add(page), live)
         })
     }
 

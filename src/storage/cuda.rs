@@ -425,6 +425,12 @@ impl DeviceStorage for CudaStorage {
         self.hold_spares = hold;
     }
 
+    fn bytes_spare(&self) -> u64 {
+        (self.ranges.values())
+            .map(|range| range.granule_map().spare_bytes())
+            .saturating_sum()
+    }
+
     fn release_spares(&mut self) {
         if self.bind().is_err() {
             return;

@@ -423,6 +423,12 @@ impl GranuleMap {
         }
     }
 
+    /// Bytes of the spare handles kept.
+    pub(crate) fn spare_bytes(&self) -> u64 {
+        let granules = self.spares.iter().fold(0, |sum, (len, _)| sum + len);
+        granules * self.granule
+    }
+
     /// Release every spare handle (the handles the driver unmaps and
     /// releases, in order).
     pub(crate) fn release_spares(&mut self) -> Vec<Range<u64>> {

@@ -46,6 +46,11 @@ macro_rules! forward_to_inner {
             self.$inner.hold_spares(hold)
         }
     };
+    (@one $inner:ident bytes_spare) => {
+        fn bytes_spare(&self) -> u64 {
+            self.$inner.bytes_spare()
+        }
+    };
     (@one $inner:ident release_spares) => {
         fn release_spares(&mut self) {
             self.$inner.release_spares()

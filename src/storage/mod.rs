@@ -249,6 +249,14 @@ pub trait DeviceStorage: Send {
     /// `docs/memory.md`, "Spare handles".
     fn hold_spares(&mut self, _hold: bool) {}
 
+    /// Bytes of the spare handles kept now (in
+    /// [`bytes_stranded`](Self::bytes_stranded) and
+    /// [`bytes_allocated`](Self::bytes_allocated)): memory a map moves
+    /// rather than adds to, so a decision about growing leaves it out.
+    fn bytes_spare(&self) -> u64 {
+        0
+    }
+
     /// Unmap and release every spare handle (what
     /// [`hold_spares`](Self::hold_spares) kept; those it keeps later stay
     /// until the next release, or a [`drain`](Self::drain)).
@@ -410,6 +418,9 @@ impl<S: DeviceStorage + ?Sized> DeviceStorage for Box<S> {
     }
     fn release_spares(&mut self) {
         (**self).release_spares()
+    }
+    fn bytes_spare(&self) -> u64 {
+        (**self).bytes_spare()
     }
     fn whole_handles(&self, range: &StorageHandle) -> StorageHandle {
         (**self).whole_handles(range)

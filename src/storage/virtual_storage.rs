@@ -321,6 +321,13 @@ impl DeviceStorage for VirtualStorage {
         self.hold_spares = hold;
     }
 
+    fn bytes_spare(&self) -> u64 {
+        self.ranges
+            .values()
+            .map(GranuleMap::spare_bytes)
+            .saturating_sum()
+    }
+
     fn release_spares(&mut self) {
         for range in self.ranges.values_mut() {
             let released = range.release_spares();

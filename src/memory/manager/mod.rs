@@ -450,6 +450,25 @@ impl<S: DeviceStorage> MemoryManager<S> {
         self.cleanup_pools(Cleanup::Explicit);
     }
 
+    /// Keep what the next cleanups give back as spare physical handles
+    /// for a growth to move, until [`release_spares`](Self::release_spares)
+    /// (`DeviceStorage::hold_spares`): a stream that trims on its way to a
+    /// growth.
+    pub(crate) fn hold_spares(&mut self) {
+        self.storage.hold_spares(true);
+    }
+
+    /// Keep no more spares, and release those kept.
+    pub(crate) fn release_spares(&mut self) {
+        self.storage.hold_spares(false);
+        self.storage.release_spares();
+    }
+
+    /// Bytes of the spare handles kept now (`DeviceStorage::bytes_spare`).
+    pub(crate) fn bytes_spare(&self) -> u64 {
+        self.storage.bytes_spare()
+    }
+
     /// The stream had no traffic for a while: move the clock past every
     /// pool's deallocation period and run a periodic cleanup, so pages that
     /// sit unused go back although no reservation drives the clock.

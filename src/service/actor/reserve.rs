@@ -64,12 +64,25 @@ impl RunningShort {
     /// that would unmap what the growth then maps again (47 → 39 us per
     /// event, the same peak; skipping the trim always as well took the
     /// held-out load's peak to 1.044 of live).
-    pub(super) fn serve_within_headroom(&mut self, stream: &mut Stream, mut pending: Pending) {
+    ///
+    /// What a lone stream's trim gives back stays as spare physical
+    /// handles until the request is served (`DeviceStorage::hold_spares`):
+    /// the growth that follows moves them where it maps, instead of
+    /// creating handles for the memory the trim just released.
+    pub(super) fn serve_within_headroom(&mut self, stream: &mut Stream, pending: Pending) {
+        self.serve_within_headroom_holding(stream, pending);
+        stream.memory.release_spares();
+    }
+
+    fn serve_within_headroom_holding(&mut self, stream: &mut Stream, mut pending: Pending) {
         for trimmed in [false, true] {
             if trimmed {
                 let alone = stream.alone();
                 if alone && !stream.room_could_fit(&pending) {
                     break;
+                }
+                if alone {
+                    stream.memory.hold_spares();
                 }
                 stream.memory.give_back_free();
                 if !alone {
@@ -174,6 +187,9 @@ impl Stream {
 
     /// Answer `pending` with `batch`; `recovered`: it waited for memory.
     pub(super) fn answer_served(&mut self, pending: Pending, batch: Allocations, recovered: bool) {
+        // Spares a trim kept for this request's growth go before anything
+        // is published.
+        self.memory.release_spares();
         bump(&self.shared.reservations, batch.len() as u64);
         if recovered {
             self.device.tell(SupervisorEvent::Recovered {
@@ -228,13 +244,15 @@ impl Stream {
         // with the most they could take, it is within; past it with none,
         // past. Only between does the exact page count matter (it searches
         // an expandable pool's voids).
-        if !self.device.over_headroom(requested, pages(false)) {
+        // Spare handles a growth moves rather than adds to.
+        let spare = self.memory.bytes_spare();
+        if !self.device.over_headroom(requested, pages(false), spare) {
             return false;
         }
-        if self.device.over_headroom(requested, 0) {
+        if self.device.over_headroom(requested, 0, spare) {
             return true;
         }
-        self.device.over_headroom(requested, pages(true))
+        self.device.over_headroom(requested, pages(true), spare)
     }
 
     /// The device holds more than its headroom above what is live, and this
@@ -250,7 +268,7 @@ impl Stream {
         // The stream's own pools, against what its clients hold now.
         let in_use = self.shared.bytes_in_use();
         let excess = self.memory.bytes_reserved().saturating_sub(in_use);
-        if excess < headroom.share(in_use) || !self.device.over_headroom(0, 0) || self.alone() {
+        if excess < headroom.share(in_use) || !self.device.over_headroom(0, 0, 0) || self.alone() {
             return;
         }
         self.take_back_hot();

@@ -580,6 +580,15 @@ impl DeviceStorage for HostStorage {
         self.hold_spares = hold;
     }
 
+    fn bytes_spare(&self) -> u64 {
+        #[cfg(unix)]
+        return (self.ranges.values())
+            .map(|range| range.map.spare_bytes())
+            .saturating_sum();
+        #[cfg(not(unix))]
+        0
+    }
+
     fn release_spares(&mut self) {
         #[cfg(unix)]
         for (id, range) in self.ranges.iter_mut() {
