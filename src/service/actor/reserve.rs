@@ -65,10 +65,12 @@ impl RunningShort {
     /// event, the same peak; skipping the trim always as well took the
     /// held-out load's peak to 1.044 of live).
     ///
-    /// What a lone stream's trim gives back stays as spare physical
-    /// handles until the request is served (`DeviceStorage::hold_spares`):
-    /// the growth that follows moves them where it maps, instead of
-    /// creating handles for the memory the trim just released.
+    /// What the trim gives back stays as spare physical handles until the
+    /// request is served (`DeviceStorage::hold_spares`): the growth that
+    /// follows moves them where it maps, instead of creating handles for
+    /// the memory the trim just released. They go before the request is
+    /// answered or parked for the others' round (then the trim's memory
+    /// is what the device is short of).
     pub(super) fn serve_within_headroom(&mut self, stream: &mut Stream, pending: Pending) {
         self.serve_within_headroom_holding(stream, pending);
         stream.memory.release_spares();
@@ -81,9 +83,7 @@ impl RunningShort {
                 if alone && !stream.room_could_fit(&pending) {
                     break;
                 }
-                if alone {
-                    stream.memory.hold_spares();
-                }
+                stream.memory.hold_spares();
                 stream.memory.give_back_free();
                 if !alone {
                     let _ = stream.memory.relocate(RelocationReason::Short);
@@ -99,6 +99,7 @@ impl RunningShort {
         }
         if self.round_out() {
             // A round for this stream is under way: its `Retry` serves this.
+            stream.memory.release_spares();
             pending.state = PendingState::ParkedForHeadroom {
                 since: stream.now(),
             };
@@ -111,6 +112,7 @@ impl RunningShort {
             && stream.over_headroom(&pending)
             && stream.device.others_excess(stream.shared.stream) >= requested.max(MIN_ROUND_GAIN)
         {
+            stream.memory.release_spares();
             pending.state = PendingState::ParkedForHeadroom {
                 since: stream.now(),
             };
