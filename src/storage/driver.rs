@@ -22,7 +22,7 @@ const PAGE_GRANULE: u64 = 2 * 1024 * 1024;
 /// it had mapped at once. Cumulative over the storage's life.
 ///
 /// A physical handle is one `cuMemCreate`, of one granule or more (a
-/// run of fresh granules is cut into handles: `storage/granules.rs`), so
+/// run of fresh granules is cut into handles: `storage/granules/`), so
 /// `handles_created` counts the calls and `handle_granules_created` the
 /// granules they cover; each is priced.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

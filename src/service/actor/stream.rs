@@ -72,7 +72,7 @@ impl Stream {
 
     /// Bytes the stream holds from the device: its pools' pages, and the
     /// granules they gave back that the rest of their physical handle
-    /// keeps (`storage/granules.rs`): what it could give back, and what
+    /// keeps (`storage/granules/`): what it could give back, and what
     /// settling must bring down.
     pub(super) fn held(&self) -> u64 {
         (self.memory.bytes_reserved()).saturating_add(self.memory.bytes_stranded())

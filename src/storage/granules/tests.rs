@@ -1,0 +1,181 @@
+use super::*;
+use crate::storage::StorageId;
+
+const GRANULE: u64 = 2 << 20;
+
+/// Granules `run` of the range, as a handle.
+fn granules(run: Range<u64>) -> StorageHandle {
+    StorageHandle {
+        id: StorageId(1),
+        offset: run.start * GRANULE,
+        size: (run.end - run.start) * GRANULE,
+    }
+}
+
+/// A range of 4,096 granules with 1,024 of them mapped at once: large
+/// enough for handles of 16 granules.
+fn mapped_1024() -> GranuleMap {
+    let mut map = GranuleMap::new(GRANULE, 4096 * GRANULE, HandleSize::new(16)).unwrap();
+    let created = map.map(&granules(0..1024)).unwrap().created;
+    assert_eq!(created.len(), 64, "1,024 granules in handles of 16");
+    assert!(
+        created
+            .iter()
+            .all(|run| run.end - run.start == 16 && run.start % 16 == 0)
+    );
+    map
+}
+
+#[test]
+fn a_small_range_maps_a_handle_per_granule_and_a_large_one_larger_handles() {
+    let mut map = GranuleMap::new(GRANULE, 4096 * GRANULE, HandleSize::new(16)).unwrap();
+    // 10 granules: a handle may cover at most 1/64 of the range's.
+    assert_eq!(map.map(&granules(0..10)).unwrap().created.len(), 10);
+    // 256 more: 266 held once mapped, so handles of 4, cut at multiples
+    // of 4 (10..12 first, to reach one).
+    let created = map.map(&granules(10..266)).unwrap().created;
+    assert_eq!(created.first(), Some(&(10..12)));
+    assert_eq!(created.get(1), Some(&(12..16)));
+    assert_eq!(created.last(), Some(&(264..266)));
+    assert_eq!(granules_in(&created), 256);
+    assert_eq!(map.handle_count(), 10 + created.len() as u64);
+}
+
+#[test]
+fn a_handle_goes_back_only_whole_and_its_given_back_part_waits_stranded() {
+    let mut map = mapped_1024();
+    assert!(map.doom(&granules(0..8), 1));
+    assert_eq!(map.doomed_bytes(), 8 * GRANULE);
+    assert!(
+        map.unmap_doomed(&granules(0..8), 1, false).is_empty(),
+        "8..16 in use"
+    );
+    assert_eq!((map.doomed_bytes(), map.stranded_bytes()), (0, 8 * GRANULE));
+    assert_eq!(map.mapped_granules(), 1024, "the driver still holds them");
+    assert!(map.check_access(&granules(0..1), 0).is_err(), "given back");
+    // The rest of the handle goes in a later batch: the whole handle with it.
+    assert!(map.doom(&granules(8..16), 2));
+    assert_eq!(map.unmap_doomed(&granules(8..16), 2, false), vec![0..16]);
+    assert_eq!((map.stranded_bytes(), map.mapped_granules()), (0, 1008));
+    assert_eq!(map.handle_count(), 63);
+}
+
+#[test]
+fn a_handle_waits_for_its_latest_batch() {
+    let mut map = mapped_1024();
+    assert!(map.doom(&granules(16..24), 1));
+    assert!(map.doom(&granules(24..32), 2));
+    // Batch 1's fence passed, batch 2's not yet: nothing goes.
+    assert!(map.unmap_doomed(&granules(16..24), 1, false).is_empty());
+    assert_eq!(map.doomed_bytes(), 8 * GRANULE, "batch 2's still wait");
+    assert_eq!(map.unmap_doomed(&granules(24..32), 2, false), vec![16..32]);
+    assert_eq!(map.doomed_bytes() + map.stranded_bytes(), 0);
+}
+
+#[test]
+fn a_stranded_granule_mapped_again_needs_no_driver_call() {
+    let mut map = mapped_1024();
+    assert!(map.doom(&granules(32..40), 1));
+    assert!(map.unmap_doomed(&granules(32..40), 1, false).is_empty());
+    assert_eq!(map.fresh_runs(&granules(32..40), &[]).unwrap(), vec![]);
+    assert_eq!(map.bytes_a_map_adds(&granules(32..40)), 0);
+    assert_eq!(map.map(&granules(32..40)).unwrap(), Mapping::default());
+    assert_eq!(map.stranded_bytes(), 0);
+    assert!(map.check_access(&granules(32..40), 0).is_ok());
+}
+
+#[test]
+fn whole_handles_is_the_part_that_frees_handles_whole() {
+    let mut map = mapped_1024();
+    // 4..40 touches handles 0..16, 16..32 and 32..48: only the middle
+    // one lies inside it.
+    assert_eq!(map.whole_handles(&granules(4..40)), granules(16..32));
+    assert_eq!(map.whole_handles(&granules(4..12)).size, 0);
+    // With 0..4 and 40..48 given back, the edges complete their
+    // handles too.
+    assert!(map.doom(&granules(0..4), 1));
+    assert!(map.doom(&granules(40..48), 1));
+    assert_eq!(map.whole_handles(&granules(4..40)), granules(4..40));
+    // Unmapped granules are nobody's handle.
+    assert_eq!(
+        map.whole_handles(&granules(1024..1030)),
+        granules(1024..1030)
+    );
+}
+
+/// A small range (handles of one granule) with granules 0..8 mapped,
+/// and 0..3 given back and past their fence while spares are held.
+fn three_spares() -> GranuleMap {
+    let mut map = GranuleMap::new(GRANULE, 64 * GRANULE, HandleSize::new(16)).unwrap();
+    assert_eq!(map.map(&granules(0..8)).unwrap().created.len(), 8);
+    assert!(map.doom(&granules(0..3), 1));
+    assert!(
+        map.unmap_doomed(&granules(0..3), 1, true).is_empty(),
+        "kept"
+    );
+    assert_eq!(map.stranded_bytes(), 3 * GRANULE, "still held");
+    map
+}
+
+#[test]
+fn a_map_moves_spares_before_it_creates_any() {
+    let mut map = three_spares();
+    let mapping = map.map(&granules(8..10)).unwrap();
+    let moved: Vec<_> = mapping
+        .moved
+        .iter()
+        .map(|m| (m.from.clone(), m.to.clone()))
+        .collect();
+    assert_eq!(moved, vec![(0..1, 8..9), (1..2, 9..10)]);
+    assert!(mapping.created.is_empty() && mapping.released.is_empty());
+    assert_eq!(map.mapped_granules(), 8, "5 live, 2 moved, 1 spare");
+    assert!(map.check_access(&granules(8..10), 0).is_ok());
+    // The spare left and the two it cannot cover: moved, then created.
+    let mapping = map.map(&granules(10..13)).unwrap();
+    assert_eq!(mapping.moved.len(), 1);
+    assert_eq!(mapping.created, vec![11..12, 12..13]);
+    assert_eq!(map.release_spares(), vec![], "none left");
+    assert_eq!(map.mapped_granules(), 10);
+    assert_eq!(map.stranded_bytes(), 0);
+}
+
+#[test]
+fn a_map_that_must_create_releases_the_spares_it_cannot_move_first() {
+    let mut map = GranuleMap::new(GRANULE, 4096 * GRANULE, HandleSize::new(16)).unwrap();
+    map.map(&granules(0..1024)).unwrap();
+    // One spare of 16 granules; a map of 4 cannot take it.
+    assert!(map.doom(&granules(0..16), 1));
+    assert!(map.unmap_doomed(&granules(0..16), 1, true).is_empty());
+    assert_eq!(map.bytes_a_map_adds(&granules(1024..1028)), 4 * GRANULE);
+    let mapping = map.map(&granules(1024..1028)).unwrap();
+    assert_eq!(mapping.released, vec![0..16]);
+    assert_eq!(mapping.created, vec![1024..1028]);
+    assert_eq!(map.mapped_granules(), 1024 - 16 + 4);
+    assert!(map.check_access(&granules(0..1), 0).is_err());
+}
+
+#[test]
+fn a_spare_inside_a_map_is_revived_whole_and_one_reaching_out_is_released() {
+    let mut map = GranuleMap::new(GRANULE, 4096 * GRANULE, HandleSize::new(16)).unwrap();
+    map.map(&granules(0..1024)).unwrap();
+    assert!(map.doom(&granules(0..32), 1));
+    assert!(map.unmap_doomed(&granules(0..32), 1, true).is_empty());
+    // 0..16 lies inside: revived where it is, no driver call.
+    assert_eq!(map.map(&granules(0..16)).unwrap(), Mapping::default());
+    // 16..32 reaches past 16..20: released, and 16..20 mapped fresh.
+    let mapping = map.map(&granules(16..20)).unwrap();
+    assert_eq!(mapping.released, vec![16..32]);
+    assert_eq!(mapping.created, vec![16..20]);
+    assert_eq!(map.mapped_granules(), 1024 - 12);
+    assert_eq!(map.stranded_bytes(), 0, "nothing left half held");
+}
+
+#[test]
+fn spares_go_when_released_and_none_are_kept_unless_asked() {
+    let mut map = three_spares();
+    assert_eq!(map.release_spares(), vec![0..1, 1..2, 2..3]);
+    assert_eq!((map.mapped_granules(), map.stranded_bytes()), (5, 0));
+    assert!(map.doom(&granules(3..4), 2));
+    assert_eq!(map.unmap_doomed(&granules(3..4), 2, false), vec![3..4]);
+    assert_eq!(map.release_spares(), vec![]);
+}
