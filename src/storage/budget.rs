@@ -181,7 +181,7 @@ impl<S: DeviceStorage> BudgetedStorage<S> {
         }
         // Spare handles the map could not move go back before it creates
         // any; here, before the grant, where their bytes are what it lacks.
-        if self.inner.bytes_stranded() > 0 {
+        if self.inner.bytes_spare() > 0 {
             self.settle(S::release_spares);
             let asked = bytes(&self.inner);
             if self.budget.try_reserve(asked) {

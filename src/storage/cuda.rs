@@ -9,7 +9,7 @@ use super::give_back::{Batch, GiveBack};
 use super::id_map::IdMap;
 use super::{
     DeviceStorage, DriverOps, HandleSize, Resource, StorageError, StorageHandle, StorageId,
-    check_range, granules_in,
+    check_range,
 };
 use crate::saturating::SaturatingSum;
 use crate::sync::foreign::Arc;
@@ -571,11 +571,7 @@ impl DeviceStorage for CudaStorage {
             }
         }
         let mapping = mapped.map_err(|(err, _)| err)?;
-        let released = granules_in(&mapping.released).saturating_mul(granule);
-        let created = mapping.created_granules().saturating_mul(granule);
-        self.bytes = (self.bytes)
-            .saturating_sub(released)
-            .saturating_add(created);
+        self.bytes = mapping.held_after(self.bytes, granule);
         Ok(())
     }
 

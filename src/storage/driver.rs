@@ -176,8 +176,7 @@ impl DriverOps {
     /// What `mapping` asked of the driver, in its order: spares released,
     /// spares moved, handles created, mapped and granted access.
     pub(crate) fn mapping(&mut self, mapping: &super::granules::Mapping) {
-        let released = super::granules_in(&mapping.released);
-        self.unmapped(mapping.released.len() as u64, released);
+        self.unmapped(mapping.released.len() as u64, mapping.released_granules());
         self.moved(mapping.moved.len() as u64, mapping.moved_granules());
         self.mapped(mapping.created.len() as u64, mapping.created_granules());
     }

@@ -300,10 +300,10 @@ impl DeviceStorage for VirtualStorage {
         let mapping = range.map(handle)?;
         let granule = range.granule();
         self.ops.mapping(&mapping);
-        let released = super::granules_in(&mapping.released).saturating_mul(granule);
+        let released = mapping.released_granules().saturating_mul(granule);
         let created = mapping.created_granules().saturating_mul(granule);
         let moved = mapping.moved_granules().saturating_mul(granule);
-        self.bytes = self.bytes.saturating_sub(released).saturating_add(created);
+        self.bytes = mapping.held_after(self.bytes, granule);
         self.churn.unmapped = (self.churn.unmapped)
             .saturating_add(released)
             .saturating_add(moved);

@@ -41,6 +41,19 @@ impl Mapping {
         granules_in(&self.created)
     }
 
+    /// Granules of the spares it releases.
+    pub(crate) fn released_granules(&self) -> u64 {
+        granules_in(&self.released)
+    }
+
+    /// The bytes a storage that held `held` holds after the map, granules
+    /// of `granule` bytes: the spares released go, the handles created
+    /// come (a moved spare's bytes were held already).
+    pub(crate) fn held_after(&self, held: u64, granule: u64) -> u64 {
+        held.saturating_sub(self.released_granules().saturating_mul(granule))
+            .saturating_add(self.created_granules().saturating_mul(granule))
+    }
+
     /// Granules of the spares it moves.
     pub(crate) fn moved_granules(&self) -> u64 {
         self.moved

@@ -379,9 +379,7 @@ impl DeviceStorage for HostStorage {
             }
         };
         self.ops.mapping(&mapping);
-        let released = super::granules_in(&mapping.released).saturating_mul(granule);
-        let created = mapping.created_granules().saturating_mul(granule);
-        self.bytes = self.bytes.saturating_sub(released).saturating_add(created);
+        self.bytes = mapping.held_after(self.bytes, granule);
         Ok(())
     }
 
