@@ -18,11 +18,13 @@
 #![warn(missing_docs)]
 
 pub mod config;
+mod refusal;
 mod state;
 #[cfg(feature = "cuda")]
 mod uses;
 
-pub use state::{Library, Refusal};
+pub use refusal::Refusal;
+pub use state::Library;
 
 use std::ffi::{CStr, CString, c_char, c_double, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
