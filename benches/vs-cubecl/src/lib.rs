@@ -13,6 +13,8 @@ use cubecl_server::storage::{ComputeStorage, StorageHandle, StorageId, StorageUt
 use std::collections::HashMap;
 use std::sync::Arc;
 
+pub mod replays;
+
 pub const MIB: u64 = 1 << 20;
 
 /// For CubeCL, what `VirtualStorage` is for us: counts pages, holds no

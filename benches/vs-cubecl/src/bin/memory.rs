@@ -23,11 +23,8 @@ use streamalloc::storage::{
     DEFAULT_GRANULE, DeviceStorage, DriverCosts, DriverOps, DriverReport, VirtualStorage,
 };
 use streamalloc::trace::{TraceAction, TraceEvent, read_trace};
+use streamalloc_vs_cubecl::replays::MAX_PAGE;
 use streamalloc_vs_cubecl::{CountedCopies, CountingStorage, cubecl_with};
-
-/// Largest page either side may take: a replayed trace may hold
-/// allocations as large as its device.
-const MAX_PAGE: u64 = 1 << 40;
 
 struct Figures {
     peak_live: u64,
@@ -230,11 +227,9 @@ fn manager_alone(events: &[TraceEvent], pools: MemoryConfiguration) -> Figures {
     for memory in managers.values_mut() {
         memory.process_releases();
     }
-    let ops = managers
-        .values_mut()
-        .fold(DriverOps::default(), |ops, m| {
-            ops.combine(m.storage().driver_ops())
-        });
+    let ops = managers.values_mut().fold(DriverOps::default(), |ops, m| {
+        ops.combine(m.storage().driver_ops())
+    });
     Figures {
         peak_live,
         peak_reserved,
@@ -282,7 +277,9 @@ fn main() {
     println!(
         "| trace | allocator | preset | peak live | peak reserved | peak ratio | live after the fall | reserved after | ratio after | failures | driver us/event (H200) | beyond the peak once | granules mapped / peak | stream waits |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!(
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    );
     for path in paths {
         let events = read_trace(&path, None).unwrap_or_else(|err| {
             eprintln!("{}: {err}", path.display());
