@@ -97,7 +97,10 @@ fn cubecl(events: &[TraceEvent], config: CubeConfig) -> Figures {
             // drive nothing here.
             _ => {}
         }
-        let reserved: u64 = managers.values().map(|m| m.bytes_allocated()).sum();
+        let reserved = managers
+            .values()
+            .map(|m| m.bytes_allocated())
+            .fold(0, u64::saturating_add);
         peak_reserved = peak_reserved.max(reserved);
     }
     let ops = managers
@@ -107,7 +110,10 @@ fn cubecl(events: &[TraceEvent], config: CubeConfig) -> Figures {
         peak_live,
         peak_reserved,
         end_live: live_bytes,
-        end_reserved: managers.values().map(|m| m.bytes_allocated()).sum(),
+        end_reserved: managers
+            .values()
+            .map(|m| m.bytes_allocated())
+            .fold(0, u64::saturating_add),
         failures: failed,
         driver: priced(ops, 0, events),
     }
@@ -234,7 +240,10 @@ fn manager_alone(events: &[TraceEvent], pools: MemoryConfiguration) -> Figures {
         peak_live,
         peak_reserved,
         end_live: live_bytes,
-        end_reserved: managers.values().map(|m| m.bytes_reserved()).sum(),
+        end_reserved: managers
+            .values()
+            .map(|m| m.bytes_reserved())
+            .fold(0, u64::saturating_add),
         failures: failed,
         driver: priced(ops, peak_mapped, events),
     }
