@@ -92,6 +92,29 @@ impl Steps {
     }
 }
 
+/// Replay `steps`, reserving through `reserve(manager, size)` (`None`:
+/// refused) and releasing by dropping what it returned. Returns the
+/// reservations refused.
+fn replay<H>(steps: &Steps, mut reserve: impl FnMut(usize, u64) -> Option<H>) -> u64 {
+    let mut slots = Vec::with_capacity(steps.slots);
+    slots.resize_with(steps.slots, || None);
+    let mut refused = 0;
+    for step in &steps.steps {
+        match *step {
+            Step::Reserve {
+                manager,
+                slot,
+                size,
+            } => match reserve(manager, size) {
+                Some(handle) => slots[slot] = Some(handle),
+                None => refused += 1,
+            },
+            Step::Release { slot } => slots[slot] = None,
+        }
+    }
+    refused
+}
+
 /// Replay `steps` through our `MemoryManager` alone in `pools`, one per
 /// trace stream on `VirtualStorage`, every reservation with
 /// `PageUpdate::Allow` (as CubeCL's side is driven). Returns the
@@ -108,23 +131,9 @@ pub fn ours_alone(steps: &Steps, pools: &MemoryConfiguration) -> u64 {
             )
         })
         .collect();
-    let mut slots = Vec::with_capacity(steps.slots);
-    slots.resize_with(steps.slots, || None);
-    let mut refused = 0;
-    for step in &steps.steps {
-        match *step {
-            Step::Reserve {
-                manager,
-                slot,
-                size,
-            } => match managers[manager].reserve(size, PageUpdate::Allow) {
-                Ok(handle) => slots[slot] = Some(handle),
-                Err(_) => refused += 1,
-            },
-            Step::Release { slot } => slots[slot] = None,
-        }
-    }
-    refused
+    replay(steps, |manager, size| {
+        managers[manager].reserve(size, PageUpdate::Allow).ok()
+    })
 }
 
 /// Replay `steps` through CubeCL's `MemoryManagement` in `config`, one per
@@ -135,28 +144,12 @@ pub fn cubecl_alone(steps: &Steps, config: &CubeConfig) -> u64 {
     let mut managers: Vec<_> = (0..steps.managers)
         .map(|_| cubecl_with(CountingStorage::default(), config.clone(), MAX_PAGE))
         .collect();
-    let mut slots = Vec::with_capacity(steps.slots);
-    slots.resize_with(steps.slots, || None);
     let mut failures = ErrorGraph::default();
-    let mut refused = 0;
-    for step in &steps.steps {
-        match *step {
-            Step::Reserve {
-                manager,
-                slot,
-                size,
-            } => {
-                let memory = &mut managers[manager];
-                if let Some(reason) = memory.relocation_need().reason(|| memory.bytes_allocated()) {
-                    memory.relocate(&mut CountedCopies, reason, &mut failures);
-                }
-                match memory.reserve(size, CubeUpdate::Allow, &mut failures) {
-                    Ok(handle) => slots[slot] = Some(handle),
-                    Err(_) => refused += 1,
-                }
-            }
-            Step::Release { slot } => slots[slot] = None,
+    replay(steps, |manager, size| {
+        let memory = &mut managers[manager];
+        if let Some(reason) = memory.relocation_need().reason(|| memory.bytes_allocated()) {
+            memory.relocate(&mut CountedCopies, reason, &mut failures);
         }
-    }
-    refused
+        memory.reserve(size, CubeUpdate::Allow, &mut failures).ok()
+    })
 }
