@@ -75,6 +75,12 @@ fn granules(run: &Range<u64>) -> u64 {
     run.end.saturating_sub(run.start)
 }
 
+/// Granules of the physical handles `held`, each with its granule run.
+fn granules_of(held: &[(Range<u64>, CUmemGenericAllocationHandle)]) -> u64 {
+    held.iter()
+        .fold(0, |sum: u64, (run, _)| sum.saturating_add(granules(run)))
+}
+
 fn driver(err: DriverError) -> StorageError {
     StorageError::Driver(format!("{err:?}"))
 }
@@ -182,9 +188,7 @@ impl CudaRange {
             }
         }
         let moved = done.len();
-        let moved_granules = done
-            .iter()
-            .fold(0, |sum: u64, (run, _)| sum.saturating_add(granules(run)));
+        let moved_granules = granules_of(&done);
         ops.moved(moved as u64, moved_granules);
         if failure.is_none() {
             for run in &mapping.created {
@@ -198,9 +202,7 @@ impl CudaRange {
             }
         }
         let created = &done[moved..];
-        let created_granules = created
-            .iter()
-            .fold(0, |sum: u64, (run, _)| sum.saturating_add(granules(run)));
+        let created_granules = granules_of(created);
         ops.created_and_mapped(created.len() as u64, created_granules);
         if failure.is_none() {
             ops.granted(done.len() as u64);
@@ -219,9 +221,7 @@ impl CudaRange {
             );
             return Ok(mapping);
         };
-        let dropped = done
-            .iter()
-            .fold(0, |sum: u64, (run, _)| sum.saturating_add(granules(run)));
+        let dropped = granules_of(&done);
         for (run, physical) in &done {
             self.unmap_handle(run, granule, *physical);
         }
@@ -341,24 +341,27 @@ impl CudaRange {
         keep: bool,
         ops: &mut DriverOps,
     ) -> u64 {
-        let granule = self.map.granule();
-        let mut gone: u64 = 0;
-        for run in self.map.unmap_doomed(handle, batch, keep) {
-            if let Some((run, physical)) = self.handles.remove(&run.start) {
-                self.unmap_handle(&run, granule, physical);
-                ops.unmapped(1, granules(&run));
-                gone = gone.saturating_add(granules(&run));
-            }
-        }
-        gone
+        let runs = self.map.unmap_doomed(handle, batch, keep);
+        self.release_handles(runs, ops)
     }
 
     /// Unmap and release every spare handle; the granules gone. The
     /// context bound.
     pub(super) fn release_spares(&mut self, ops: &mut DriverOps) -> u64 {
+        let runs = self.map.release_spares();
+        self.release_handles(runs, ops)
+    }
+
+    /// Unmap and release the physical handles that start the granule runs
+    /// `runs` (as the granule map gave them up); the granules gone.
+    fn release_handles(
+        &mut self,
+        runs: impl IntoIterator<Item = Range<u64>>,
+        ops: &mut DriverOps,
+    ) -> u64 {
         let granule = self.map.granule();
         let mut gone: u64 = 0;
-        for run in self.map.release_spares() {
+        for run in runs {
             if let Some((run, physical)) = self.handles.remove(&run.start) {
                 self.unmap_handle(&run, granule, physical);
                 ops.unmapped(1, granules(&run));

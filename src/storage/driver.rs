@@ -194,6 +194,15 @@ impl DriverOps {
         self.handle_granules_released += granules;
     }
 
+    /// The physical handles starting the granule runs `runs` (as a granule
+    /// map gave them up) were unmapped and released; their bytes, at
+    /// `granule` bytes a granule.
+    pub(crate) fn released_runs(&mut self, runs: &[std::ops::Range<u64>], granule: u64) -> u64 {
+        let granules = super::granules_in(runs);
+        self.unmapped(runs.len() as u64, granules);
+        granules.saturating_mul(granule)
+    }
+
     /// A range of address space was reserved.
     pub(crate) fn range_reserved(&mut self) {
         self.ranges_reserved += 1;

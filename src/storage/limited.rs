@@ -96,8 +96,8 @@ impl<S: DeviceStorage> DeviceStorage for LimitedStorage<S> {
     forward_to_inner!(inner: alignment, deallocate, flush, resource, write, read);
     forward_to_inner!(inner: bytes_allocated, granule, reserve_range, unmap);
     forward_to_inner!(inner: shares_a_budget, driver_ops, drain, bytes_in_reclaim, bytes_a_map_adds);
-    forward_to_inner!(inner: bytes_stranded, whole_handles, hold_spares, release_spares);
-    forward_to_inner!(inner: bytes_spare);
+    forward_to_inner!(inner: bytes_stranded, whole_handles);
+    forward_to_inner!(inner: hold_spares, release_spares, bytes_spare);
 
     fn allocate(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
         self.admit(size)?;

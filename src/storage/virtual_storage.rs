@@ -159,13 +159,10 @@ impl VirtualStorage {
             let Some(range) = self.ranges.get_mut(&handle.id) else {
                 continue;
             };
-            let granule = range.granule();
             let released = range.unmap_doomed(&handle, batch.id, self.hold_spares);
-            let granules = super::granules_in(&released);
-            let bytes = granules.saturating_mul(granule);
+            let bytes = self.ops.released_runs(&released, range.granule());
             self.bytes = self.bytes.saturating_sub(bytes);
             self.churn.unmapped = self.churn.unmapped.saturating_add(bytes);
-            self.ops.unmapped(released.len() as u64, granules);
         }
         for id in batch.frees {
             if let Some(size) = self.pages.remove(&id) {
@@ -331,11 +328,9 @@ impl DeviceStorage for VirtualStorage {
     fn release_spares(&mut self) {
         for range in self.ranges.values_mut() {
             let released = range.release_spares();
-            let granules = super::granules_in(&released);
-            let bytes = granules.saturating_mul(range.granule());
+            let bytes = self.ops.released_runs(&released, range.granule());
             self.bytes = self.bytes.saturating_sub(bytes);
             self.churn.unmapped = self.churn.unmapped.saturating_add(bytes);
-            self.ops.unmapped(released.len() as u64, granules);
         }
     }
 

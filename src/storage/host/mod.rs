@@ -201,10 +201,8 @@ impl HostStorage {
         for handle in &batch.unmaps {
             if let Some(range) = self.ranges.get_mut(&handle.id) {
                 let released = range.unmap_doomed(handle, batch.id, self.hold_spares);
-                let granules = super::granules_in(&released);
-                let bytes = granules.saturating_mul(range.map.granule());
+                let bytes = self.ops.released_runs(&released, range.map.granule());
                 self.bytes = self.bytes.saturating_sub(bytes);
-                self.ops.unmapped(released.len() as u64, granules);
             }
         }
         for id in batch.frees {
@@ -406,10 +404,8 @@ impl DeviceStorage for HostStorage {
         #[cfg(unix)]
         for (id, range) in self.ranges.iter_mut() {
             let released = range.release_spares(*id);
-            let granules = super::granules_in(&released);
-            let bytes = granules.saturating_mul(range.map.granule());
+            let bytes = self.ops.released_runs(&released, range.map.granule());
             self.bytes = self.bytes.saturating_sub(bytes);
-            self.ops.unmapped(released.len() as u64, granules);
         }
     }
 

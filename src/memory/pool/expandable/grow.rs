@@ -22,7 +22,11 @@ impl ExpandablePool {
     ) -> Result<Placement, StorageError> {
         // What the growth unmaps it may map again elsewhere: the storage
         // keeps those handles as spares until the growth ends, and moves
-        // them where it maps (`DeviceStorage::hold_spares`).
+        // them where it maps (`DeviceStorage::hold_spares`). The growth
+        // ends any hold its owner set too (a stream's trim on its way
+        // here, `service/actor/reserve.rs`): what that trim kept went to
+        // this growth's maps, and the rest goes now, before anything is
+        // answered.
         mover.storage.hold_spares(true);
         let grown = self.grow_holding_spares(mover, wanted, update);
         mover.storage.hold_spares(false);
