@@ -27,6 +27,7 @@ pub(crate) mod guard;
 mod relocate;
 mod reserve;
 pub(crate) mod retire;
+mod spares;
 mod taint;
 
 /// Index of the persistent pool in `pools`.
@@ -108,6 +109,8 @@ pub struct MemoryManager<S> {
     /// brought it back (then the next handle and slot take the two as they
     /// are, with no reference count to move).
     spare_cells: Vec<(Arc<AllocationCell>, Option<Arc<AllocationCell>>)>,
+    /// Whether the owner holds spare handles (`spares.rs`).
+    holding_spares: bool,
 }
 
 /// At most this many spare cells are kept.
@@ -195,6 +198,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
             observer: None,
             deferred_frees: Vec::new(),
             spare_cells: Vec::new(),
+            holding_spares: false,
         }
     }
 
@@ -448,25 +452,6 @@ impl<S: DeviceStorage> MemoryManager<S> {
     pub(crate) fn give_back_free(&mut self) {
         self.process_releases();
         self.cleanup_pools(Cleanup::Explicit);
-    }
-
-    /// Keep what the next cleanups give back as spare physical handles
-    /// for a growth to move, until [`release_spares`](Self::release_spares)
-    /// (`DeviceStorage::hold_spares`): a stream that trims on its way to a
-    /// growth.
-    pub(crate) fn hold_spares(&mut self) {
-        self.storage.hold_spares(true);
-    }
-
-    /// Keep no more spares, and release those kept.
-    pub(crate) fn release_spares(&mut self) {
-        self.storage.hold_spares(false);
-        self.storage.release_spares();
-    }
-
-    /// Bytes of the spare handles kept now (`DeviceStorage::bytes_spare`).
-    pub(crate) fn bytes_spare(&self) -> u64 {
-        self.storage.bytes_spare()
     }
 
     /// The stream had no traffic for a while: move the clock past every
