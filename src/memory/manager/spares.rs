@@ -22,6 +22,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// service asks this of every request it answers.
     pub(crate) fn release_spares(&mut self) {
         if !std::mem::take(&mut self.holding_spares) {
+            debug_assert_eq!(self.storage.bytes_spare(), 0, "spares kept unheld");
             return;
         }
         self.storage.hold_spares(false);
