@@ -1,6 +1,6 @@
 //! The CUDA storage on a real device: bytes round-trip, relocation keeps
 //! them, running out of device memory is a typed error, a page used on
-//! another stream waits for it, and the service runs over it. Each test
+//! another stream waits for its work, and the service runs over it. Each test
 //! prints one skip line and passes where no driver or device exists.
 
 #![cfg(feature = "cuda")]
@@ -167,23 +167,29 @@ fn running_out_of_device_memory_is_typed() {
 }
 
 #[test]
-fn a_page_used_on_another_stream_waits_for_it() {
+fn memory_used_on_another_stream_waits_for_its_work() {
     let Some(owner) = device() else { return };
     let context = CudaStorage::context(0).unwrap();
-    let mut owner = owner;
     let mut other = CudaStorage::on_context(context).unwrap();
-    let page = owner.allocate(1 << 24).unwrap();
+    let user = other
+        .stream_name()
+        .expect("a CUDA storage names its stream");
     let scratch = other.allocate(1 << 24).unwrap();
-    // Queue work on the other stream, then record its use of the page.
+    let mut manager = MemoryManager::new(owner, MemoryConfig::default());
+    let used = manager.reserve(1 << 20, PageUpdate::Allow).unwrap();
+    manager.record_use(&used, user).unwrap();
+    // Work queued on the other stream, then the last handle goes: the
+    // memory waits for that work, whether or not it is done yet.
     for _ in 0..8 {
         other.copy(&scratch, &scratch).unwrap();
     }
-    owner.record_use(page.id, other.stream()).unwrap();
-    owner.deallocate(page.id);
-    // A flush leaves it behind the other stream's event; a drain waits.
-    owner.flush();
-    owner.drain();
-    assert_eq!(owner.bytes_allocated(), 0);
+    drop(used);
+    manager.flush();
+    // An explicit cleanup waits for it and gives everything back.
+    manager.cleanup(Cleanup::Explicit);
+    assert_eq!(manager.awaiting_users(), 0);
+    assert_eq!(manager.bytes_in_use(), 0);
+    assert!(manager.memory_report().driver.events_recorded >= 1);
     other.deallocate(scratch.id);
     other.flush();
 }

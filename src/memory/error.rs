@@ -54,6 +54,15 @@ pub enum MemoryError {
         /// The allocation's size.
         size: u64,
     },
+    /// More streams recorded as users of one allocation than a manager
+    /// keeps (`MemoryManager::record_use`).
+    #[error("allocation {id} already records {max} other streams as users, the most it keeps")]
+    TooManyUsers {
+        /// The allocation.
+        id: AllocationId,
+        /// The most streams one allocation records.
+        max: usize,
+    },
     /// A failure id the manager's [`ErrorGraph`](super::ErrorGraph) never recorded.
     #[error("{0} was never recorded")]
     UnknownFailure(FailureId),

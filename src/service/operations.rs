@@ -17,6 +17,7 @@ use crate::memory::{
     Allocation, Cleanup, FailureId, HandedBack, MemoryReport, PageGuard, RelocationReason,
     RelocationReport, StreamId,
 };
+use crate::storage::UserStream;
 use std::ops::Range;
 
 /// Each entry: doc, `fn blocking / awaitable (&self, args) -> Output`, and a
@@ -129,6 +130,28 @@ operations! {
     fn failure / failure_async(&self, allocation: &Allocation, range: Range<u64>) -> Option<FailureId> {
         let allocation = self.owned(allocation)?;
         move |actor: &mut dyn ActorTurn| Ok(actor.memory().failure(&allocation, range)?)
+    }
+
+    /// How other streams name this stream's device stream when its work
+    /// uses their memory ([`record_use`](Self::record_use)): a CUDA
+    /// storage's `CUstream`; for a storage that models its device, the
+    /// stream's id.
+    fn user_stream / user_stream_async(&self) -> UserStream {
+        |actor: &mut dyn ActorTurn| {
+            let own = actor.memory().storage().stream_name();
+            Ok(own.unwrap_or(UserStream(u64::from(actor.shared().stream.0))))
+        }
+    }
+
+    /// Record that `user` (another stream of the device: another
+    /// handle's [`user_stream`](Self::user_stream), or a stream of other
+    /// code, as PyTorch's `record_stream` names it) uses `allocation`'s
+    /// bytes: they stay in place, and once its last handle goes they are
+    /// neither reused nor given back before the work `user` queued by
+    /// then is done (`docs/memory.md`, "Memory other streams use").
+    fn record_use / record_use_async(&self, allocation: &Allocation, user: UserStream) -> () {
+        let allocation = self.owned(allocation)?;
+        move |actor: &mut dyn ActorTurn| Ok(actor.memory().record_use(&allocation, user)?)
     }
 
     /// The stream's pools, usage and peaks. Its counters are published

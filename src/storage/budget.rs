@@ -6,7 +6,10 @@
 //! budget, whatever the interleaving: a grant is one CAS that checks and
 //! adds together.
 
-use super::{DeviceStorage, DriverOps, Resource, StorageError, StorageHandle, StorageId};
+use super::{
+    DeviceStorage, DriverOps, Resource, StorageError, StorageHandle, StorageId, UseFence,
+    UserStream,
+};
 use crate::sync::Arc;
 use crate::sync::atomic::{AtomicU64, Ordering};
 
@@ -223,6 +226,7 @@ impl<S: DeviceStorage> DeviceStorage for BudgetedStorage<S> {
     forward_to_inner!(inner: bytes_allocated, granule, reserve_range, unmap, driver_ops);
     forward_to_inner!(inner: bytes_in_reclaim, bytes_stranded, bytes_a_map_adds);
     forward_to_inner!(inner: whole_handles, hold_spares, bytes_spare);
+    forward_to_inner!(inner: stream_name, fence_uses, uses_done, wait_uses);
 
     fn allocate(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
         self.reserve(|_| size)?;

@@ -9,7 +9,7 @@ use super::give_back::GiveBack;
 use super::id_map::IdMap;
 use super::{
     DeviceStorage, DriverOps, HandleSize, Resource, StorageError, StorageHandle, StorageId,
-    check_range,
+    UseFence, UserStream, check_range,
 };
 use crate::saturating::SaturatingSum;
 use crate::sync::foreign::Arc;
@@ -17,6 +17,7 @@ use cudarc::driver::sys::{self, CUdeviceptr, CUevent};
 use cudarc::driver::{CudaContext, CudaStream, DriverError, result};
 
 mod reclaim;
+mod uses;
 
 /// Page starts are at least this aligned (the driver guarantees 256 bytes).
 const CUDA_ALIGNMENT: u64 = 256;
@@ -28,9 +29,6 @@ struct CudaPage {
     ptr: CUdeviceptr,
     /// Bytes.
     size: u64,
-    /// Events recorded on other streams that used the page; it is freed
-    /// only after each has completed.
-    uses: Vec<CUevent>,
 }
 
 /// Device memory on one CUDA stream.
@@ -68,6 +66,11 @@ pub struct CudaStorage {
     freed_uncounted: u64,
     /// Whether handles given back are kept as spares (`hold_spares`).
     hold_spares: bool,
+    /// Fences on the streams that used memory released since
+    /// (`fence_uses`): their events, by the fence's id.
+    uses: std::collections::HashMap<u64, Vec<CUevent>>,
+    /// The id the next use fence gets.
+    next_use: u64,
 }
 
 fn driver(err: DriverError) -> StorageError {
@@ -147,6 +150,8 @@ impl CudaStorage {
             foreign_streams: false,
             hold_spares: false,
             freed_uncounted: 0,
+            uses: std::collections::HashMap::new(),
+            next_use: 0,
         })
     }
 
@@ -178,25 +183,6 @@ impl CudaStorage {
         self.bind()?;
         let (free, total) = result::mem_get_info().map_err(driver)?;
         Ok((free as u64, total as u64))
-    }
-
-    /// Record that `other` uses the page `id` from now on (as PyTorch's
-    /// `record_stream`): the page is not freed before the work `other` has
-    /// queued so far is done.
-    pub fn record_use(&mut self, id: StorageId, other: &CudaStream) -> Result<(), StorageError> {
-        self.bind()?;
-        let page = self
-            .pages
-            .get_mut(&id)
-            .ok_or(StorageError::UnknownPage(id))?;
-        let event =
-            result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).map_err(driver)?;
-        // SAFETY: `event` was just created and `other` is a live stream of
-        // this context.
-        unsafe { result::event::record(event, other.cu_stream()) }.map_err(driver)?;
-        page.uses.push(event);
-        self.ops.event_recorded();
-        Ok(())
     }
 
     /// Wait for everything queued on this storage's stream.
@@ -273,14 +259,7 @@ impl DeviceStorage for CudaStorage {
         let id = self.new_id();
         self.bytes = self.bytes.saturating_add(size);
         self.ops.page_allocated(size);
-        self.pages.insert(
-            id,
-            CudaPage {
-                ptr,
-                size,
-                uses: Vec::new(),
-            },
-        );
+        self.pages.insert(id, CudaPage { ptr, size });
         Ok(StorageHandle::whole(id, size))
     }
 
@@ -480,6 +459,22 @@ impl DeviceStorage for CudaStorage {
     fn driver_ops(&self) -> DriverOps {
         self.ops
     }
+
+    fn stream_name(&self) -> Option<UserStream> {
+        Some(UserStream(self.stream.cu_stream() as u64))
+    }
+
+    fn fence_uses(&mut self, users: &[UserStream]) -> Result<UseFence, StorageError> {
+        self.record_uses(users)
+    }
+
+    fn uses_done(&mut self, fence: UseFence) -> bool {
+        self.uses_passed(fence)
+    }
+
+    fn wait_uses(&mut self, fence: UseFence) {
+        self.wait_for_uses(fence);
+    }
 }
 
 impl Drop for CudaStorage {
@@ -489,6 +484,7 @@ impl Drop for CudaStorage {
         }
         self.wait_all();
         let _ = self.stream.synchronize();
+        self.forget_uses();
         for (_, page) in std::mem::take(&mut self.pages) {
             self.free_page(page);
         }

@@ -1,15 +1,14 @@
 //! What says a CUDA stream's work before a batch of give-backs is done:
-//! the events a `CudaStorage` records at its flush and those other streams
-//! recorded as users (`docs/memory.md`, "Memory goes back in stream
-//! order").
+//! the event a `CudaStorage` records at its flush (`docs/memory.md`,
+//! "Memory goes back in stream order"). Memory other streams used waits
+//! for their fences in the manager before it is given back (`uses.rs`).
 
 use super::DriverOps;
 use cudarc::driver::result;
 use cudarc::driver::sys::CUevent;
 
 /// What says the work that may touch a batch of give-backs is done: an
-/// event recorded on the storage's stream at the flush that sealed it, and
-/// the events other streams recorded as users of its pages (`record_use`).
+/// event recorded on the storage's stream at the flush that sealed it.
 #[derive(Debug)]
 pub(super) struct CudaFence {
     /// Its own stream's event first.
@@ -24,7 +23,7 @@ impl CudaFence {
             if at > 0 {
                 ops.event_queried();
             }
-            // SAFETY: recorded by `flush` or `record_use`, destroyed only
+            // SAFETY: recorded by `flush`, destroyed only
             // in `destroy`.
             unsafe { result::event::query(event) }.is_ok()
         })

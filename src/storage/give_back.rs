@@ -87,12 +87,6 @@ impl<F> GiveBack<F> {
         !(self.frees.is_empty() && self.unmaps.is_empty())
     }
 
-    /// The pages and ranges queued to be freed, not yet sealed.
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub(crate) fn queued_frees(&self) -> &[StorageId] {
-        &self.frees
-    }
-
     /// Every page and range given back and not yet gone, queued or in
     /// flight.
     pub(crate) fn frees(&self) -> impl Iterator<Item = &StorageId> {
@@ -232,6 +226,14 @@ impl LagClock {
         self.flushes = self.flushes.saturating_add(1);
         Lag {
             due: self.flushes.saturating_add(self.lag),
+        }
+    }
+
+    /// The fence of work queued now, recorded without a flush: due with
+    /// the batch the next flush seals.
+    pub(crate) fn next_due(&self) -> Lag {
+        Lag {
+            due: self.flushes.saturating_add(1).saturating_add(self.lag),
         }
     }
 

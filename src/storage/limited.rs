@@ -1,7 +1,10 @@
 //! A storage wrapper with a capacity and injected faults, for tests: it makes
 //! "the device is full" and "the driver failed here" reproducible.
 
-use super::{DeviceStorage, DriverOps, Resource, StorageError, StorageHandle, StorageId};
+use super::{
+    DeviceStorage, DriverOps, Resource, StorageError, StorageHandle, StorageId, UseFence,
+    UserStream,
+};
 
 /// Which operations a [`LimitedStorage`] fails on purpose. Counts are
 /// 1-based over the storage's life: `fail_allocation(3)` fails the third
@@ -98,6 +101,7 @@ impl<S: DeviceStorage> DeviceStorage for LimitedStorage<S> {
     forward_to_inner!(inner: shares_a_budget, driver_ops, drain, bytes_in_reclaim, bytes_a_map_adds);
     forward_to_inner!(inner: bytes_stranded, whole_handles);
     forward_to_inner!(inner: hold_spares, release_spares, bytes_spare);
+    forward_to_inner!(inner: stream_name, fence_uses, uses_done, wait_uses);
 
     fn allocate(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
         self.admit(size)?;

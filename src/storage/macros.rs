@@ -51,6 +51,26 @@ macro_rules! forward_to_inner {
             self.$inner.bytes_spare()
         }
     };
+    (@one $inner:ident stream_name) => {
+        fn stream_name(&self) -> Option<UserStream> {
+            self.$inner.stream_name()
+        }
+    };
+    (@one $inner:ident fence_uses) => {
+        fn fence_uses(&mut self, users: &[UserStream]) -> Result<UseFence, StorageError> {
+            self.$inner.fence_uses(users)
+        }
+    };
+    (@one $inner:ident uses_done) => {
+        fn uses_done(&mut self, fence: UseFence) -> bool {
+            self.$inner.uses_done(fence)
+        }
+    };
+    (@one $inner:ident wait_uses) => {
+        fn wait_uses(&mut self, fence: UseFence) {
+            self.$inner.wait_uses(fence)
+        }
+    };
     (@one $inner:ident release_spares) => {
         fn release_spares(&mut self) {
             self.$inner.release_spares()

@@ -27,6 +27,7 @@ mod host;
 mod id_map;
 mod limited;
 mod stage;
+mod uses;
 mod virtual_storage;
 
 pub use budget::{BudgetedStorage, DeviceBudget};
@@ -46,6 +47,7 @@ pub use host::HOST_GRANULE;
 pub use host::HostStorage;
 pub use limited::{FaultPlan, LimitedStorage};
 pub use stage::StagedMove;
+pub use uses::{UseFence, UserStream};
 pub use virtual_storage::{DEFAULT_GRANULE, MapChurn, VirtualStorage};
 
 use std::fmt;
@@ -389,6 +391,42 @@ pub trait DeviceStorage: Send {
     fn driver_ops(&self) -> DriverOps {
         DriverOps::default()
     }
+
+    /// The stream this storage orders its work on, as other storages of
+    /// the device name it when its work uses their memory
+    /// ([`fence_uses`](Self::fence_uses)); `None` where it has none of its
+    /// own (a storage that models its device takes any [`UserStream`]).
+    fn stream_name(&self) -> Option<UserStream> {
+        None
+    }
+
+    /// Record a fence on the work each of `users` (streams other than
+    /// this storage's own, which used memory of it) has queued so far: an
+    /// event on each, never a wait. Memory released under it must not be
+    /// reused or given back before it passed (`uses.rs`). The default: a
+    /// fence passed at once (a storage whose work is done as it is asked).
+    ///
+    /// # Errors
+    /// The driver could not record an event; nothing was recorded.
+    fn fence_uses(&mut self, users: &[UserStream]) -> Result<UseFence, StorageError> {
+        let _ = users;
+        Ok(UseFence::PASSED)
+    }
+
+    /// Whether the work `fence` stands for is done: asked, never waited
+    /// for. Once it answers `true` the storage forgets the fence (and
+    /// answers `true` for it again).
+    fn uses_done(&mut self, fence: UseFence) -> bool {
+        let _ = fence;
+        true
+    }
+
+    /// Wait until the work `fence` stands for is done, and forget it:
+    /// only for the last try before running out of memory, an explicit
+    /// cleanup and the end of a stream.
+    fn wait_uses(&mut self, fence: UseFence) {
+        let _ = fence;
+    }
 }
 
 impl<S: DeviceStorage + ?Sized> DeviceStorage for Box<S> {
@@ -466,6 +504,18 @@ impl<S: DeviceStorage + ?Sized> DeviceStorage for Box<S> {
     }
     fn driver_ops(&self) -> DriverOps {
         (**self).driver_ops()
+    }
+    fn stream_name(&self) -> Option<UserStream> {
+        (**self).stream_name()
+    }
+    fn fence_uses(&mut self, users: &[UserStream]) -> Result<UseFence, StorageError> {
+        (**self).fence_uses(users)
+    }
+    fn uses_done(&mut self, fence: UseFence) -> bool {
+        (**self).uses_done(fence)
+    }
+    fn wait_uses(&mut self, fence: UseFence) {
+        (**self).wait_uses(fence)
     }
 }
 

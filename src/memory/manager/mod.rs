@@ -29,6 +29,9 @@ mod reserve;
 pub(crate) mod retire;
 mod spares;
 mod taint;
+mod uses;
+
+pub use uses::MAX_USER_STREAMS;
 
 /// Index of the persistent pool in `pools`.
 pub(crate) const PERSISTENT: usize = 0;
@@ -111,6 +114,9 @@ pub struct MemoryManager<S> {
     spare_cells: Vec<(Arc<AllocationCell>, Option<Arc<AllocationCell>>)>,
     /// Whether the owner holds spare handles (`spares.rs`).
     holding_spares: bool,
+    /// Allocations released while other streams used them, waiting for
+    /// those streams' work (`uses.rs`).
+    awaiting_users: Vec<SlotKey>,
 }
 
 /// At most this many spare cells are kept.
@@ -199,6 +205,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
             deferred_frees: Vec::new(),
             spare_cells: Vec::new(),
             holding_spares: false,
+            awaiting_users: Vec::new(),
         }
     }
 
@@ -383,6 +390,9 @@ impl<S: DeviceStorage> MemoryManager<S> {
             }
             return;
         }
+        if live.users.is_some() && self.hold_for_users(key) {
+            return;
+        }
         let live = self.slots.free(key.slot()).expect("located above");
         self.in_use -= live.size;
 
@@ -440,6 +450,12 @@ impl<S: DeviceStorage> MemoryManager<S> {
         if cleanup == Cleanup::Explicit && self.log >= MemoryLogLevel::Basic {
             tracing::debug!(manager = %self.name, "explicit cleanup");
         }
+        match cleanup {
+            Cleanup::Periodic => self.poll_users(),
+            Cleanup::Explicit => {
+                self.wait_users();
+            }
+        }
         self.cleanup_pools(cleanup);
         if cleanup == Cleanup::Explicit {
             self.storage.drain();
@@ -451,6 +467,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// reservation, a settle or another stream's round.
     pub(crate) fn give_back_free(&mut self) {
         self.process_releases();
+        self.poll_users();
         self.cleanup_pools(Cleanup::Explicit);
     }
 
@@ -459,6 +476,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// sit unused go back although no reservation drives the clock.
     pub(crate) fn cleanup_idle(&mut self) {
         self.process_releases();
+        self.poll_users();
         self.serial = self.serial.saturating_add(self.longest_period());
         self.sweep_pools(Sweep::Idle {
             serial: self.serial,
@@ -504,12 +522,22 @@ impl<S: DeviceStorage> MemoryManager<S> {
 
     /// Let queued deallocations go in stream order (no wait), and give
     /// the driver what earlier ones left behind fences that have passed.
+    /// Allocations released while other streams used them are freed
+    /// here once those streams' work is done (asked, never waited for).
     pub fn flush(&mut self) {
+        self.process_releases();
+        self.poll_users();
         self.storage.flush();
     }
 
     /// Wait for the stream, and give the driver everything given back.
+    /// What waited for other streams' work (`record_use`) is waited for
+    /// too, and the memory it frees given back.
     pub fn drain(&mut self) {
+        self.process_releases();
+        if self.wait_users() {
+            self.cleanup_pools(Cleanup::Explicit);
+        }
         self.storage.drain();
     }
 

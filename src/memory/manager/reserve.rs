@@ -148,6 +148,9 @@ impl<S: DeviceStorage> MemoryManager<S> {
         caches: Caches,
     ) -> Result<Option<Allocation>, MemoryError> {
         self.process_releases();
+        // Memory other streams were using may be free by now (asked, as
+        // PyTorch asks its events at each allocation; free when none wait).
+        self.poll_users();
         if update == PageUpdate::Allow {
             self.cleanup_pools(Cleanup::Periodic);
         }
@@ -342,6 +345,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
                 cell: kept,
                 taint: TaintRanges::default(),
                 retired: Vec::new(),
+                users: None,
             },
         );
         self.in_use += size;

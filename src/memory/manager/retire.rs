@@ -46,6 +46,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// an error), and the storage holds nothing once flushed.
     pub(crate) fn release_everything(&mut self) {
         self.process_releases();
+        self.wait_every_user();
         let meter = self.meter().cloned();
         self.slots.free_all_but(
             |_| false,
@@ -68,6 +69,7 @@ impl<S: DeviceStorage + 'static> MemoryManager<S> {
     /// from now on); pinned ones keep their bytes and their pages.
     pub(crate) fn release_unpinned(&mut self) {
         self.process_releases();
+        self.wait_every_user();
         if self.pinned_count() == 0 {
             return self.release_everything();
         }

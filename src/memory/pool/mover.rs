@@ -62,13 +62,15 @@ pub(crate) struct Moving {
 
 impl Mover<'_> {
     /// Whether the allocation in a slot may move now: not pinned, not even
-    /// through a cell it was bound away from (`Live::is_pinned` asks both).
+    /// through a cell it was bound away from, and not used by other
+    /// streams (`Live::stays_put` asks all three).
     pub(crate) fn movable(&self) -> impl Fn(u32) -> bool + '_ {
-        |slot| self.slots.get(slot).is_some_and(|live| !live.is_pinned())
+        |slot| self.slots.get(slot).is_some_and(|live| !live.stays_put())
     }
 
     /// Claim the allocation of `slot` for a move; `None` when a client
-    /// holds a pin on it. The claim ends when the [`Claim`] drops.
+    /// holds a pin on it or other streams use it. The claim ends when the
+    /// [`Claim`] drops.
     pub(crate) fn claim(&self, slot: u32) -> Option<Claim> {
         let live = self
             .slots
@@ -76,7 +78,8 @@ impl Mover<'_> {
             .expect("a carved block has a live slot");
         // A pin through a cell it was bound away from holds it too (no
         // client can pin those afresh: their address is unpublished).
-        if live.pinned_through_retired() {
+        // Other streams' work may read it where it is (`record_use`).
+        if live.pinned_through_retired() || live.users.is_some() {
             return None;
         }
         let cell = live.cell.clone();

@@ -4,7 +4,9 @@
 mod key;
 mod pin;
 mod table;
+mod users;
 
 pub(crate) use key::SlotKey;
 pub(crate) use pin::{PinWord, Unpinned};
 pub(crate) use table::{Live, SlotTable};
+pub(crate) use users::Users;

@@ -4,8 +4,9 @@
 //! generation and is refused, never shown another allocation's bytes
 //! (sharded-slab's scheme). Freed slots are reused, newest first.
 //!
-//! The table also answers the one question every path that frees or moves
-//! bytes must ask: is this allocation pinned ([`Live::is_pinned`])?
+//! The table also answers the questions every path that frees or moves
+//! bytes must ask: is this allocation pinned ([`Live::is_pinned`]), and
+//! may it move ([`Live::stays_put`])?
 
 use super::SlotKey;
 use crate::memory::handle::AllocationCell;
@@ -33,6 +34,8 @@ pub(crate) struct Live {
     /// Cells this allocation was bound away from (`bind`) while pinned
     /// through them: those pins keep the bytes in place too. Usually empty.
     pub(crate) retired: Vec<Arc<AllocationCell>>,
+    /// Other streams that use it (`record_use`). Usually `None`.
+    pub(crate) users: Option<Box<super::Users>>,
 }
 
 impl Live {
@@ -41,6 +44,13 @@ impl Live {
     /// pinned" test (the `MOVING` bit is not a pin).
     pub(crate) fn is_pinned(&self) -> bool {
         is_pinned(&self.cell) || self.pinned_through_retired()
+    }
+
+    /// Whether its bytes must stay where they are: a pin holds them, or
+    /// other streams use them (their work may read them where they are).
+    /// What every path that moves bytes asks.
+    pub(crate) fn stays_put(&self) -> bool {
+        self.is_pinned() || self.users.is_some()
     }
 
     /// Whether only pins through retired cells hold it (the last of those

@@ -1,5 +1,5 @@
 //! How a CUDA storage gives memory back: what is queued is sealed behind
-//! an event on its stream (and the events of the streams that used it),
+//! an event on its stream,
 //! and reclaimed once the fence has passed, or waited for where memory ran
 //! short or the storage drains.
 //!
@@ -12,8 +12,7 @@ use cudarc::driver::sys;
 
 impl CudaStorage {
     /// Seal what is queued behind a fence: an event recorded on the
-    /// stream now, with the events other streams recorded as users of its
-    /// pages. `false` where no event could be recorded (the caller waits).
+    /// stream now. `false` where no event could be recorded (the caller waits).
     pub(super) fn seal(&mut self) -> bool {
         let Ok(event) = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING) else {
             return false;
@@ -24,13 +23,12 @@ impl CudaStorage {
             let _ = unsafe { result::event::destroy(event) };
             return false;
         }
-        let mut events = vec![event];
-        for id in self.give_back.queued_frees() {
-            if let Some(page) = self.pages.get_mut(id) {
-                events.append(&mut page.uses);
-            }
-        }
-        self.give_back.seal(&mut self.ops, CudaFence { events });
+        self.give_back.seal(
+            &mut self.ops,
+            CudaFence {
+                events: vec![event],
+            },
+        );
         true
     }
 
@@ -103,17 +101,9 @@ impl CudaStorage {
         true
     }
 
-    /// Free a page once every stream that used it is done with it.
+    /// Free a page (its stream's work on it is done; the manager kept
+    /// memory other streams used until their fences passed).
     pub(super) fn free_page(&mut self, page: CudaPage) {
-        for event in page.uses {
-            self.ops.event_waited();
-            // SAFETY: each event was created and recorded by `record_use`
-            // and is destroyed once, here.
-            unsafe {
-                let _ = result::event::synchronize(event);
-                let _ = result::event::destroy(event);
-            }
-        }
         // SAFETY: `ptr` came from `malloc_sync` and is freed once; the
         // stream's work before its give-back is done (its fence passed,
         // or the stream was waited for).

@@ -5,7 +5,7 @@ use super::give_back::{Batch, GiveBack, Lag, LagClock};
 use super::id_map::IdMap;
 use super::{
     DeviceStorage, DriverOps, HandleSize, Resource, StorageError, StorageHandle, StorageId,
-    check_range,
+    UseFence, UserStream, check_range, uses,
 };
 use crate::saturating::SaturatingSum;
 use std::alloc::{Layout, alloc_zeroed, dealloc};
@@ -341,6 +341,18 @@ impl DeviceStorage for HostStorage {
 
     fn driver_ops(&self) -> DriverOps {
         self.ops
+    }
+
+    fn fence_uses(&mut self, users: &[UserStream]) -> Result<UseFence, StorageError> {
+        Ok(uses::fence_lagged(&self.clock, users, &mut self.ops))
+    }
+
+    fn uses_done(&mut self, fence: UseFence) -> bool {
+        uses::done_lagged(&self.clock, fence, &mut self.ops)
+    }
+
+    fn wait_uses(&mut self, fence: UseFence) {
+        uses::wait_lagged(&self.clock, fence, &mut self.ops);
     }
 
     #[cfg(unix)]

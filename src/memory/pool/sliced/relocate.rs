@@ -66,7 +66,7 @@ impl SlicedPool {
                 mover
                     .slots
                     .get(slot)
-                    .is_some_and(crate::memory::slot::Live::is_pinned)
+                    .is_some_and(crate::memory::slot::Live::stays_put)
             });
             if pinned {
                 continue;

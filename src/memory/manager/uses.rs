@@ -1,0 +1,169 @@
+//! Allocations other streams use (PyTorch's `record_stream`): once the
+//! last handle of one goes, its memory waits, in place and unmovable, for
+//! the work those streams had queued by then, before a reservation may
+//! take it or a cleanup give it back. The wait is a fence the storage
+//! records on the user streams (`storage/uses.rs`): asked at each
+//! reservation and cleanup point, waited for only by explicit cleanup,
+//! the last try before running out of memory and the end of the stream.
+//!
+//! `docs/memory.md`, "Memory other streams use".
+
+use super::MemoryManager;
+use crate::memory::error::MemoryError;
+use crate::memory::handle::Allocation;
+use crate::memory::slot::{SlotKey, Users};
+use crate::storage::{DeviceStorage, UserStream};
+
+/// The most streams one allocation records as users: past it a caller
+/// is told (a bounded list per allocation, whatever a caller sends).
+pub const MAX_USER_STREAMS: usize = 64;
+
+impl<S: DeviceStorage> MemoryManager<S> {
+    /// Record that `user`, a stream of the device other than this
+    /// manager's, uses `allocation`'s bytes from now on (PyTorch's
+    /// `record_stream`). The allocation stays where it is from now on
+    /// (relocation passes it by), and once its last handle goes its
+    /// memory is neither reused nor given back until the work `user` had
+    /// queued by then is done. The manager's own stream needs no record
+    /// (its work runs in order); recording a stream twice changes nothing.
+    ///
+    /// # Errors
+    /// The handle's errors (uninitialized, foreign, stale), and
+    /// [`MemoryError::TooManyUsers`] past [`MAX_USER_STREAMS`] streams.
+    pub fn record_use(
+        &mut self,
+        allocation: &Allocation,
+        user: UserStream,
+    ) -> Result<(), MemoryError> {
+        self.process_releases();
+        let own = self.storage.stream_name();
+        let live = self.live_mut(allocation)?;
+        if own == Some(user) {
+            return Ok(());
+        }
+        let users = live.users.get_or_insert_with(Box::default);
+        if users.streams.contains(&user) {
+            return Ok(());
+        }
+        if users.streams.len() >= MAX_USER_STREAMS {
+            return Err(MemoryError::TooManyUsers {
+                id: allocation.id().expect("located above"),
+                max: MAX_USER_STREAMS,
+            });
+        }
+        users.streams.push(user);
+        Ok(())
+    }
+
+    /// Allocations whose last handle went and that wait for other
+    /// streams' work.
+    pub fn awaiting_users(&self) -> usize {
+        self.awaiting_users.len()
+    }
+
+    /// The last handle of the allocation `key` names went (no pin holds
+    /// it): if other streams use it, record the fence on their work and
+    /// keep it; `true` when kept (the caller frees nothing).
+    pub(super) fn hold_for_users(&mut self, key: SlotKey) -> bool {
+        let Some(users) = (self.slots.get_mut(key.slot())).and_then(|live| live.users.as_mut())
+        else {
+            return false;
+        };
+        if users.released {
+            return true;
+        }
+        users.released = true;
+        // A fence the storage cannot record now is tried again at the
+        // next poll; the memory waits meanwhile.
+        users.fence = self.storage.fence_uses(&users.streams).ok();
+        self.awaiting_users.push(key);
+        true
+    }
+
+    /// Free what waited for other streams and need not any more: each
+    /// fence asked, none waited for. What each reservation and cleanup
+    /// point runs (nothing to do on the common path: none waits).
+    #[inline]
+    pub(crate) fn poll_users(&mut self) {
+        if !self.awaiting_users.is_empty() {
+            self.settle_users(false);
+        }
+    }
+
+    /// Wait for every allocation released while other streams used it,
+    /// and free it; `true` when any was freed (a cleanup then gives its
+    /// memory back).
+    pub(crate) fn wait_users(&mut self) -> bool {
+        self.settle_users(true)
+    }
+
+    /// Free the awaiting allocations whose fences passed (`wait`: after
+    /// waiting for each); whether any was freed.
+    fn settle_users(&mut self, wait: bool) -> bool {
+        if self.awaiting_users.is_empty() {
+            return false;
+        }
+        let mut freed = false;
+        for key in std::mem::take(&mut self.awaiting_users) {
+            let done = match self.fence_of(key) {
+                // Freed since (the stream's end): nothing waits any more.
+                None => continue,
+                Some(fence) => self.users_done(fence, wait),
+            };
+            if done {
+                if let Some(live) = self.slots.get_mut(key.slot()) {
+                    live.users = None;
+                }
+                self.free_slot(key, None);
+                freed = true;
+            } else {
+                self.awaiting_users.push(key);
+            }
+        }
+        freed
+    }
+
+    /// The users of the released allocation `key` names, their fence
+    /// recorded if it was not yet (`None`: the key is stale).
+    fn fence_of(&mut self, key: SlotKey) -> Option<Option<crate::storage::UseFence>> {
+        self.slots.locate(key)?;
+        let users: &mut Users = self.slots.get_mut(key.slot())?.users.as_mut()?;
+        if users.fence.is_none() {
+            users.fence = self.storage.fence_uses(&users.streams).ok();
+        }
+        Some(users.fence)
+    }
+
+    /// Whether the work behind `fence` is done (`wait`: waited for first);
+    /// a fence never recorded is done only when waited for, and only by
+    /// the end of the stream, which frees everything anyway.
+    fn users_done(&mut self, fence: Option<crate::storage::UseFence>, wait: bool) -> bool {
+        match fence {
+            Some(fence) if wait => {
+                self.storage.wait_uses(fence);
+                true
+            }
+            Some(fence) => self.storage.uses_done(fence),
+            None => false,
+        }
+    }
+
+    /// The end of the stream: wait for the users of every allocation
+    /// other streams use, released or not (their handles go stale with
+    /// the stream, and their memory goes back).
+    pub(super) fn wait_every_user(&mut self) {
+        let used: Vec<SlotKey> = (self.slots.iter())
+            .filter(|(_, live)| live.users.is_some())
+            .map(|(slot, _)| self.slots.key(slot))
+            .collect();
+        for key in used {
+            if let Some(Some(fence)) = self.fence_of(key) {
+                self.storage.wait_uses(fence);
+            }
+            if let Some(live) = self.slots.get_mut(key.slot()) {
+                live.users = None;
+            }
+        }
+        self.awaiting_users.clear();
+    }
+}

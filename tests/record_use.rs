@@ -1,0 +1,295 @@
+//! Memory other streams use (`record_use`, PyTorch's `record_stream`):
+//! released, it stays where it is, mapped and unreused, until the work
+//! those streams queued by then is done; asked at cleanup points, waited
+//! for only by explicit cleanup and the end of a stream. On host memory,
+//! whose modeled device runs `lag` flushes behind, so the deferred path
+//! runs on every machine the same way.
+
+mod common;
+
+use common::{Lcg, MIB};
+use proptest::prelude::*;
+use streamalloc::memory::{
+    Allocation, Cleanup, MAX_USER_STREAMS, MemoryConfig, MemoryError, MemoryManager, PageUpdate,
+    RelocationReason, StreamId,
+};
+use streamalloc::service::{ServiceConfig, ServiceError, Supervisor};
+use streamalloc::storage::{DeviceStorage, HostStorage, StorageHandle, UserStream};
+
+const OTHER: UserStream = UserStream(7);
+
+fn manager(lag: u64) -> MemoryManager<HostStorage> {
+    MemoryManager::new(
+        HostStorage::new().with_reclaim_lag(lag),
+        MemoryConfig::default(),
+    )
+}
+
+/// Reserve `size` bytes filled with `byte`.
+fn filled(memory: &mut MemoryManager<HostStorage>, size: u64, byte: u8) -> Allocation {
+    let allocation = memory.reserve(size, PageUpdate::Allow).unwrap();
+    memory
+        .write(&allocation, 0, &vec![byte; size as usize])
+        .unwrap();
+    allocation
+}
+
+/// Whether `handle`'s bytes, read from the storage itself, are all `byte`.
+fn holds(memory: &mut MemoryManager<HostStorage>, handle: &StorageHandle, byte: u8) -> bool {
+    let mut back = vec![0; handle.size as usize];
+    memory.storage().read(handle, &mut back).is_ok() && back.iter().all(|&b| b == byte)
+}
+
+/// Reserve, record a use (or not), drop, and reserve the same size again:
+/// where the second reservation lands, and where the first was.
+fn reserve_after_release(
+    record: bool,
+) -> (StorageHandle, StorageHandle, MemoryManager<HostStorage>) {
+    let mut memory = manager(2);
+    let used = filled(&mut memory, MIB, 0xA5);
+    let handle = memory.get_storage(&used).unwrap();
+    if record {
+        memory.record_use(&used, OTHER).unwrap();
+    }
+    drop(used);
+    memory.flush();
+    let next = filled(&mut memory, MIB, 0x11);
+    let next_handle = memory.get_storage(&next).unwrap();
+    std::mem::forget(next);
+    (handle, next_handle, memory)
+}
+
+#[test]
+fn memory_released_while_another_stream_uses_it_waits_for_that_work() {
+    // Without a recorded use, the next reservation takes the same bytes.
+    let (first, second, _) = reserve_after_release(false);
+    assert_eq!((first.id, first.offset), (second.id, second.offset));
+
+    let (first, second, mut memory) = reserve_after_release(true);
+    assert_ne!(
+        (first.id, first.offset),
+        (second.id, second.offset),
+        "memory another stream may still read is not reused"
+    );
+    assert_eq!(memory.awaiting_users(), 1);
+    assert_eq!(memory.bytes_in_use(), 2 * MIB, "it still counts as used");
+    // Compaction and a periodic cleanup leave it where it is, mapped.
+    let _ = memory.relocate(RelocationReason::Compaction);
+    memory.cleanup(Cleanup::Periodic);
+    assert!(holds(&mut memory, &first, 0xA5));
+    let waits = memory.storage().driver_ops().stream_waits;
+    // Its fence passes two flushes behind the one that recorded it.
+    for _ in 0..3 {
+        memory.flush();
+    }
+    assert_eq!(memory.awaiting_users(), 0);
+    assert_eq!(memory.bytes_in_use(), MIB);
+    let ops = memory.storage().driver_ops();
+    assert_eq!(ops.stream_waits, waits, "asked, never waited for");
+    assert!(ops.events_recorded >= 1 && ops.events_queried >= 1);
+}
+
+#[test]
+fn explicit_cleanup_waits_for_the_users_and_gives_the_memory_back() {
+    let mut memory = manager(1_000);
+    let used = filled(&mut memory, 3 * MIB, 1);
+    memory.record_use(&used, OTHER).unwrap();
+    memory.record_use(&used, UserStream(8)).unwrap();
+    memory.record_use(&used, OTHER).unwrap();
+    drop(used);
+    memory.flush();
+    memory.cleanup(Cleanup::Periodic);
+    assert_eq!(memory.awaiting_users(), 1, "a thousand flushes from done");
+    let waits = memory.storage().driver_ops().stream_waits;
+    memory.cleanup(Cleanup::Explicit);
+    assert_eq!(memory.awaiting_users(), 0);
+    assert_eq!(memory.bytes_in_use(), 0);
+    assert_eq!(memory.bytes_allocated(), 0, "everything went back");
+    // Two user streams, recorded once each: two events waited for.
+    assert_eq!(memory.storage().driver_ops().stream_waits, waits + 2 + 1);
+}
+
+#[test]
+fn an_allocation_other_streams_use_stays_put() {
+    let moved = |record: bool| {
+        let mut memory = manager(0);
+        let holes: Vec<_> = (0..6u8).map(|i| filled(&mut memory, MIB, i)).collect();
+        let kept = filled(&mut memory, MIB, 0xEE);
+        let before = memory.get_storage(&kept).unwrap();
+        if record {
+            memory.record_use(&kept, OTHER).unwrap();
+        }
+        drop(holes);
+        let _ = memory.relocate(RelocationReason::Compaction);
+        let after = memory.get_storage(&kept).unwrap();
+        assert!(holds(&mut memory, &after, 0xEE));
+        (before.id, before.offset) != (after.id, after.offset)
+    };
+    assert!(moved(false), "compaction moves it when no stream uses it");
+    assert!(!moved(true), "and leaves it in place when one does");
+}
+
+#[test]
+fn a_bad_record_is_a_typed_error() {
+    let mut memory = manager(0);
+    let mut other = manager(0);
+    let used = memory.reserve(4096, PageUpdate::Allow).unwrap();
+    let foreign = other.reserve(4096, PageUpdate::Allow).unwrap();
+    assert!(matches!(
+        memory.record_use(&foreign, OTHER),
+        Err(MemoryError::Foreign(_))
+    ));
+    let unbound = memory.unbound();
+    assert!(matches!(
+        memory.record_use(&unbound, OTHER),
+        Err(MemoryError::Uninitialized)
+    ));
+    for stream in 0..MAX_USER_STREAMS as u64 {
+        memory.record_use(&used, UserStream(stream)).unwrap();
+    }
+    // Recorded already: nothing new.
+    memory.record_use(&used, UserStream(0)).unwrap();
+    let past = memory.record_use(&used, UserStream(u64::MAX));
+    assert!(
+        matches!(past, Err(MemoryError::TooManyUsers { max, .. }) if max == MAX_USER_STREAMS),
+        "{past:?}"
+    );
+    assert!(past.unwrap_err().to_string().contains("other streams"));
+    // Bound to another handle: every clone of the old one is stale.
+    let stale = used.clone();
+    let bound = memory.unbound();
+    memory.bind(used, &bound, 0).unwrap();
+    assert!(matches!(
+        memory.record_use(&stale, OTHER),
+        Err(MemoryError::Stale(_))
+    ));
+}
+
+#[test]
+fn through_the_service_one_stream_records_anothers_use() {
+    let supervisor = Supervisor::new(
+        ServiceConfig::default(),
+        Box::new(|_| {
+            Ok(Box::new(HostStorage::new().with_reclaim_lag(1_000)) as Box<dyn DeviceStorage>)
+        }),
+    );
+    let owner = supervisor.stream(StreamId(0)).unwrap();
+    let reader = supervisor.stream(StreamId(1)).unwrap();
+    let user = reader.user_stream().unwrap();
+    assert_eq!(user, UserStream(1), "a modeled device names it by its id");
+    let used = owner.reserve(2 * MIB).unwrap();
+    owner.write(&used, 0, &[9; 64]).unwrap();
+    owner.record_use(&used, user).unwrap();
+    // Another stream's handle is refused as foreign.
+    let theirs = reader.reserve(4096).unwrap();
+    assert!(matches!(
+        owner.record_use(&theirs, user),
+        Err(ServiceError::WrongStream { .. })
+    ));
+    drop(used);
+    owner.cleanup(Cleanup::Periodic).unwrap();
+    assert_eq!(owner.report().unwrap().usage().bytes_in_use, 2 * MIB);
+    owner.cleanup(Cleanup::Explicit).unwrap();
+    assert_eq!(owner.report().unwrap().usage().bytes_in_use, 0);
+    // A use recorded on memory still held when the stream ends: the end
+    // waits for it, and nothing hangs.
+    let held = owner.reserve(MIB).unwrap();
+    owner.record_use(&held, user).unwrap();
+    supervisor.shutdown();
+    drop(held);
+}
+
+/// One step of a stream whose memory other streams use.
+#[derive(Debug, Clone)]
+enum Step {
+    Reserve(u64),
+    Record(usize, u64),
+    Drop(usize),
+    Flush,
+    Compact,
+    Periodic,
+    Explicit,
+}
+
+/// A lag no sequence of steps reaches: the users' work is never done
+/// unless waited for.
+const NEVER: u64 = 1 << 40;
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        4 => (1u64..1_500_000).prop_map(Step::Reserve),
+        2 => (any::<usize>(), 0u64..3).prop_map(|(at, user)| Step::Record(at, user)),
+        3 => any::<usize>().prop_map(Step::Drop),
+        2 => Just(Step::Flush),
+        1 => Just(Step::Compact),
+        1 => Just(Step::Periodic),
+        1 => Just(Step::Explicit),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// However reservations, records, releases, compactions and cleanups
+    /// interleave, memory released while other streams used it keeps its
+    /// bytes (mapped, unmoved, unreused) until its fence passed, and the
+    /// live allocations keep theirs. A modeled device's fences pass in
+    /// the order they were recorded, so the ones still awaited are the
+    /// last ones recorded; on a device that never catches up, all of them
+    /// until an explicit cleanup waits.
+    #[test]
+    fn released_memory_in_use_elsewhere_is_never_touched(
+        lag in prop_oneof![0u64..4, Just(NEVER)],
+        steps in proptest::collection::vec(step(), 1..60),
+    ) {
+        let mut memory = manager(lag);
+        let mut live: Vec<(Allocation, u8, bool)> = Vec::new();
+        let mut awaited: Vec<(StorageHandle, u8)> = Vec::new();
+        let mut byte = Lcg(lag + 1);
+        for step in steps {
+            match step.clone() {
+                Step::Reserve(size) => {
+                    let fill = (byte.next() % 250) as u8 + 1;
+                    live.push((filled(&mut memory, size, fill), fill, false));
+                }
+                Step::Record(at, user) if !live.is_empty() => {
+                    let at = at % live.len();
+                    memory.record_use(&live[at].0, UserStream(100 + user)).unwrap();
+                    live[at].2 = true;
+                }
+                Step::Drop(at) if !live.is_empty() => {
+                    let (allocation, fill, recorded) = live.swap_remove(at % live.len());
+                    if recorded {
+                        awaited.push((memory.get_storage(&allocation).unwrap(), fill));
+                    }
+                    drop(allocation);
+                    // The release lands at the manager's next call.
+                    memory.process_releases();
+                }
+                Step::Flush => memory.flush(),
+                Step::Compact => { let _ = memory.relocate(RelocationReason::Compaction); }
+                Step::Periodic => memory.cleanup(Cleanup::Periodic),
+                Step::Explicit => memory.cleanup(Cleanup::Explicit),
+                _ => {}
+            }
+            let waiting = memory.awaiting_users();
+            if lag == NEVER {
+                if matches!(step, Step::Explicit) {
+                    awaited.clear();
+                }
+                prop_assert_eq!(waiting, awaited.len());
+            }
+            prop_assert!(waiting <= awaited.len());
+            awaited.drain(..awaited.len() - waiting);
+            for (handle, fill) in &awaited {
+                prop_assert!(holds(&mut memory, handle, *fill), "released in use elsewhere: {handle:?}");
+            }
+            for (allocation, fill, _) in &live {
+                let handle = memory.get_storage(allocation).unwrap();
+                prop_assert!(holds(&mut memory, &handle, *fill));
+            }
+        }
+        memory.cleanup(Cleanup::Explicit);
+        prop_assert_eq!(memory.awaiting_users(), 0);
+    }
+}
