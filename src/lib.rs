@@ -105,6 +105,26 @@
 //! # Ok::<(), streamalloc::service::ServiceError>(())
 //! ```
 //!
+//! Memory that another stream's work reads (PyTorch's `record_stream`) is
+//! recorded as used there: once released it stays put, unreused and
+//! mapped, until that stream's work queued by then is done (asked at each
+//! reservation and cleanup point, never waited for on those paths):
+//!
+//! ```
+//! use streamalloc::memory::{Cleanup, StreamId};
+//! use streamalloc::service::{ServiceConfig, Supervisor};
+//!
+//! let device = Supervisor::host(ServiceConfig::default());
+//! let (main, side) = (device.stream(StreamId(0))?, device.stream(StreamId(1))?);
+//! let tensor = main.reserve(1 << 20)?;
+//! main.record_use(&tensor, side.user_stream()?)?; // a kernel on `side` reads it
+//! drop(tensor); // its memory waits for `side`'s work before reuse
+//! main.cleanup(Cleanup::Explicit)?; // waits for it, and gives it back
+//! assert_eq!(main.stats().bytes_reserved, 0);
+//! device.shutdown();
+//! # Ok::<(), streamalloc::service::ServiceError>(())
+//! ```
+//!
 //! Features: `cli` (default) builds the `streamalloc` command and
 //! `streamalloc::plot` (clap, indicatif, plotters); a server embedding the
 //! library sets `default-features = false`. `cuda` adds
