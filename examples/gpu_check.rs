@@ -1,6 +1,9 @@
 //! The GPU check's measurements, as a table (`scripts/gpu-check.sh` runs it):
 //! - pool reserve + release vs raw `cuMemAlloc` + `cuMemFree`, ns per op;
-//! - relocation copy throughput vs a plain device-to-device copy, GB/s.
+//! - relocation copy throughput vs a plain device-to-device copy, GB/s;
+//! - the ring of 64 live allocations (4 KiB .. 8 MiB) in batches of 50
+//!   reservations, each batch behind a copy of 2 ms or more queued on the
+//!   stream: how many batches waited for it (issue 43 asks none).
 //!
 //! Needs `--features cuda`; says so and exits where no device exists.
 
@@ -84,6 +87,79 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ours / plain
     );
     drop(kept);
+    raw.deallocate(a.id);
+    raw.deallocate(b.id);
+    raw.flush();
+
+    ring_behind_a_long_copy()?;
+    Ok(())
+}
+
+/// The ring, each batch of 50 reservations behind a long copy on the
+/// manager's own stream: a batch after which the event recorded behind the
+/// copy has passed waited for the stream (the batch's host time is far
+/// below the copy's).
+#[cfg(feature = "cuda")]
+fn ring_behind_a_long_copy() -> Result<(), Box<dyn std::error::Error>> {
+    use std::collections::VecDeque;
+    use std::time::Instant;
+    use streamalloc::memory::{MemoryConfig, MemoryManager, PageUpdate};
+    use streamalloc::storage::{CudaStorage, DeviceStorage};
+
+    const LIVE: usize = 64;
+    const BATCH: usize = 50;
+    const BATCHES: usize = 40;
+    let mut memory = MemoryManager::new(CudaStorage::new(0)?, MemoryConfig::default());
+    let bytes = 1u64 << 30;
+    let from = memory.storage().allocate(bytes)?;
+    let to = memory.storage().allocate(bytes)?;
+    // How many copies of a GiB make 2 ms on this device.
+    memory.storage().copy(&from, &to)?;
+    memory.storage().synchronize()?;
+    let start = Instant::now();
+    memory.storage().copy(&from, &to)?;
+    memory.storage().synchronize()?;
+    let one = start.elapsed().as_secs_f64();
+    let copies = (0.002 / one).ceil().max(1.0) as usize;
+
+    // Sizes 4 KiB .. 8 MiB, log-uniform, from a fixed seed.
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut size = move || {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        4096u64 << ((seed >> 33) % 12)
+    };
+    let mut ring = VecDeque::with_capacity(LIVE);
+    for _ in 0..LIVE {
+        ring.push_back(memory.reserve(size(), PageUpdate::Allow)?);
+    }
+    let (mut waited, mut host) = (0, 0.0);
+    for _ in 0..BATCHES {
+        for _ in 0..copies {
+            memory.storage().copy(&from, &to)?;
+        }
+        let behind = memory.storage().stream().record_event(None)?;
+        let start = Instant::now();
+        for _ in 0..BATCH {
+            ring.pop_front();
+            ring.push_back(memory.reserve(size(), PageUpdate::Allow)?);
+        }
+        host += start.elapsed().as_secs_f64();
+        if behind.is_complete() {
+            waited += 1;
+        }
+        memory.storage().synchronize()?;
+    }
+    println!(
+        "| ring batches of {BATCH} behind a {:.1} ms copy that waited for it | {waited} of {BATCHES} | | {:.1} us a reservation |",
+        one * copies as f64 * 1e3,
+        host / (BATCHES * BATCH) as f64 * 1e6
+    );
+    drop(ring);
+    memory.storage().deallocate(from.id);
+    memory.storage().deallocate(to.id);
+    memory.storage().flush();
     Ok(())
 }
 

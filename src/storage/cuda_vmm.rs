@@ -4,7 +4,9 @@
 //! A range is address space from `cuMemAddressReserve`. A map of fresh
 //! granules creates physical handles of one or more granules each, as the
 //! range's `GranuleMap` cuts them (`cuMemCreate`, `cuMemMap`, then one
-//! `cuMemSetAccess` per run for the device): the driver unmaps only whole
+//! `cuMemSetAccess` a handle for the device, since the driver charges
+//! access per handle however many one call covers,
+//! `../shared/torch-h200/README.md`): the driver unmaps only whole
 //! mappings, so a handle goes back whole, once every granule of it was
 //! given back. Unmapping (`cuMemUnmap`, `cuMemRelease`) happens once the
 //! stream has finished the work that may touch the bytes (the batch's
