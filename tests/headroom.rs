@@ -202,3 +202,28 @@ fn a_stream_moves_what_its_trim_gave_back_to_its_growth() {
         );
     }
 }
+
+/// A round for a stream growing past the headroom asks the others for
+/// what it lacks: a giver that holds more free gives back twice that and
+/// keeps the rest mapped for its own next reservations, and the device
+/// stays within its headroom.
+#[test]
+fn a_giver_keeps_what_the_asker_does_not_lack() {
+    let device = device(Some(Headroom::default()));
+    let a = device.stream(StreamId(0)).unwrap();
+    let b = device.stream(StreamId(1)).unwrap();
+    cache_48_mib(&a);
+    // 48 MiB was the most live at once: 16 more would take the device
+    // 16 MiB past it, less the headroom's slack.
+    let lacks = 16 * MIB - Headroom::default().slack;
+    let wanted = b.reserve(16 * MIB).unwrap();
+    a.report().unwrap();
+    let kept = a.stats().bytes_reserved;
+    assert!(
+        kept >= 48 * MIB - 2 * lacks && kept < 48 * MIB,
+        "a gave back twice what b lacked, not its whole cache: kept {kept}"
+    );
+    let peak = device.device_stats().peak_bytes_reserved;
+    assert!(peak <= 48 * MIB + Headroom::default().slack, "peak {peak}");
+    drop(wanted);
+}

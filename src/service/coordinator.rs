@@ -29,6 +29,9 @@ pub(crate) type Subscribers = Arc<Mutex<Vec<Sender<SupervisorEvent>>>>;
 #[derive(Debug)]
 struct Asker {
     stream: StreamId,
+    /// Past the headroom: the most bytes the device held past it, with
+    /// the asker's request grown, as the asker asked while queued.
+    lacks: u64,
     /// Short of memory (not only past the headroom): the givers wait for
     /// what they give back to be gone before they answer, since this is
     /// the asker's last try before `OutOfMemory`.
@@ -129,6 +132,7 @@ impl Coordinator {
                 stream,
                 requested,
                 headroom,
+                lacks,
             } => {
                 self.emit(if headroom {
                     SupervisorEvent::HeadroomReached { stream, requested }
@@ -138,9 +142,13 @@ impl Coordinator {
                 let active = self.active.as_ref().is_some_and(|e| e.stream == stream);
                 match self.queue.iter_mut().find(|asker| asker.stream == stream) {
                     // One episode per stream: a short one if either was.
-                    Some(queued) => queued.short |= !headroom,
+                    Some(queued) => {
+                        queued.short |= !headroom;
+                        queued.lacks = queued.lacks.max(lacks);
+                    }
                     None if !active => self.queue.push_back(Asker {
                         stream,
+                        lacks,
                         short: !headroom,
                     }),
                     None => {}
@@ -194,7 +202,12 @@ impl Coordinator {
 
     fn start_next(&mut self) {
         while self.active.is_none() {
-            let Some(Asker { stream, short }) = self.queue.pop_front() else {
+            let Some(Asker {
+                stream,
+                lacks,
+                short,
+            }) = self.queue.pop_front()
+            else {
                 return;
             };
             let streams = self.device.registry.lock();
@@ -213,7 +226,11 @@ impl Coordinator {
                 .map(|(other, _)| *other)
                 .collect();
             for other in &others {
-                streams[other].send(Control::GiveBack { episode: id, short });
+                streams[other].send(Control::GiveBack {
+                    episode: id,
+                    short,
+                    wanted: lacks,
+                });
             }
             drop(streams);
             self.active = Some(Episode {

@@ -27,6 +27,9 @@ pub(crate) enum Notice {
         requested: u64,
         /// Not short: about to grow past the device's headroom.
         headroom: bool,
+        /// Past the headroom: the bytes the device would hold past it
+        /// with this request grown (what the others are asked to give).
+        lacks: u64,
     },
     /// A stream answered a `GiveBack`.
     GaveBack {
@@ -139,14 +142,20 @@ impl DeviceShared {
     /// handles the asking stream holds, which its growth moves rather than
     /// adds to (`DeviceStorage::hold_spares`).
     pub(crate) fn over_headroom(&self, requested: u64, page: u64, spare: u64) -> bool {
-        self.headroom.is_some_and(|headroom| {
+        self.headroom_excess(requested, page, spare) > 0
+    }
+
+    /// The bytes [`over_headroom`](Self::over_headroom) finds the device
+    /// past its headroom by (0 within it).
+    pub(crate) fn headroom_excess(&self, requested: u64, page: u64, spare: u64) -> u64 {
+        self.headroom.map_or(0, |headroom| {
             let live = self
                 .live
                 .get()
                 .saturating_add(requested)
                 .max(self.live.peak());
             let granted = self.meter.granted().saturating_sub(spare);
-            headroom.exceeded(granted.saturating_add(page), live)
+            headroom.excess(granted.saturating_add(page), live)
         })
     }
 

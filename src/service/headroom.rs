@@ -65,7 +65,13 @@ impl Headroom {
     /// Whether a device holding `reserved` bytes with `live` in use is
     /// past its headroom.
     pub fn exceeded(&self, reserved: u64, live: u64) -> bool {
-        reserved > live.saturating_add(self.fraction_of(live).max(self.slack))
+        self.excess(reserved, live) > 0
+    }
+
+    /// Bytes a device holding `reserved` with `live` in use holds past
+    /// its headroom (0 within it).
+    pub(crate) fn excess(&self, reserved: u64, live: u64) -> u64 {
+        reserved.saturating_sub(live.saturating_add(self.fraction_of(live).max(self.slack)))
     }
 
     fn fraction_of(&self, live: u64) -> u64 {

@@ -76,6 +76,10 @@ pub(crate) enum Control {
         /// waited for (`MemoryManager::drain`) rather than left behind a
         /// fence.
         short: bool,
+        /// Past the headroom only: the bytes the asker lacks, which is
+        /// what a giver with that much free gives back (the rest stays
+        /// mapped for its own next reservations).
+        wanted: u64,
     },
     /// The recovery round for this stream is over: retry what is parked.
     Retry,

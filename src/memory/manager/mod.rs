@@ -231,6 +231,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
             slots: &mut self.slots,
             storage: &mut self.storage,
             serial: self.serial,
+            rehome: false,
         };
         (&mut self.pools, mover)
     }
@@ -469,6 +470,23 @@ impl<S: DeviceStorage> MemoryManager<S> {
         self.process_releases();
         self.poll_users();
         self.cleanup_pools(Cleanup::Explicit);
+    }
+
+    /// Give back free granules, the longest idle first, until `bytes`
+    /// went: a round for another stream past the headroom, which lacks
+    /// that much (the rest of the room stays mapped for this stream's
+    /// next reservations). The bytes given back.
+    pub(crate) fn give_back_up_to(&mut self, bytes: u64) -> u64 {
+        self.process_releases();
+        self.poll_users();
+        let mut given = 0;
+        for pool in &mut self.pools {
+            if given >= bytes {
+                break;
+            }
+            given += pool.give_back_up_to(&mut self.storage, bytes - given);
+        }
+        given
     }
 
     /// The stream had no traffic for a while: move the clock past every

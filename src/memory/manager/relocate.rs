@@ -54,9 +54,23 @@ impl<S: DeviceStorage> MemoryManager<S> {
         &mut self,
         reason: RelocationReason,
     ) -> Result<RelocationReport, RelocationError> {
+        self.relocate_rehoming(reason, false)
+    }
+
+    /// [`relocate`](Self::relocate); at a settle with `rehome`, moving the
+    /// allocations that pin free granules in the physical handles they
+    /// share, so those go back whole (`pool/expandable/rehome.rs`): what a
+    /// stream that shares its device does, whose free memory another
+    /// stream could use.
+    pub(crate) fn relocate_rehoming(
+        &mut self,
+        reason: RelocationReason,
+        rehome: bool,
+    ) -> Result<RelocationReport, RelocationError> {
         self.process_releases();
         let mut report = RelocationReport::default();
         let (pools, mut mover) = self.lend();
+        mover.rehome = rehome;
         for pool in pools.iter_mut() {
             if let Err(error) = pool.relocate(&mut mover, reason, &mut report) {
                 mover.storage.flush();

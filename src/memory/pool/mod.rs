@@ -138,6 +138,23 @@ impl Pool {
         }
     }
 
+    /// Give back free granules, the longest idle first, until `bytes` went
+    /// (or none is left free): what a round for a stream past the
+    /// headroom asks. Only an expandable pool gives back part of what it
+    /// holds; the bytes it unmapped.
+    pub(crate) fn give_back_up_to(&mut self, storage: &mut dyn DeviceStorage, bytes: u64) -> u64 {
+        match self {
+            Pool::Expandable(pool) => {
+                let before = pool.mapped();
+                if pool.unmap_longest_idle(storage, bytes) {
+                    storage.flush();
+                }
+                before.saturating_sub(pool.mapped())
+            }
+            _ => 0,
+        }
+    }
+
     /// After a reservation that may change pages: an expandable pool gives
     /// back what it holds free past its slack.
     pub(crate) fn trim_after_reserve(&mut self, storage: &mut dyn DeviceStorage) {

@@ -20,6 +20,10 @@ pub(crate) struct Mover<'a> {
     pub(crate) storage: &'a mut dyn DeviceStorage,
     /// Reservations so far (the clock of deallocation periods).
     pub(crate) serial: u64,
+    /// A settle moves allocations that pin free granules in the handles
+    /// they share (`pool/expandable/rehome.rs`): set for a stream that
+    /// shares its device.
+    pub(crate) rehome: bool,
 }
 
 /// The pages of a pool that moves allocations between them.

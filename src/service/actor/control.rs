@@ -10,12 +10,29 @@ use crate::service::device::Notice;
 use crate::service::protocol::Control;
 use crate::service::shared::bump;
 
+/// A stream that gives back for another growing past the headroom gives
+/// this many times what the other lacks, when it holds that much free:
+/// enough that the other's next reservations need no round of their own,
+/// little enough that the giver keeps most of its room mapped. Against
+/// giving back everything free (`streamalloc replay F --json`, modeled
+/// driver time beyond mapping the peak once): `serving_contig-h101` 2.31
+/// → 1.90 us per event at 1.041 → 1.037 of live, `serve_two_streams` 5.13
+/// → 4.79, `serving-s1` 0.51 → 0.41, `cnn_multi` up to +0.016 of live at
+/// the peak; once, `cnn_multi-h101` 6.27 → 6.43; four times,
+/// `serving_contig-h101` 1.83 at 1.052 of live (`docs/performance.md`,
+/// "Rounds that give back what the asker lacks").
+pub(crate) const ROUND_GIVES_LACK_TIMES: u64 = 2;
+
 impl StreamActor {
     /// Serve what the coordinator sent.
     pub(crate) fn handle_control(&mut self, control: Control) {
         let stream = &mut self.stream;
         match control {
-            Control::GiveBack { episode, short } => stream.give_back(episode, short),
+            Control::GiveBack {
+                episode,
+                short,
+                wanted,
+            } => stream.give_back(episode, short, wanted),
             Control::Retry => self.short.round_over(stream),
             Control::Settle { keep } => stream.settle(keep),
             Control::Idle => stream.idle_tick(),
@@ -37,16 +54,28 @@ impl StreamActor {
 }
 
 impl Stream {
-    /// Another stream's recovery round (`episode`) asks: give back every
-    /// cached page and compact, then tell the coordinator how much went.
-    /// For a stream `short` of memory, what went back is waited for (its
-    /// last try); past the headroom, it goes in stream order.
-    fn give_back(&mut self, episode: u64, short: bool) {
+    /// Another stream's recovery round (`episode`) asks: give back, then
+    /// tell the coordinator how much went. Past the headroom, the asker
+    /// lacks `wanted` bytes: a stream that holds that much free gives
+    /// back [`ROUND_GIVES_LACK_TIMES`] as much, the longest idle first, and
+    /// keeps the rest of its room mapped for its own next reservations
+    /// (`docs/service.md`, "Headroom"). Otherwise, and for a stream
+    /// `short` of memory, every cached page goes and the stream compacts;
+    /// what went back is waited for where the asker is short (its last
+    /// try), and goes in stream order past the headroom.
+    fn give_back(&mut self, episode: u64, short: bool, wanted: u64) {
         self.take_back_hot();
         let before = self.memory.bytes_allocated();
-        self.memory.give_back_free();
-        if let Ok(report) = self.memory.relocate(RelocationReason::Short) {
-            bump(&self.shared.relocated, report.moved);
+        let partial = !short
+            && self
+                .memory
+                .give_back_up_to(wanted.saturating_mul(ROUND_GIVES_LACK_TIMES))
+                >= wanted;
+        if !partial {
+            self.memory.give_back_free();
+            if let Ok(report) = self.memory.relocate(RelocationReason::Short) {
+                bump(&self.shared.relocated, report.moved);
+            }
         }
         if short {
             self.memory.drain();
@@ -55,7 +84,9 @@ impl Stream {
         }
         let freed = before.saturating_sub(self.memory.bytes_allocated());
         self.publish();
-        self.shared.gave_back_all();
+        if !partial {
+            self.shared.gave_back_all();
+        }
         self.device.notify(Notice::GaveBack {
             stream: self.shared.stream,
             episode,

@@ -113,11 +113,12 @@ impl RunningShort {
             && stream.device.others_excess(stream.shared.stream) >= requested.max(MIN_ROUND_GAIN)
         {
             stream.memory.release_spares();
+            let lacks = stream.headroom_lacks(&pending);
             pending.state = PendingState::ParkedForHeadroom {
                 since: stream.now(),
             };
             self.park_for_round(pending);
-            return self.ask_now(stream, requested, true);
+            return self.ask_now(stream, requested, Some(lacks));
         }
         pending.state = stream.growth_state(&pending);
         self.serve_growing(stream, pending);
@@ -229,32 +230,43 @@ impl Stream {
             return false;
         }
         let requested = crate::service::message::requested(sizes);
-        let pages = |exact: bool| {
-            sizes
-                .iter()
-                .map(|&size| {
-                    let page = if exact {
-                        self.memory.new_page_size(size, mode)
-                    } else {
-                        self.memory.new_page_size_at_most(size, mode)
-                    };
-                    page.unwrap_or(size)
-                })
-                .fold(0u64, u64::saturating_add)
-        };
         // The test only turns true as the pages grow: within the headroom
         // with the most they could take, it is within; past it with none,
         // past. Only between does the exact page count matter (it searches
         // an expandable pool's voids).
         // Spare handles a growth moves rather than adds to.
         let spare = self.memory.bytes_spare();
-        if !self.device.over_headroom(requested, pages(false), spare) {
+        if !(self.device).over_headroom(requested, self.pages_for(sizes, mode, false), spare) {
             return false;
         }
         if self.device.over_headroom(requested, 0, spare) {
             return true;
         }
-        self.device.over_headroom(requested, pages(true), spare)
+        (self.device).over_headroom(requested, self.pages_for(sizes, mode, true), spare)
+    }
+
+    /// The bytes the device would hold past its headroom with `pending`
+    /// grown: what a round asks the others to give back.
+    pub(super) fn headroom_lacks(&self, pending: &Pending) -> u64 {
+        let requested = pending.requested();
+        let pages = self.pages_for(&pending.sizes, pending.mode, true);
+        let spare = self.memory.bytes_spare();
+        self.device.headroom_excess(requested, pages, spare)
+    }
+
+    /// The bytes of new pages reserving `sizes` in `mode` would take:
+    /// `exact`, or at most that without searching an expandable pool.
+    fn pages_for(&self, sizes: &[u64], mode: AllocationMode, exact: bool) -> u64 {
+        (sizes.iter())
+            .map(|&size| {
+                let page = if exact {
+                    self.memory.new_page_size(size, mode)
+                } else {
+                    self.memory.new_page_size_at_most(size, mode)
+                };
+                page.unwrap_or(size)
+            })
+            .fold(0u64, u64::saturating_add)
     }
 
     /// The device holds more than its headroom above what is live, and this

@@ -70,7 +70,7 @@ impl RunningShort {
         if waits {
             self.ask_for_memory(stream, requested);
         } else {
-            self.ask_now(stream, requested, false);
+            self.ask_now(stream, requested, None);
         }
     }
 
@@ -85,12 +85,12 @@ impl RunningShort {
         {
             return;
         }
-        self.ask_now(stream, requested, false);
+        self.ask_now(stream, requested, None);
     }
 
     /// Tell the coordinator we are short (or, with `headroom`, about to grow
     /// past the device's headroom), unless a round is under way.
-    pub(super) fn ask_now(&mut self, stream: &Stream, requested: u64, headroom: bool) {
+    pub(super) fn ask_now(&mut self, stream: &Stream, requested: u64, lacks: Option<u64>) {
         if self.asked || !stream.device.has_coordinator() {
             return;
         }
@@ -99,7 +99,8 @@ impl RunningShort {
         stream.device.notify(Notice::Short {
             stream: stream.shared.stream,
             requested,
-            headroom,
+            headroom: lacks.is_some(),
+            lacks: lacks.unwrap_or(0),
         });
     }
 

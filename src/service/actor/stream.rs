@@ -128,7 +128,8 @@ impl Stream {
         self.take_back_hot();
         self.memory.give_back_free();
         if self.held() > keep
-            && let Ok(report) = self.memory.relocate(RelocationReason::Settle)
+            && let Ok(report) =
+                (self.memory).relocate_rehoming(RelocationReason::Settle, !self.alone())
         {
             crate::service::shared::bump(&self.shared.relocated, report.moved);
         }

@@ -244,7 +244,14 @@ impl ExpandablePool {
         };
         let before = self.mapped();
         self.unmap_all_free(mover.storage);
-        report.bytes_released += before - self.mapped();
+        if reason == RelocationReason::Settle && mover.rehome && evacuated.is_ok() {
+            // What is still free and mapped now is pinned by the handles
+            // it shares with allocations: move those that pin most.
+            let rehomed = self.rehome_pinning(mover, report);
+            self.unmap_all_free(mover.storage);
+            rehomed?;
+        }
+        report.bytes_released += before.saturating_sub(self.mapped());
         evacuated
     }
 

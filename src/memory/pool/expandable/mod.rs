@@ -22,6 +22,7 @@ mod moves;
 #[cfg(test)]
 mod plan_tests;
 mod ranges;
+mod rehome;
 mod slide;
 #[cfg(test)]
 mod view_tests;

@@ -1,0 +1,166 @@
+//! Re-homing, at a settle of a stream that shares its device: the driver
+//! frees only whole physical handles, so the free granules that share a
+//! handle with the edge of an allocation stay held after the load fell,
+//! whatever a compaction gathers (a stream left with one 260 MiB
+//! allocation kept 44 MiB mapped that way, memory the device's other
+//! streams could have used). Such an allocation, alone against the
+//! unmapped space, moves into that space, a granule clear of what it
+//! pins, mapped for exactly its granules; the handles it leaves then go
+//! back whole at the unmapping that follows.
+//!
+//! The long form: `docs/memory.md`, "Re-homing at a settle".
+
+use super::{ExpandablePool, VOID};
+use crate::memory::error::MemoryError;
+use crate::memory::pool::arena::NONE;
+use crate::memory::pool::mover::Mover;
+use crate::memory::pool::page::align_up;
+use crate::memory::relocation::RelocationReport;
+
+/// An allocation re-homes at a settle where the granules it pins are at
+/// least one byte in this many of its own (the slide planners' rate: a
+/// settle comes once a load fell, and what it leaves mapped stays).
+pub(crate) const REHOME_PER_BYTE_SAVED: u64 = super::compact::SLIDE_PER_BYTE_SAVED;
+
+impl ExpandablePool {
+    /// Move every allocation that pins at least one byte in
+    /// [`REHOME_PER_BYTE_SAVED`] of its own, in free granules that could
+    /// not go back, into the unmapped space above them, a granule clear:
+    /// where that maps no more than the pool's high-water mark, and never
+    /// on a device whose streams share a budget (whether a map succeeds
+    /// would depend on timing there). What moved goes in `report`; the
+    /// caller unmaps what it freed.
+    pub(super) fn rehome_pinning(
+        &mut self,
+        mover: &mut Mover<'_>,
+        report: &mut RelocationReport,
+    ) -> Result<(), MemoryError> {
+        if mover.storage.shares_a_budget() {
+            return Ok(());
+        }
+        let pinning: Vec<(u32, u64, u32)> = {
+            let movable = mover.movable();
+            (self.pinning().into_iter())
+                .filter(|&(slot, _, _)| movable(slot))
+                .collect()
+        };
+        if pinning.is_empty() {
+            return Ok(());
+        }
+        // What the unmapping before gave back goes first, in stream
+        // order: a home mapped over granules still on their way back
+        // would take them back, in the handles they left.
+        mover.storage.flush();
+        for (slot, aligned, void) in pinning {
+            let needed = align_up(aligned, self.granule);
+            if self.mapped().saturating_add(needed) > self.stats.peak_reserved
+                || !self.arena.is_carved_by(void, VOID)
+                || self.arena.size(void) < needed.saturating_add(self.granule)
+            {
+                continue;
+            }
+            // A granule of the void stays below, so the new home joins no
+            // free block (and no handle) it pinned.
+            let index = self.arena.page(void);
+            let clear = self.arena.split(void, self.granule);
+            self.voids.insert((index, self.arena.offset(clear)), clear);
+            let Ok(home) = self.map_void(mover.storage, clear, needed) else {
+                break;
+            };
+            if let Some(bytes) = self.move_into(mover, slot, home)? {
+                report.moved += 1;
+                report.bytes_moved += bytes;
+            }
+        }
+        Ok(())
+    }
+
+    /// The allocations (slot, aligned bytes, the void above the free
+    /// block above) that pin free granules worth their move: the whole
+    /// free granules of the free blocks right below and above each, where
+    /// the far side of such a block is unmapped space (so nothing else
+    /// shares the handles they pin), the one above at least. Run after
+    /// every granule that could go went: what is left free is pinned.
+    fn pinning(&self) -> Vec<(u32, u64, u32)> {
+        let mut pinning = Vec::new();
+        for range in (self.ranges.iter()).filter(|range| range.held && range.guards == 0) {
+            let mut node = range.first;
+            while node != NONE {
+                let next = self.arena.next(node);
+                if !self.arena.is_free(node) && self.arena.owner(node) != VOID {
+                    let prev = self.arena.prev(node);
+                    let above = self.pinned_beside(next, true);
+                    let pinned = self.pinned_beside(prev, false) + above;
+                    let aligned = self.arena.size(node);
+                    if above > 0 && pinned.saturating_mul(REHOME_PER_BYTE_SAVED) >= aligned {
+                        let void = self.arena.next(next);
+                        pinning.push((self.arena.owner(node), aligned, void));
+                    }
+                }
+                node = next;
+            }
+        }
+        pinning
+    }
+
+    /// Bytes of whole free granules in `block`, when it is free and lies
+    /// against unmapped space (or the range's end) on its far side, above
+    /// it where `above`: 0 otherwise.
+    fn pinned_beside(&self, block: u32, above: bool) -> u64 {
+        if block == NONE || !self.arena.is_free(block) {
+            return 0;
+        }
+        let beyond = if above {
+            self.arena.next(block)
+        } else {
+            self.arena.prev(block)
+        };
+        if beyond != NONE && !self.arena.is_carved_by(beyond, VOID) {
+            return 0;
+        }
+        self.whole_granules(block)
+            .map_or(0, |(first, last)| last - first)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::memory::{MemoryConfig, MemoryManager, PageUpdate, RelocationReason};
+    use crate::storage::{DEFAULT_GRANULE, DeviceStorage, VirtualStorage};
+
+    const G: u64 = DEFAULT_GRANULE;
+
+    /// A pool grown to 2 GiB (physical handles of 8 granules at its
+    /// start), emptied, then holding one allocation of 10 granules at its
+    /// start (the second handle 2 granules used, 6 free), settled:
+    /// the bytes its storage holds after, and the handles it created.
+    fn settled(rehome: bool) -> (u64, u64) {
+        let mut memory = MemoryManager::new(VirtualStorage::new(), MemoryConfig::default());
+        let grown = [(); 2].map(|()| memory.reserve(512 * G, PageUpdate::Allow).unwrap());
+        drop(grown);
+        let kept = memory.reserve(10 * G, PageUpdate::Allow).unwrap();
+        let report = memory
+            .relocate_rehoming(RelocationReason::Settle, rehome)
+            .unwrap();
+        assert_eq!(report.moved, u64::from(rehome));
+        memory.flush();
+        drop(kept);
+        (
+            memory.bytes_allocated(),
+            memory.storage().driver_ops().handles_created,
+        )
+    }
+
+    #[test]
+    fn a_settle_rehomes_an_allocation_whose_handle_pins_free_granules() {
+        let (held, created) = settled(false);
+        assert_eq!(
+            held,
+            16 * G,
+            "the free rest of its second handle stays held"
+        );
+        let (held, rehomed) = settled(true);
+        assert_eq!(held, 10 * G, "moved into handles of exactly its size");
+        assert!(rehomed > created, "new handles for its new home");
+    }
+}
