@@ -175,3 +175,22 @@ macro_rules! copy_and_slide_by {
         }
     };
 }
+
+/// Implement `fence_uses`, `uses_done` and `wait_uses` for a storage that
+/// models its device, whose fences lag its own flushes (`self.clock`),
+/// counting on `self.ops` what a device would (`storage/uses.rs`).
+macro_rules! uses_lagged_by_clock {
+    () => {
+        fn fence_uses(&mut self, users: &[UserStream]) -> Result<UseFence, StorageError> {
+            Ok(super::uses::fence_lagged(&self.clock, users, &mut self.ops))
+        }
+
+        fn uses_done(&mut self, fence: UseFence) -> bool {
+            super::uses::done_lagged(&self.clock, fence, &mut self.ops)
+        }
+
+        fn wait_uses(&mut self, fence: UseFence) {
+            super::uses::wait_lagged(&self.clock, fence, &mut self.ops);
+        }
+    };
+}

@@ -6,7 +6,7 @@ use super::give_back::{Batch, GiveBack, Lag, LagClock};
 use super::id_map::IdMap;
 use super::{
     DeviceStorage, DriverOps, GranuleMap, HandleSize, Resource, StorageError, StorageHandle,
-    StorageId, UseFence, UserStream, check_range, uses,
+    StorageId, UseFence, UserStream, check_range,
 };
 use crate::saturating::SaturatingSum;
 
@@ -272,17 +272,7 @@ impl DeviceStorage for VirtualStorage {
         self.ops
     }
 
-    fn fence_uses(&mut self, users: &[UserStream]) -> Result<UseFence, StorageError> {
-        Ok(uses::fence_lagged(&self.clock, users, &mut self.ops))
-    }
-
-    fn uses_done(&mut self, fence: UseFence) -> bool {
-        uses::done_lagged(&self.clock, fence, &mut self.ops)
-    }
-
-    fn wait_uses(&mut self, fence: UseFence) {
-        uses::wait_lagged(&self.clock, fence, &mut self.ops);
-    }
+    uses_lagged_by_clock!();
 
     fn granule(&self) -> Option<u64> {
         self.granule
