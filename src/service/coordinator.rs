@@ -131,9 +131,10 @@ impl Coordinator {
             Notice::Short {
                 stream,
                 requested,
-                headroom,
                 lacks,
             } => {
+                let headroom = lacks.is_some();
+                let lacks = lacks.unwrap_or(0);
                 self.emit(if headroom {
                     SupervisorEvent::HeadroomReached { stream, requested }
                 } else {

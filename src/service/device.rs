@@ -25,11 +25,10 @@ pub(crate) enum Notice {
         stream: StreamId,
         /// Bytes of the request.
         requested: u64,
-        /// Not short: about to grow past the device's headroom.
-        headroom: bool,
-        /// Past the headroom: the bytes the device would hold past it
-        /// with this request grown (what the others are asked to give).
-        lacks: u64,
+        /// Not short but about to grow past the device's headroom: the
+        /// bytes the device would hold past it with this request grown
+        /// (what the others are asked to give); `None` when short.
+        lacks: Option<u64>,
     },
     /// A stream answered a `GiveBack`.
     GaveBack {

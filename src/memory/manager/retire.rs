@@ -69,10 +69,10 @@ impl<S: DeviceStorage + 'static> MemoryManager<S> {
     /// from now on); pinned ones keep their bytes and their pages.
     pub(crate) fn release_unpinned(&mut self) {
         self.process_releases();
-        self.wait_every_user();
         if self.pinned_count() == 0 {
             return self.release_everything();
         }
+        self.wait_every_user();
         self.free_unpinned();
         self.cleanup(crate::memory::Cleanup::Explicit);
     }

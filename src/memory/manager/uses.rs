@@ -12,7 +12,7 @@ use super::MemoryManager;
 use crate::memory::error::MemoryError;
 use crate::memory::handle::Allocation;
 use crate::memory::slot::{SlotKey, Users};
-use crate::storage::{DeviceStorage, UserStream};
+use crate::storage::{DeviceStorage, UseFence, UserStream};
 
 /// The most streams one allocation records as users: past it a caller
 /// is told (a bounded list per allocation, whatever a caller sends).
@@ -73,9 +73,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
             return true;
         }
         users.released = true;
-        // A fence the storage cannot record now is tried again at the
-        // next poll; the memory waits meanwhile.
-        users.fence = self.storage.fence_uses(&users.streams).ok();
+        self.fence_of(key);
         self.awaiting_users.push(key);
         true
     }
@@ -123,9 +121,11 @@ impl<S: DeviceStorage> MemoryManager<S> {
         freed
     }
 
-    /// The users of the released allocation `key` names, their fence
-    /// recorded if it was not yet (`None`: the key is stale).
-    fn fence_of(&mut self, key: SlotKey) -> Option<Option<crate::storage::UseFence>> {
+    /// The fence on the users of the allocation `key` names, recorded now
+    /// if it was not yet (`None` inside: the storage could not record it,
+    /// tried again at the next poll while the memory waits; `None`: the
+    /// key is stale).
+    fn fence_of(&mut self, key: SlotKey) -> Option<Option<UseFence>> {
         self.slots.locate(key)?;
         let users: &mut Users = self.slots.get_mut(key.slot())?.users.as_mut()?;
         if users.fence.is_none() {
@@ -137,7 +137,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// Whether the work behind `fence` is done (`wait`: waited for first);
     /// a fence never recorded is done only when waited for, and only by
     /// the end of the stream, which frees everything anyway.
-    fn users_done(&mut self, fence: Option<crate::storage::UseFence>, wait: bool) -> bool {
+    fn users_done(&mut self, fence: Option<UseFence>, wait: bool) -> bool {
         match fence {
             Some(fence) if wait => {
                 self.storage.wait_uses(fence);

@@ -88,8 +88,8 @@ impl RunningShort {
         self.ask_now(stream, requested, None);
     }
 
-    /// Tell the coordinator we are short (or, with `headroom`, about to grow
-    /// past the device's headroom), unless a round is under way.
+    /// Tell the coordinator we are short (or, with what the device `lacks`,
+    /// about to grow past its headroom), unless a round is under way.
     pub(super) fn ask_now(&mut self, stream: &Stream, requested: u64, lacks: Option<u64>) {
         if self.asked || !stream.device.has_coordinator() {
             return;
@@ -99,8 +99,7 @@ impl RunningShort {
         stream.device.notify(Notice::Short {
             stream: stream.shared.stream,
             requested,
-            headroom: lacks.is_some(),
-            lacks: lacks.unwrap_or(0),
+            lacks,
         });
     }
 

@@ -20,7 +20,7 @@ use crate::memory::relocation::RelocationReport;
 /// An allocation re-homes at a settle where the granules it pins are at
 /// least one byte in this many of its own (the slide planners' rate: a
 /// settle comes once a load fell, and what it leaves mapped stays).
-pub(crate) const REHOME_PER_BYTE_SAVED: u64 = super::compact::SLIDE_PER_BYTE_SAVED;
+const REHOME_PER_BYTE_SAVED: u64 = super::compact::SLIDE_PER_BYTE_SAVED;
 
 impl ExpandablePool {
     /// Move every allocation that pins at least one byte in
