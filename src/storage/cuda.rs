@@ -324,6 +324,11 @@ impl DeviceStorage for CudaStorage {
         (self.ranges.get(&range.id)).map_or(*range, |held| held.granule_map().whole_handles(range))
     }
 
+    fn first_handle_end(&self, range: &StorageHandle) -> u64 {
+        let end = range.offset.saturating_add(range.size);
+        (self.ranges.get(&range.id)).map_or(end, |held| held.granule_map().first_handle_end(range))
+    }
+
     fn bytes_stranded(&self) -> u64 {
         (self.ranges.values())
             .map(|range| range.granule_map().stranded_bytes())

@@ -81,6 +81,11 @@ macro_rules! forward_to_inner {
             self.$inner.whole_handles(range)
         }
     };
+    (@one $inner:ident first_handle_end) => {
+        fn first_handle_end(&self, range: &StorageHandle) -> u64 {
+            self.$inner.first_handle_end(range)
+        }
+    };
     (@one $inner:ident bytes_a_map_adds) => {
         fn bytes_a_map_adds(&self, range: &StorageHandle) -> u64 {
             self.$inner.bytes_a_map_adds(range)

@@ -274,6 +274,19 @@ pub trait DeviceStorage: Send {
         *range
     }
 
+    /// Where the physical handle holding the first granule of `range`
+    /// (whole mapped granules of a range, such as
+    /// [`whole_handles`](Self::whole_handles) returns) ends, as a byte
+    /// offset of the range, and `range`'s end where the handle reaches
+    /// past it: a give-back that walks a run of free granules a handle at
+    /// a time picks whole handles, so each one it picks frees memory. By
+    /// default the first granule's end (a handle per granule).
+    fn first_handle_end(&self, range: &StorageHandle) -> u64 {
+        let end = range.offset.saturating_add(range.size);
+        let granule = self.granule().unwrap_or(range.size).max(1);
+        range.offset.saturating_add(granule).min(end)
+    }
+
     /// The address of `handle`'s bytes.
     fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError>;
 
@@ -462,6 +475,9 @@ impl<S: DeviceStorage + ?Sized> DeviceStorage for Box<S> {
     }
     fn whole_handles(&self, range: &StorageHandle) -> StorageHandle {
         (**self).whole_handles(range)
+    }
+    fn first_handle_end(&self, range: &StorageHandle) -> u64 {
+        (**self).first_handle_end(range)
     }
     fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError> {
         (**self).resource(handle)

@@ -234,6 +234,11 @@ impl DeviceStorage for VirtualStorage {
         (self.ranges.get(&range.id)).map_or(*range, |map| map.whole_handles(range))
     }
 
+    fn first_handle_end(&self, range: &StorageHandle) -> u64 {
+        let end = range.offset.saturating_add(range.size);
+        (self.ranges.get(&range.id)).map_or(end, |map| map.first_handle_end(range))
+    }
+
     fn bytes_stranded(&self) -> u64 {
         self.ranges
             .values()

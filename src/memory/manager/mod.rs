@@ -472,10 +472,10 @@ impl<S: DeviceStorage> MemoryManager<S> {
         self.cleanup_pools(Cleanup::Explicit);
     }
 
-    /// Give back free granules, the longest idle first, until `bytes`
-    /// went: a round for another stream past the headroom, which lacks
-    /// that much (the rest of the room stays mapped for this stream's
-    /// next reservations). The bytes given back, which go in stream order
+    /// Give back free memory in whole physical handles, the longest idle
+    /// first, until `bytes` went: a round for another stream past the
+    /// headroom, which lacks that much (the rest of the room stays mapped
+    /// for this stream's next reservations). The bytes given back, which go in stream order
     /// at the caller's [`flush`](Self::flush).
     pub(crate) fn give_back_up_to(&mut self, bytes: u64) -> u64 {
         self.process_releases();

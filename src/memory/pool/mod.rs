@@ -138,15 +138,15 @@ impl Pool {
         }
     }
 
-    /// Give back free granules, the longest idle first, until `bytes` went
-    /// (or none is left free): what a round for a stream past the
-    /// headroom asks. Only an expandable pool gives back part of what it
+    /// Give back free memory in whole physical handles, the longest idle
+    /// first, until `bytes` went (or none is left free): what a round for
+    /// a stream past the headroom asks. Only an expandable pool gives back part of what it
     /// holds; the bytes it unmapped, queued for the caller's flush.
     pub(crate) fn give_back_up_to(&mut self, storage: &mut dyn DeviceStorage, bytes: u64) -> u64 {
         match self {
             Pool::Expandable(pool) => {
                 let before = pool.mapped();
-                pool.unmap_longest_idle(storage, bytes);
+                pool.unmap_idle_handles(storage, bytes);
                 before.saturating_sub(pool.mapped())
             }
             _ => 0,

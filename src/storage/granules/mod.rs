@@ -393,6 +393,22 @@ impl GranuleMap {
         }
     }
 
+    /// Where the physical handle holding `handle`'s first granule ends, as
+    /// a byte offset, at most `handle`'s end (its end where it is not whole
+    /// granules of the range; the first granule's end where that is not
+    /// mapped).
+    pub(crate) fn first_handle_end(&self, handle: &StorageHandle) -> u64 {
+        let Some(granules) = self.granules(handle) else {
+            return handle.offset.saturating_add(handle.size);
+        };
+        let end = if self.is_mapped(granules.start) {
+            self.handle_of(granules.start).end
+        } else {
+            granules.start + 1
+        };
+        end.min(granules.end) * self.granule
+    }
+
     /// The physical handle a mapped granule belongs to.
     fn handle_of(&self, index: u64) -> Range<u64> {
         match self.handles.range(..=index).next_back() {

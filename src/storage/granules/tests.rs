@@ -103,6 +103,19 @@ fn whole_handles_is_the_part_that_frees_handles_whole() {
     );
 }
 
+#[test]
+fn first_handle_end_walks_a_run_a_physical_handle_at_a_time() {
+    let map = mapped_1024();
+    let end = |run: Range<u64>| map.first_handle_end(&granules(run)) / GRANULE;
+    // Handles of 16 granules: 20..100 is cut at 32, 48, ..., and the
+    // last piece ends with the run.
+    assert_eq!(end(20..100), 32);
+    assert_eq!(end(32..100), 48);
+    assert_eq!(end(96..100), 100);
+    // Unmapped granules are nobody's handle: one at a time.
+    assert_eq!(end(1024..1030), 1025);
+}
+
 /// A small range (handles of one granule) with granules 0..8 mapped,
 /// and 0..3 given back and past their fence while spares are held.
 fn three_spares() -> GranuleMap {

@@ -438,6 +438,12 @@ impl DeviceStorage for HostStorage {
         (self.ranges.get(&range.id)).map_or(*range, |held| held.map.whole_handles(range))
     }
 
+    #[cfg(unix)]
+    fn first_handle_end(&self, range: &StorageHandle) -> u64 {
+        let end = range.offset.saturating_add(range.size);
+        (self.ranges.get(&range.id)).map_or(end, |held| held.map.first_handle_end(range))
+    }
+
     fn bytes_stranded(&self) -> u64 {
         #[cfg(unix)]
         return self

@@ -75,12 +75,13 @@ impl ExpandablePool {
         Ok(())
     }
 
-    /// The allocations (slot, aligned bytes, the void above the free
-    /// block above) that pin free granules worth their move: the whole
-    /// free granules of the free blocks right below and above each, where
-    /// the far side of such a block is unmapped space (so nothing else
-    /// shares the handles they pin), the one above at least. Run after
-    /// every granule that could go went: what is left free is pinned.
+    /// The allocations (slot, aligned bytes, the unmapped space right above
+    /// them) that pin free granules worth their move: the whole free
+    /// granules of the free blocks right below and above each, where the
+    /// far side of such a block is unmapped space (so nothing else shares
+    /// the handles they pin), and the allocation has unmapped space above
+    /// it, next to it or past a free block, to move into. Run after every
+    /// granule that could go went: what is left free is pinned.
     fn pinning(&self) -> Vec<(u32, u64, u32)> {
         let mut pinning = Vec::new();
         for range in (self.ranges.iter()).filter(|range| range.held && range.guards == 0) {
@@ -89,11 +90,10 @@ impl ExpandablePool {
                 let next = self.arena.next(node);
                 if !self.arena.is_free(node) && self.arena.owner(node) != VOID {
                     let prev = self.arena.prev(node);
-                    let above = self.pinned_beside(next, true);
-                    let pinned = self.pinned_beside(prev, false) + above;
+                    let pinned = self.pinned_beside(prev, false) + self.pinned_beside(next, true);
                     let aligned = self.arena.size(node);
-                    if above > 0 && pinned.saturating_mul(REHOME_PER_BYTE_SAVED) >= aligned {
-                        let void = self.arena.next(next);
+                    let void = self.void_above(next);
+                    if void != NONE && pinned.saturating_mul(REHOME_PER_BYTE_SAVED) >= aligned {
                         pinning.push((self.arena.owner(node), aligned, void));
                     }
                 }
@@ -101,6 +101,25 @@ impl ExpandablePool {
             }
         }
         pinning
+    }
+
+    /// The unmapped space right above an allocation whose next block is
+    /// `next`: `next` itself, or the block above it where `next` is free
+    /// (a block of whole free granules, or the free part of the
+    /// allocation's last granule); `NONE` where there is none.
+    fn void_above(&self, next: u32) -> u32 {
+        if next == NONE || self.arena.is_carved_by(next, VOID) {
+            return next;
+        }
+        if !self.arena.is_free(next) {
+            return NONE;
+        }
+        let beyond = self.arena.next(next);
+        if beyond != NONE && self.arena.is_carved_by(beyond, VOID) {
+            beyond
+        } else {
+            NONE
+        }
     }
 
     /// Bytes of whole free granules in `block`, when it is free and lies
@@ -162,5 +181,35 @@ mod tests {
         let (held, rehomed) = settled(true);
         assert_eq!(held, 10 * G, "moved into handles of exactly its size");
         assert!(rehomed > created, "new handles for its new home");
+    }
+
+    /// The same pool holding one allocation of granules 10..24, which
+    /// ends with its third handle (granules 16..24), so nothing free lies
+    /// above it: what it pins is granules 8 and 9, below it.
+    #[test]
+    fn a_settle_rehomes_an_allocation_that_pins_free_granules_below_it_only() {
+        let mut memory = MemoryManager::new(VirtualStorage::new(), MemoryConfig::default());
+        let grown = [(); 2].map(|()| memory.reserve(512 * G, PageUpdate::Allow).unwrap());
+        drop(grown);
+        let below = memory.reserve(10 * G, PageUpdate::Allow).unwrap();
+        let kept = memory.reserve(14 * G, PageUpdate::Allow).unwrap();
+        drop(below);
+        let before = memory
+            .relocate_rehoming(RelocationReason::Settle, false)
+            .unwrap();
+        assert_eq!(before.moved, 0);
+        memory.flush();
+        assert_eq!(
+            memory.bytes_allocated(),
+            16 * G,
+            "granules 8 and 9 share a handle with it"
+        );
+        let report = memory
+            .relocate_rehoming(RelocationReason::Settle, true)
+            .unwrap();
+        assert_eq!(report.moved, 1);
+        memory.flush();
+        assert_eq!(memory.bytes_allocated(), 14 * G, "moved above, no pin left");
+        drop(kept);
     }
 }
