@@ -227,3 +227,38 @@ fn a_giver_keeps_what_the_asker_does_not_lack() {
     assert!(peak <= 48 * MIB + Headroom::default().slack, "peak {peak}");
     drop(wanted);
 }
+
+/// A round past the headroom wakes the streams holding the most room
+/// they do not use, only as many as the asker lacks: the roomiest gives,
+/// and a stream with less room keeps its cache.
+#[test]
+fn a_round_asks_the_roomiest_stream_first_and_no_more_than_it_takes() {
+    let device = device(Some(Headroom::default()));
+    let a = device.stream(StreamId(0)).unwrap();
+    let b = device.stream(StreamId(1)).unwrap();
+    let c = device.stream(StreamId(2)).unwrap();
+    // 72 MiB live at once, then all of it cached: 48 on a, 24 on b.
+    let held = (
+        a.reserve_many(&[MIB; 48]).unwrap(),
+        b.reserve_many(&[MIB; 24]).unwrap(),
+    );
+    drop(held);
+    for stream in [&a, &b] {
+        stream.report().unwrap();
+        assert_eq!(stream.stats().bytes_in_use, 0);
+    }
+    let cached_b = b.stats().bytes_reserved;
+    assert!(cached_b >= 24 * MIB);
+    // 16 MiB more would take the device 16 MiB past its peak live, less
+    // the headroom's slack: a alone holds that much unused.
+    let wanted = c.reserve(16 * MIB).unwrap();
+    a.report().unwrap();
+    b.report().unwrap();
+    assert!(
+        a.stats().bytes_reserved < 48 * MIB,
+        "the roomiest gave back: a kept {}",
+        a.stats().bytes_reserved
+    );
+    assert_eq!(b.stats().bytes_reserved, cached_b, "b was not asked");
+    drop(wanted);
+}

@@ -217,22 +217,15 @@ impl Coordinator {
             }
             let id = self.next_episode;
             self.next_episode = self.next_episode.wrapping_add(1);
-            // Only streams that hold pages beyond their clients' bytes can
-            // give back: the others are not woken.
-            let others: Vec<StreamId> = streams
-                .iter()
-                .filter(|(other, link)| {
-                    **other != stream && link.handle.is_running() && link.handle.may_give_back()
-                })
-                .map(|(other, _)| *other)
-                .collect();
-            for other in &others {
-                streams[other].send(Control::GiveBack {
+            let givers = givers(&streams, stream, short, lacks);
+            for &(other, wanted) in &givers {
+                streams[&other].send(Control::GiveBack {
                     episode: id,
                     short,
-                    wanted: lacks,
+                    wanted,
                 });
             }
+            let others: Vec<StreamId> = givers.into_iter().map(|(other, _)| other).collect();
             drop(streams);
             self.active = Some(Episode {
                 id,
@@ -440,4 +433,42 @@ pub(crate) fn run(seat: Arc<CoordinatorSeat>, notices: Receiver<Notice>, tick: D
             seat.turn().tick();
         }
     }
+}
+
+/// The streams a round for `asker` wakes, each with what it is asked for.
+/// Only streams that hold pages beyond their clients' bytes can give back:
+/// the others are not woken. A stream short of memory asks every one of
+/// them for everything. Past the headroom, what the asker `lacks` comes
+/// from the streams that hold the most room they do not use, as many as
+/// it takes, each asked for its part of it (the rest stay asleep and keep
+/// their room): woken all at once, each giving back twice what the asker
+/// lacked, eight streams gave back up to fourteen times that, and mapped
+/// it again for their own next reservations (`docs/service.md`,
+/// "Headroom", step 3).
+fn givers(
+    streams: &std::collections::BTreeMap<StreamId, super::registry::StreamEntry>,
+    asker: StreamId,
+    short: bool,
+    lacks: u64,
+) -> Vec<(StreamId, u64)> {
+    let mut room: Vec<(u64, StreamId)> = (streams.iter())
+        .filter(|(other, entry)| **other != asker && entry.handle.is_running())
+        .map(|(other, entry)| (entry.shared().unused_at_most(), *other))
+        .filter(|&(unused, _)| unused > 0)
+        .collect();
+    if short || lacks == 0 {
+        return room.into_iter().map(|(_, other)| (other, lacks)).collect();
+    }
+    // The roomiest first; ties by stream, so every run wakes the same.
+    room.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let mut left = lacks;
+    let mut givers = Vec::new();
+    for (unused, other) in room {
+        if left == 0 {
+            break;
+        }
+        givers.push((other, unused.min(left)));
+        left = left.saturating_sub(unused);
+    }
+    givers
 }

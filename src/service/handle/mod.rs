@@ -121,12 +121,6 @@ impl StreamHandle {
         self.connection.shared.is_running()
     }
 
-    /// Whether the stream holds pages beyond its clients' bytes (exact:
-    /// `StreamShared::unused_at_most`).
-    pub(crate) fn may_give_back(&self) -> bool {
-        self.connection.shared.unused_at_most() > 0
-    }
-
     /// Wait until the actor has served everything sent before, its control
     /// traffic included, without counting as a request of its clients.
     pub(crate) fn barrier(&self) -> Result<(), ServiceError> {
