@@ -64,6 +64,10 @@ pub(crate) enum Evacuate {
     MostlyFree,
 }
 
+/// Passes a settle's re-homing makes at most (`rehome.rs`): each looks
+/// again at what the last one's moves left pinning.
+const REHOME_PASSES: usize = 4;
+
 /// Slides one relocation or growth plans and makes at most, one after
 /// another (each plan walks the pool's blocks).
 const SLIDES_PLANNED: usize = 16;
@@ -246,10 +250,18 @@ impl ExpandablePool {
         self.unmap_all_free(mover.storage);
         if reason == RelocationReason::Settle && mover.rehome && evacuated.is_ok() {
             // What is still free and mapped now is pinned by the handles
-            // it shares with allocations: move those that pin most.
-            let rehomed = self.rehome_pinning(mover, report);
-            self.unmap_all_free(mover.storage);
-            rehomed?;
+            // it shares with allocations: move those that pin most. What
+            // one move frees can leave a neighbour pinning in its turn, so
+            // look again while anything moved (a few times at most).
+            for _ in 0..REHOME_PASSES {
+                let moved = report.moved;
+                let rehomed = self.rehome_pinning(mover, report);
+                self.unmap_all_free(mover.storage);
+                rehomed?;
+                if report.moved == moved {
+                    break;
+                }
+            }
         }
         report.bytes_released += before.saturating_sub(self.mapped());
         evacuated

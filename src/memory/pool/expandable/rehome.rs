@@ -3,10 +3,12 @@
 //! handle with the edge of an allocation stay held after the load fell,
 //! whatever a compaction gathers (a stream left with one 260 MiB
 //! allocation kept 44 MiB mapped that way, memory the device's other
-//! streams could have used). Such an allocation, alone against the
-//! unmapped space, moves into that space, a granule clear of what it
+//! streams could have used). Such an allocation moves into the first run
+//! of unmapped space above it that holds it, a granule clear of what it
 //! pins, mapped for exactly its granules; the handles it leaves then go
-//! back whole at the unmapping that follows.
+//! back whole at the unmapping that follows. What one move freed can leave
+//! a neighbour pinning in its turn: the settle looks again
+//! (`compact.rs`, `REHOME_PASSES`).
 //!
 //! The long form: `docs/memory.md`, "Re-homing at a settle".
 
@@ -25,7 +27,8 @@ const REHOME_PER_BYTE_SAVED: u64 = super::compact::SLIDE_PER_BYTE_SAVED;
 impl ExpandablePool {
     /// Move every allocation that pins at least one byte in
     /// [`REHOME_PER_BYTE_SAVED`] of its own, in free granules that could
-    /// not go back, into the unmapped space above them, a granule clear:
+    /// not go back, into the first run of unmapped space above each that
+    /// holds it, a granule clear:
     /// where that maps no more than the pool's high-water mark, and never
     /// on a device whose streams share a budget (whether a map succeeds
     /// would depend on timing there). What moved goes in `report`; the
@@ -38,10 +41,10 @@ impl ExpandablePool {
         if mover.storage.shares_a_budget() {
             return Ok(());
         }
-        let pinning: Vec<(u32, u64, u32)> = {
+        let pinning: Vec<(u32, u64)> = {
             let movable = mover.movable();
             (self.pinning().into_iter())
-                .filter(|&(slot, _, _)| movable(slot))
+                .filter(|&(slot, _)| movable(slot))
                 .collect()
         };
         if pinning.is_empty() {
@@ -51,14 +54,17 @@ impl ExpandablePool {
         // order: a home mapped over granules still on their way back
         // would take them back, in the handles they left.
         mover.storage.flush();
-        for (slot, aligned, void) in pinning {
+        for (slot, aligned) in pinning {
             let needed = align_up(aligned, self.granule);
-            if self.mapped().saturating_add(needed) > self.stats.peak_reserved
-                || !self.arena.is_carved_by(void, VOID)
-                || self.arena.size(void) < needed.saturating_add(self.granule)
-            {
+            if self.mapped().saturating_add(needed) > self.stats.peak_reserved {
                 continue;
             }
+            let Some(node) = mover.slots.get(slot).map(|live| live.placement.node) else {
+                continue;
+            };
+            let Some(void) = self.void_above(node, needed.saturating_add(self.granule)) else {
+                continue;
+            };
             // A granule of the void stays below, so the new home joins no
             // free block (and no handle) it pinned.
             let index = self.arena.page(void);
@@ -75,14 +81,12 @@ impl ExpandablePool {
         Ok(())
     }
 
-    /// The allocations (slot, aligned bytes, the unmapped space right above
-    /// them) that pin free granules worth their move: the whole free
-    /// granules of the free blocks right below and above each, where the
-    /// far side of such a block is unmapped space (so nothing else shares
-    /// the handles they pin), and the allocation has unmapped space above
-    /// it, next to it or past a free block, to move into. Run after every
-    /// granule that could go went: what is left free is pinned.
-    fn pinning(&self) -> Vec<(u32, u64, u32)> {
+    /// The allocations (slot, aligned bytes) that pin free granules worth
+    /// their move: the whole free granules of the free blocks right below
+    /// and above each, where the far side of such a block is unmapped
+    /// space (so nothing else shares the handles they pin). Run after
+    /// every granule that could go went: what is left free is pinned.
+    fn pinning(&self) -> Vec<(u32, u64)> {
         let mut pinning = Vec::new();
         for range in (self.ranges.iter()).filter(|range| range.held && range.guards == 0) {
             let mut node = range.first;
@@ -92,9 +96,8 @@ impl ExpandablePool {
                     let prev = self.arena.prev(node);
                     let pinned = self.pinned_beside(prev, false) + self.pinned_beside(next, true);
                     let aligned = self.arena.size(node);
-                    let void = self.void_above(next);
-                    if void != NONE && pinned.saturating_mul(REHOME_PER_BYTE_SAVED) >= aligned {
-                        pinning.push((self.arena.owner(node), aligned, void));
+                    if pinned > 0 && pinned.saturating_mul(REHOME_PER_BYTE_SAVED) >= aligned {
+                        pinning.push((self.arena.owner(node), aligned));
                     }
                 }
                 node = next;
@@ -103,23 +106,18 @@ impl ExpandablePool {
         pinning
     }
 
-    /// The unmapped space right above an allocation whose next block is
-    /// `next`: `next` itself, or the block above it where `next` is free
-    /// (a block of whole free granules, or the free part of the
-    /// allocation's last granule); `NONE` where there is none.
-    fn void_above(&self, next: u32) -> u32 {
-        if next == NONE || self.arena.is_carved_by(next, VOID) {
-            return next;
+    /// The first run of unmapped space above the block `node`, in its
+    /// range, of at least `bytes`: where an allocation there can move
+    /// without sharing a granule (nor a handle) with what it leaves.
+    fn void_above(&self, node: u32, bytes: u64) -> Option<u32> {
+        let mut at = self.arena.next(node);
+        while at != NONE {
+            if self.arena.is_carved_by(at, VOID) && self.arena.size(at) >= bytes {
+                return Some(at);
+            }
+            at = self.arena.next(at);
         }
-        if !self.arena.is_free(next) {
-            return NONE;
-        }
-        let beyond = self.arena.next(next);
-        if beyond != NONE && self.arena.is_carved_by(beyond, VOID) {
-            beyond
-        } else {
-            NONE
-        }
+        None
     }
 
     /// Bytes of whole free granules in `block`, when it is free and lies
@@ -211,5 +209,29 @@ mod tests {
         memory.flush();
         assert_eq!(memory.bytes_allocated(), 14 * G, "moved above, no pin left");
         drop(kept);
+    }
+
+    /// The same pool holding 14 granules at its start and a quarter
+    /// granule right after them, in the second handle (granules 8..16):
+    /// the small one pins granule 15, and once it moved away the large one
+    /// pins granules 14 and 15. A settle looks again after its moves.
+    #[test]
+    fn a_settle_rehomes_what_a_move_left_pinning() {
+        let mut memory = MemoryManager::new(VirtualStorage::new(), MemoryConfig::default());
+        let grown = [(); 2].map(|()| memory.reserve(512 * G, PageUpdate::Allow).unwrap());
+        drop(grown);
+        let large = memory.reserve(14 * G, PageUpdate::Allow).unwrap();
+        let small = memory.reserve(G / 4, PageUpdate::Allow).unwrap();
+        let report = memory
+            .relocate_rehoming(RelocationReason::Settle, true)
+            .unwrap();
+        assert_eq!(report.moved, 2, "the small one, then the large one");
+        memory.flush();
+        assert_eq!(
+            memory.bytes_allocated(),
+            15 * G,
+            "each in granules of its own"
+        );
+        drop((large, small));
     }
 }
