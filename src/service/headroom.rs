@@ -80,7 +80,7 @@ impl Headroom {
 }
 
 /// A stream growing past the headroom asks the others for a round only if
-/// they hold at least this much (and the request) unused.
+/// they hold at least this much unused.
 pub(crate) const MIN_ROUND_GAIN: u64 = 1 << 20;
 
 #[cfg(test)]

@@ -105,12 +105,16 @@ impl RunningShort {
             };
             return self.park_for_round(pending);
         }
-        // A round is worth its wake-ups only if the others hold at least
-        // this request's worth of room they do not use.
+        // A round is worth its wake-ups if the others hold room they do not
+        // use, however much less than the request: it comes off what the
+        // device holds past its headroom. (Asked for the request's worth,
+        // a stream growing by 192 MiB with 169 MiB unused elsewhere grew
+        // without a round, and a held-out 2-stream serving trace held
+        // 1.063 of its peak live; 1.015 with the round.)
         let requested = pending.requested();
         if stream.device.has_coordinator()
             && stream.over_headroom(&pending)
-            && stream.device.others_excess(stream.shared.stream) >= requested.max(MIN_ROUND_GAIN)
+            && stream.device.others_excess(stream.shared.stream) >= MIN_ROUND_GAIN
         {
             stream.memory.release_spares();
             let lacks = stream.headroom_lacks(&pending);
