@@ -288,3 +288,50 @@ fn a_round_wins_back_room_smaller_than_the_request() {
     );
     drop((held, grown));
 }
+
+/// [`replay`] with the streams that share a device cutting their physical
+/// handles at up to one `share`th of a range.
+fn replay_sharing_handles(events: &[TraceEvent], other: bool, share: Option<u64>) -> ReplayReport {
+    let mut replayer = Replayer::new(|_| {
+        Supervisor::virtual_device(ServiceConfig {
+            clock: ManualClock::shared(),
+            shared_handle_share: share,
+            ..ServiceConfig::default()
+        })
+    });
+    if other {
+        let theirs = TraceEvent::new(0, 2, TraceAction::Alloc, u64::MAX, MIB);
+        replayer.event(&theirs).unwrap();
+    }
+    for event in events {
+        replayer.event(event).unwrap();
+    }
+    replayer.finish().unwrap()
+}
+
+/// `ServiceConfig::shared_handle_share`: a stream that shares its device
+/// maps its memory in larger physical handles (fewer driver calls for the
+/// granules it maps); a lone stream keeps the storage's own.
+#[test]
+fn streams_that_share_a_device_map_larger_handles_when_told() {
+    let events = random_load(6_000);
+    let per_handle = |report: &ReplayReport| {
+        let ops = report.driver.ops;
+        ops.handle_granules_created as f64 / ops.handles_created as f64
+    };
+    let shared = replay_sharing_handles(&events, true, None);
+    let larger = replay_sharing_handles(&events, true, Some(8));
+    assert!(
+        per_handle(&larger) > 1.3 * per_handle(&shared),
+        "{:.2} granules a handle, against {:.2}",
+        per_handle(&larger),
+        per_handle(&shared)
+    );
+    let alone = replay_sharing_handles(&events, false, None);
+    let told = replay_sharing_handles(&events, false, Some(8));
+    assert_eq!(
+        told.driver.ops, alone.driver.ops,
+        "a lone stream keeps its handles"
+    );
+    assert_eq!(told.peak_reserved_bytes, alone.peak_reserved_bytes);
+}

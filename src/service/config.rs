@@ -67,6 +67,17 @@ pub struct ServiceConfig {
     /// [`ServiceError::TooManyStreams`](super::ServiceError::TooManyStreams), so an id from untrusted input (a
     /// trace, a request) cannot spawn threads without bound.
     pub max_streams: usize,
+    /// Streams that share their device cut the physical handles of their
+    /// later maps at up to one in this many granules of a range, instead
+    /// of the storage's one in 64 (`None`: every stream keeps the
+    /// storage's; a lone stream always does). A larger share moves memory
+    /// between streams in fewer driver calls, and holds more at the peak:
+    /// the free granules of a handle partly in use cannot go back
+    /// (`docs/performance.md`, "Rounds that give whole handles, from the
+    /// roomiest streams": at 32, `serving_contig` 1.8-32 → 0.8-21 us per
+    /// event of modeled driver time beyond the peak once, at 1.009-1.018
+    /// → 1.018-1.039 of live).
+    pub shared_handle_share: Option<u64>,
 }
 
 impl Default for ServiceConfig {
@@ -86,6 +97,7 @@ impl Default for ServiceConfig {
             settle: Some(Settle::default()),
             recorder: None,
             max_streams: 256,
+            shared_handle_share: None,
         }
     }
 }

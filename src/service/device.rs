@@ -75,6 +75,9 @@ pub(crate) struct DeviceShared {
     pub(crate) live: Arc<LiveBytes>,
     /// How far reserved may run ahead of live before growth trims first.
     pub(crate) headroom: Option<Headroom>,
+    /// The share of a range the physical handles of streams that share the
+    /// device are cut at (`ServiceConfig::shared_handle_share`).
+    pub(crate) shared_handle_share: Option<u64>,
     /// The clock every time-driven policy reads (`clock.rs`).
     pub(crate) clock: SharedClock,
     /// Someone subscribed to the supervisor's events: only then do
@@ -117,6 +120,7 @@ impl DeviceShared {
             recovery,
             live: Arc::new(LiveBytes::new()),
             headroom: None,
+            shared_handle_share: None,
             clock: ManualClock::shared(),
             watched: AtomicBool::new(false),
         }
@@ -131,6 +135,13 @@ impl DeviceShared {
     /// The same, growing under `headroom`.
     pub(crate) fn with_headroom(mut self, headroom: Option<Headroom>) -> Self {
         self.headroom = headroom;
+        self
+    }
+
+    /// The same, the physical handles of streams that share it cut at up
+    /// to one `one_in`th of a range (`None`: the storages' own).
+    pub(crate) fn with_shared_handle_share(mut self, one_in: Option<u64>) -> Self {
+        self.shared_handle_share = one_in;
         self
     }
 

@@ -324,6 +324,13 @@ impl DeviceStorage for CudaStorage {
         (self.ranges.get(&range.id)).map_or(*range, |held| held.granule_map().whole_handles(range))
     }
 
+    fn set_handle_share(&mut self, one_in: u64) {
+        self.handle_size = self.handle_size.with_share(one_in);
+        for held in self.ranges.values_mut() {
+            held.set_handle_share(one_in);
+        }
+    }
+
     fn first_handle_end(&self, range: &StorageHandle) -> u64 {
         let end = range.offset.saturating_add(range.size);
         (self.ranges.get(&range.id)).map_or(end, |held| held.granule_map().first_handle_end(range))

@@ -136,6 +136,11 @@ impl CudaRange {
         &self.map
     }
 
+    /// Cut the handles of later maps at up to one `one_in`th of the range.
+    pub(super) fn set_handle_share(&mut self, one_in: u64) {
+        self.map.set_handle_share(one_in);
+    }
+
     /// Bytes mapped.
     pub(super) fn mapped_bytes(&self) -> u64 {
         self.map.mapped_bytes()

@@ -81,6 +81,11 @@ macro_rules! forward_to_inner {
             self.$inner.whole_handles(range)
         }
     };
+    (@one $inner:ident set_handle_share) => {
+        fn set_handle_share(&mut self, one_in: u64) {
+            self.$inner.set_handle_share(one_in)
+        }
+    };
     (@one $inner:ident first_handle_end) => {
         fn first_handle_end(&self, range: &StorageHandle) -> u64 {
             self.$inner.first_handle_end(range)

@@ -239,6 +239,13 @@ impl DeviceStorage for VirtualStorage {
         (self.ranges.get(&range.id)).map_or(end, |map| map.first_handle_end(range))
     }
 
+    fn set_handle_share(&mut self, one_in: u64) {
+        self.handle_size = self.handle_size.with_share(one_in);
+        for map in self.ranges.values_mut() {
+            map.set_handle_share(one_in);
+        }
+    }
+
     fn bytes_stranded(&self) -> u64 {
         self.ranges
             .values()

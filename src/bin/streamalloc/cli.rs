@@ -83,6 +83,13 @@ pub(crate) struct Common {
     #[arg(long, default_value_t = streamalloc::storage::DEFAULT_HANDLE_GRANULES,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) handle_granules: u64,
+    /// Streams that share their device cut physical handles at up to one
+    /// in this many granules of a range, instead of one in 64: fewer
+    /// driver calls as memory moves between streams, more bytes held at
+    /// the peak (free granules of a handle partly in use stay). A lone
+    /// stream keeps one in 64.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) shared_handle_share: Option<u64>,
     /// The pool layout.
     #[arg(long = "config", value_enum, default_value = "expandable")]
     pub(crate) preset: Preset,
@@ -306,6 +313,7 @@ pub(crate) fn service_config(common: &Common, device: DeviceProperties) -> Servi
         memory,
         budget: common.budget,
         settle: common.settle.0,
+        shared_handle_share: common.shared_handle_share,
         calls: Calls {
             hot_cache: common.hot_cache,
             ..Calls::default()

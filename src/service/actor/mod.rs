@@ -79,6 +79,7 @@ impl StreamActor {
                 memory,
                 shared,
                 device,
+                handle_share: crate::storage::HANDLE_SHARE_ONE_IN,
             },
             short: RunningShort::default(),
             timing,

@@ -27,6 +27,9 @@ pub(crate) struct Stream {
     pub(super) shared: Arc<StreamShared>,
     /// What the device's streams share (budget, registry, coordinator).
     pub(super) device: Arc<DeviceShared>,
+    /// The share of a range its storage's physical handles are cut at
+    /// now (`fit_handle_share`).
+    pub(super) handle_share: u64,
 }
 
 impl Stream {
@@ -48,8 +51,13 @@ impl Stream {
         }
         let reserved = self.held();
         // Its own last store: what it published is what the counter holds.
-        if reserved == self.shared.bytes_reserved.load(Ordering::Relaxed) {
+        let published = self.shared.bytes_reserved.load(Ordering::Relaxed);
+        if reserved == published {
             return;
+        }
+        if reserved > published {
+            // It grew: the next growth maps with the share that fits.
+            self.fit_handle_share();
         }
         self.shared
             .bytes_reserved
@@ -58,6 +66,27 @@ impl Stream {
             self.shared
                 .peak_bytes_reserved
                 .store(reserved, Ordering::Relaxed);
+        }
+    }
+
+    /// Cut the storage's later physical handles at the share that fits the
+    /// device now, where the service was told one for streams that share
+    /// it (`ServiceConfig::shared_handle_share`): that one while other
+    /// streams share it, the storage's default while this one is alone.
+    /// Asked after a growth (it takes the registry's lock), so it holds
+    /// from the next.
+    fn fit_handle_share(&mut self) {
+        let Some(shared) = self.device.shared_handle_share else {
+            return;
+        };
+        let share = if self.alone() {
+            crate::storage::HANDLE_SHARE_ONE_IN
+        } else {
+            shared
+        };
+        if share != self.handle_share {
+            self.memory.storage().set_handle_share(share);
+            self.handle_share = share;
         }
     }
 

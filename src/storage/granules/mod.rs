@@ -29,30 +29,46 @@ use std::ops::Range;
 mod spares;
 pub(crate) use spares::Mapping;
 
-/// A physical handle covers at most this fraction (one in this many) of
-/// the granules its range holds once it is mapped (`handles_for`). What a
-/// handle partly in use keeps from going back is bounded by it: at 16 or
-/// 32, two held-out traces held 1.09-1.14 of live after their load fell;
-/// at 64 every trace measured stays within 1.05 (`docs/memory.md`,
-/// "Physical handles").
+/// By default a physical handle covers at most this fraction (one in this
+/// many) of the granules its range holds once it is mapped (`handles_for`;
+/// `DeviceStorage::set_handle_share` changes it). What a handle partly in use keeps from going back is
+/// bounded by it: at 16 or 32, lone streams that fragment held 1.09-1.17
+/// of live after their load fell; at 64 every trace measured stays within
+/// 1.05 (`docs/memory.md`, "Physical handles").
 pub(crate) const HANDLE_SHARE_ONE_IN: u64 = 64;
 
-/// The most granules one physical handle may cover: at least 1, and
-/// [`DEFAULT_HANDLE_GRANULES`](super::DEFAULT_HANDLE_GRANULES) unless a
-/// storage was told otherwise (`with_handle_granules`).
+/// How large one physical handle may be: at most `most` granules (at least
+/// 1, [`DEFAULT_HANDLE_GRANULES`](super::DEFAULT_HANDLE_GRANULES) unless a
+/// storage was told otherwise, `with_handle_granules`), and at most one
+/// `share_one_in`th of the granules its range holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct HandleSize(u64);
+pub(crate) struct HandleSize {
+    most: u64,
+    share_one_in: u64,
+}
 
 impl HandleSize {
-    /// At most `granules` granules a handle (1 where 0 is asked).
+    /// At most `granules` granules a handle (1 where 0 is asked), and the
+    /// default share.
     pub(crate) fn new(granules: u64) -> Self {
-        Self(granules.max(1))
+        Self {
+            most: granules.max(1),
+            share_one_in: HANDLE_SHARE_ONE_IN,
+        }
+    }
+
+    /// The same, at most one `one_in`th of a range (1 where 0 is asked).
+    pub(crate) fn with_share(self, one_in: u64) -> Self {
+        Self {
+            share_one_in: one_in.max(1),
+            ..self
+        }
     }
 }
 
 impl Default for HandleSize {
     fn default() -> Self {
-        Self(super::DEFAULT_HANDLE_GRANULES)
+        Self::new(super::DEFAULT_HANDLE_GRANULES)
     }
 }
 
@@ -273,8 +289,14 @@ impl GranuleMap {
     /// The most granules a handle created for `runs` covers.
     fn most_per_handle(&self, runs: &[Range<u64>]) -> u64 {
         let after = self.count + granules_in(runs);
-        let share = (after / HANDLE_SHARE_ONE_IN).max(1);
-        self.handle_size.0.min(1 << share.ilog2())
+        let share = (after / self.handle_size.share_one_in).max(1);
+        self.handle_size.most.min(1 << share.ilog2())
+    }
+
+    /// Cut the handles of later maps at up to one `one_in`th of the range
+    /// (those mapped already stay as they are).
+    pub(crate) fn set_handle_share(&mut self, one_in: u64) {
+        self.handle_size = self.handle_size.with_share(one_in);
     }
 
     /// Cut `run` into handles of at most `most` granules, at multiples of it.

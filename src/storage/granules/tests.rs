@@ -104,6 +104,20 @@ fn whole_handles_is_the_part_that_frees_handles_whole() {
 }
 
 #[test]
+fn a_larger_share_cuts_larger_handles_from_the_next_map() {
+    let mut map = GranuleMap::new(GRANULE, 4096 * GRANULE, HandleSize::new(16)).unwrap();
+    // 256 granules held once mapped: one in 64 is 4 a handle.
+    let created = map.map(&granules(0..256)).unwrap().created;
+    assert!(created.iter().all(|run| run.end - run.start == 4));
+    // One in 16 of 512 is 32, so the handle size (16) bounds it.
+    map.set_handle_share(16);
+    let created = map.map(&granules(256..512)).unwrap().created;
+    assert!(created.iter().all(|run| run.end - run.start == 16));
+    // Those mapped before keep their cuts.
+    assert_eq!(map.first_handle_end(&granules(0..256)), 4 * GRANULE);
+}
+
+#[test]
 fn first_handle_end_walks_a_run_a_physical_handle_at_a_time() {
     let map = mapped_1024();
     let end = |run: Range<u64>| map.first_handle_end(&granules(run)) / GRANULE;

@@ -439,6 +439,14 @@ impl DeviceStorage for HostStorage {
     }
 
     #[cfg(unix)]
+    fn set_handle_share(&mut self, one_in: u64) {
+        self.handle_size = self.handle_size.with_share(one_in);
+        for held in self.ranges.values_mut() {
+            held.map.set_handle_share(one_in);
+        }
+    }
+
+    #[cfg(unix)]
     fn first_handle_end(&self, range: &StorageHandle) -> u64 {
         let end = range.offset.saturating_add(range.size);
         (self.ranges.get(&range.id)).map_or(end, |held| held.map.first_handle_end(range))
