@@ -141,20 +141,7 @@ fn random_load(events: u64) -> Vec<TraceEvent> {
 /// Replay `events` (and, if `other`, one allocation of 1 MiB on a second
 /// stream first, held to the end); its report.
 fn replay(events: &[TraceEvent], other: bool) -> ReplayReport {
-    let mut replayer = Replayer::new(|_| {
-        Supervisor::virtual_device(ServiceConfig {
-            clock: ManualClock::shared(),
-            ..ServiceConfig::default()
-        })
-    });
-    if other {
-        let theirs = TraceEvent::new(0, 2, TraceAction::Alloc, u64::MAX, MIB);
-        replayer.event(&theirs).unwrap();
-    }
-    for event in events {
-        replayer.event(event).unwrap();
-    }
-    replayer.finish().unwrap()
+    replay_sharing_handles(events, other, None)
 }
 
 /// A stream past the headroom whose free room could hold its request once
@@ -289,8 +276,8 @@ fn a_round_wins_back_room_smaller_than_the_request() {
     drop((held, grown));
 }
 
-/// [`replay`] with the streams that share a device cutting their physical
-/// handles at up to one `share`th of a range.
+/// [`replay`], with the streams that share a device cutting their physical
+/// handles at up to one `share`th of a range where told.
 fn replay_sharing_handles(events: &[TraceEvent], other: bool, share: Option<u64>) -> ReplayReport {
     let mut replayer = Replayer::new(|_| {
         Supervisor::virtual_device(ServiceConfig {

@@ -132,7 +132,8 @@ impl ExpandablePool {
     /// ([`unmap_idle_handles`](Self::unmap_idle_handles)), left lone
     /// streams' later placements worse (`random_geo` held 1.016-1.032 of
     /// live at the peak where it held 1.020-1.029, and up to 1.046 after
-    /// its fall: `docs/performance.md`, "Rounds that give whole handles, from the roomiest streams").
+    /// its fall: `docs/performance.md`, "Rounds that give whole handles,
+    /// from the roomiest streams").
     /// Whether any went (the caller flushes).
     pub(crate) fn unmap_longest_idle(
         &mut self,
@@ -157,21 +158,10 @@ impl ExpandablePool {
             granules.select_nth_unstable(wanted);
             granules.truncate(wanted);
         }
-        // Unmapped a run at a time, each block's from the top down.
-        granules.sort_unstable_by_key(|&(_, node, at)| (node, std::cmp::Reverse(at)));
-        let mut unmapped = 0;
-        let mut chosen = granules.iter().map(|&(_, node, at)| (node, at)).peekable();
-        while let Some((node, top)) = chosen.next() {
-            let mut first = top;
-            while chosen
-                .next_if(|&(n, at)| n == node && at + granule == first)
-                .is_some()
-            {
-                first -= granule;
-            }
-            unmapped += self.unmap_span(storage, node, first, top + granule).0;
-        }
-        unmapped > 0
+        let chosen = (granules.into_iter())
+            .map(|(_, node, at)| (node, at, at + granule))
+            .collect();
+        self.unmap_chosen(storage, chosen)
     }
 
     /// Give back at least `bytes` of free memory in whole physical handles,
@@ -223,7 +213,17 @@ impl ExpandablePool {
             taken += end - start;
             chosen.push((node, start, end));
         }
-        // Unmapped a run at a time, each block's from the top down.
+        self.unmap_chosen(storage, chosen)
+    }
+
+    /// Unmap the spans `chosen` (free block, start, end) picked: a run at
+    /// a time, each block's from the top down (so the block stays the part
+    /// below each span unmapped). Whether any went.
+    fn unmap_chosen(
+        &mut self,
+        storage: &mut dyn DeviceStorage,
+        mut chosen: Vec<(u32, u64, u64)>,
+    ) -> bool {
         chosen.sort_unstable_by_key(|&(node, start, _)| (node, std::cmp::Reverse(start)));
         let mut unmapped = 0;
         let mut chosen = chosen.into_iter().peekable();

@@ -147,14 +147,21 @@ mod tests {
 
     const G: u64 = DEFAULT_GRANULE;
 
+    /// A manager whose pool grew to 2 GiB (physical handles of 8 granules
+    /// at its start, then 16), then emptied: all of it free and mapped.
+    fn grown_and_emptied() -> MemoryManager<VirtualStorage> {
+        let mut memory = MemoryManager::new(VirtualStorage::new(), MemoryConfig::default());
+        let grown = [(); 2].map(|()| memory.reserve(512 * G, PageUpdate::Allow).unwrap());
+        drop(grown);
+        memory
+    }
+
     /// A pool grown to 2 GiB (physical handles of 8 granules at its
     /// start), emptied, then holding one allocation of 10 granules at its
     /// start (the second handle 2 granules used, 6 free), settled:
     /// the bytes its storage holds after, and the handles it created.
     fn settled(rehome: bool) -> (u64, u64) {
-        let mut memory = MemoryManager::new(VirtualStorage::new(), MemoryConfig::default());
-        let grown = [(); 2].map(|()| memory.reserve(512 * G, PageUpdate::Allow).unwrap());
-        drop(grown);
+        let mut memory = grown_and_emptied();
         let kept = memory.reserve(10 * G, PageUpdate::Allow).unwrap();
         let report = memory
             .relocate_rehoming(RelocationReason::Settle, rehome)
@@ -186,9 +193,7 @@ mod tests {
     /// above it: what it pins is granules 8 and 9, below it.
     #[test]
     fn a_settle_rehomes_an_allocation_that_pins_free_granules_below_it_only() {
-        let mut memory = MemoryManager::new(VirtualStorage::new(), MemoryConfig::default());
-        let grown = [(); 2].map(|()| memory.reserve(512 * G, PageUpdate::Allow).unwrap());
-        drop(grown);
+        let mut memory = grown_and_emptied();
         let below = memory.reserve(10 * G, PageUpdate::Allow).unwrap();
         let kept = memory.reserve(14 * G, PageUpdate::Allow).unwrap();
         drop(below);
@@ -217,9 +222,7 @@ mod tests {
     /// pins granules 14 and 15. A settle looks again after its moves.
     #[test]
     fn a_settle_rehomes_what_a_move_left_pinning() {
-        let mut memory = MemoryManager::new(VirtualStorage::new(), MemoryConfig::default());
-        let grown = [(); 2].map(|()| memory.reserve(512 * G, PageUpdate::Allow).unwrap());
-        drop(grown);
+        let mut memory = grown_and_emptied();
         let large = memory.reserve(14 * G, PageUpdate::Allow).unwrap();
         let small = memory.reserve(G / 4, PageUpdate::Allow).unwrap();
         let report = memory
