@@ -69,6 +69,19 @@ impl ExpandablePool {
         nodes
     }
 
+    /// Call `visit(pool, range, node, first, last)` for every listed free
+    /// block that holds whole granules (`first..last`, offsets in range
+    /// `range`), in the order the arena lists them.
+    fn each_whole_free_run(&mut self, mut visit: impl FnMut(&Self, u32, u32, u64, u64)) {
+        let nodes = self.blocks_of_a_granule();
+        for &node in &nodes {
+            if let Some((first, last)) = self.whole_granules(node) {
+                visit(self, self.arena.page(node), node, first, last);
+            }
+        }
+        self.sweep = nodes;
+    }
+
     /// Whole free granules were let go at `serial`: a sweep is due once they
     /// have been idle a period.
     pub(super) fn idle_from(&mut self, serial: u64) {
@@ -141,18 +154,13 @@ impl ExpandablePool {
         bytes: u64,
     ) -> bool {
         let granule = self.granule;
-        let nodes = self.blocks_of_a_granule();
         // (since, node, offset) of every whole free granule.
         let mut granules = Vec::new();
-        for &node in &nodes {
-            if let Some((first, last)) = self.whole_granules(node) {
-                let index = self.arena.page(node);
-                for at in (first..last).step_by(granule as usize) {
-                    granules.push((self.let_go_at(index, at), node, at));
-                }
+        self.each_whole_free_run(|pool, index, node, first, last| {
+            for at in (first..last).step_by(granule as usize) {
+                granules.push((pool.let_go_at(index, at), node, at));
             }
-        }
-        self.sweep = nodes;
+        });
         let wanted = bytes.div_ceil(granule) as usize;
         if granules.len() > wanted {
             granules.select_nth_unstable(wanted);
@@ -181,28 +189,24 @@ impl ExpandablePool {
         bytes: u64,
     ) -> bool {
         let granule = self.granule;
-        let nodes = self.blocks_of_a_granule();
         // (since, node, start, end) of every physical handle wholly free.
         let mut handles = Vec::new();
-        for &node in &nodes {
-            if let Some((first, last)) = self.whole_granules(node) {
-                let index = self.arena.page(node);
-                let whole = storage.whole_handles(&self.range_handle(index, first, last - first));
-                let (mut at, end) = (whole.offset, whole.offset + whole.size);
-                while at < end {
-                    let cut = storage.first_handle_end(&self.range_handle(index, at, end - at));
-                    let cut = cut.clamp(at + granule, end);
-                    let since = (at..cut)
-                        .step_by(granule as usize)
-                        .map(|offset| self.let_go_at(index, offset))
-                        .max()
-                        .unwrap_or(0);
-                    handles.push((since, node, at, cut));
-                    at = cut;
-                }
+        let looking: &dyn DeviceStorage = storage;
+        self.each_whole_free_run(|pool, index, node, first, last| {
+            let whole = looking.whole_handles(&pool.range_handle(index, first, last - first));
+            let (mut at, end) = (whole.offset, whole.offset + whole.size);
+            while at < end {
+                let cut = looking.first_handle_end(&pool.range_handle(index, at, end - at));
+                let cut = cut.clamp(at + granule, end);
+                let since = (at..cut)
+                    .step_by(granule as usize)
+                    .map(|offset| pool.let_go_at(index, offset))
+                    .max()
+                    .unwrap_or(0);
+                handles.push((since, node, at, cut));
+                at = cut;
             }
-        }
-        self.sweep = nodes;
+        });
         handles.sort_unstable();
         let mut taken = 0;
         let mut chosen: Vec<(u32, u64, u64)> = Vec::new();
