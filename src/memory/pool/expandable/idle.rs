@@ -60,23 +60,19 @@ impl ExpandablePool {
             .unwrap_or(0)
     }
 
-    /// The listed free blocks of a granule or more, in the sweep's kept
-    /// buffer (put it back in `self.sweep` when done).
-    fn blocks_of_a_granule(&mut self) -> Vec<u32> {
+    /// Call `visit(pool, range, node, first, last)` for every listed free
+    /// block that holds whole granules (`first..last`, offsets in range
+    /// `range`), in the order the arena lists them as the walk begins
+    /// (the blocks are gathered first, in the sweep's kept buffer, so a
+    /// visit may unmap what it is shown).
+    fn each_whole_free_run(&mut self, mut visit: impl FnMut(&mut Self, u32, u32, u64, u64)) {
         let mut nodes = std::mem::take(&mut self.sweep);
         nodes.clear();
         self.arena.listed_at_least(self.granule, &mut nodes);
-        nodes
-    }
-
-    /// Call `visit(pool, range, node, first, last)` for every listed free
-    /// block that holds whole granules (`first..last`, offsets in range
-    /// `range`), in the order the arena lists them.
-    fn each_whole_free_run(&mut self, mut visit: impl FnMut(&Self, u32, u32, u64, u64)) {
-        let nodes = self.blocks_of_a_granule();
         for &node in &nodes {
             if let Some((first, last)) = self.whole_granules(node) {
-                visit(self, self.arena.page(node), node, first, last);
+                let index = self.arena.page(node);
+                visit(self, index, node, first, last);
             }
         }
         self.sweep = nodes;
@@ -98,23 +94,18 @@ impl ExpandablePool {
         period: u64,
     ) -> bool {
         let granule = self.granule;
-        let nodes = self.blocks_of_a_granule();
         let mut next: Option<u64> = None;
         let mut unmapped = 0;
-        for &node in &nodes {
-            let Some((first, last)) = self.whole_granules(node) else {
-                continue;
-            };
-            let index = self.arena.page(node);
+        self.each_whole_free_run(|pool, index, node, first, last| {
             // From the top down, so that `node` stays the part below each
             // span unmapped.
             let (mut at, mut top) = (last, last);
             while at > first {
-                let since = self.let_go_at(index, at - granule);
+                let since = pool.let_go_at(index, at - granule);
                 let due = since.saturating_add(period);
                 if due > serial {
                     if top > at {
-                        unmapped += self.unmap_span(storage, node, at, top).0;
+                        unmapped += pool.unmap_span(storage, node, at, top).0;
                     }
                     next = Some(next.map_or(due, |least| least.min(due)));
                     top = at - granule;
@@ -122,10 +113,9 @@ impl ExpandablePool {
                 at -= granule;
             }
             if top > first {
-                unmapped += self.unmap_span(storage, node, first, top).0;
+                unmapped += pool.unmap_span(storage, node, first, top).0;
             }
-        }
-        self.sweep = nodes;
+        });
         let spacing = (period / 4).max(1);
         // Free blocks a guard or a fence keeps off the lists are not seen:
         // look again while any is.
