@@ -5,13 +5,19 @@
 //! flush). So the bytes all storages of a device hold never exceed the
 //! budget, whatever the interleaving: a grant is one CAS that checks and
 //! adds together.
+//!
+//! The budget also keeps the device's *exchange*: physical handles one
+//! stream's storage passed on, unmapped and not released, for the stream
+//! whose growth its give-back was for to adopt (`loose.rs`). Their bytes
+//! stay held (granted) while they wait there: they move between storages,
+//! never through the budget.
 
 use super::{
-    DeviceStorage, DriverOps, Resource, StorageError, StorageHandle, StorageId, UseFence,
-    UserStream,
+    DeviceStorage, DriverOps, LooseHandle, Resource, StorageError, StorageHandle, StorageId,
+    UseFence, UserStream,
 };
-use crate::sync::Arc;
 use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{Arc, Mutex};
 
 /// Bytes a device may hold, and how many are granted now.
 #[derive(Debug)]
@@ -30,6 +36,9 @@ pub struct DeviceBudget {
     granules: AtomicU64,
     /// The most granules mapped at once across the device's storages.
     peak_granules: AtomicU64,
+    /// Handles passed on by one storage for another to adopt, oldest
+    /// first: held, mapped nowhere.
+    exchange: Mutex<Vec<LooseHandle>>,
 }
 
 impl DeviceBudget {
@@ -42,6 +51,7 @@ impl DeviceBudget {
             peak: AtomicU64::new(0),
             granules: AtomicU64::new(0),
             peak_granules: AtomicU64::new(0),
+            exchange: Mutex::new(Vec::new()),
         }
     }
 
@@ -76,6 +86,24 @@ impl DeviceBudget {
     /// driver must map at least once, however well it keeps them).
     pub fn peak_granules_mapped(&self) -> u64 {
         self.peak_granules.load(Ordering::SeqCst)
+    }
+
+    /// Bytes of the handles waiting in the exchange (held, mapped
+    /// nowhere).
+    pub fn bytes_passed_on(&self) -> u64 {
+        (self.exchange.lock().iter()).fold(0, |sum, handle| sum.saturating_add(handle.bytes()))
+    }
+
+    /// Put `handles` in the exchange.
+    fn pass_on(&self, handles: Vec<LooseHandle>) {
+        if !handles.is_empty() {
+            self.exchange.lock().extend(handles);
+        }
+    }
+
+    /// Take every handle out of the exchange.
+    fn take_passed_on(&self) -> Vec<LooseHandle> {
+        std::mem::take(&mut *self.exchange.lock())
     }
 
     /// A storage's mapped granules went from `before` to `after`.
@@ -226,8 +254,31 @@ impl<S: DeviceStorage> DeviceStorage for BudgetedStorage<S> {
     forward_to_inner!(inner: bytes_allocated, granule, reserve_range, unmap, driver_ops);
     forward_to_inner!(inner: bytes_in_reclaim, bytes_stranded, bytes_a_map_adds);
     forward_to_inner!(inner: whole_handles, first_handle_end, hold_spares, bytes_spare);
-    forward_to_inner!(inner: set_handle_share);
+    forward_to_inner!(inner: set_handle_share, hand_over_spares, adopt_handles);
     forward_to_inner!(inner: stream_name, fence_uses, uses_done, wait_uses);
+
+    /// Into the budget's exchange: their bytes stay granted, as the
+    /// device still holds them; the granules they leave unmapped are
+    /// counted off the device's.
+    fn pass_spares_on(&mut self) {
+        let granules = self.inner.driver_ops().granules_mapped();
+        let handles = self.inner.hand_over_spares();
+        self.budget
+            .granules_moved(granules, self.inner.driver_ops().granules_mapped());
+        self.budget.pass_on(handles);
+        // Anything the storage would not hand over goes as before.
+        self.release_spares();
+    }
+
+    /// Out of the budget's exchange, with no grant: the device held their
+    /// bytes all along. Any the storage refuses go back in.
+    fn take_passed_on(&mut self) {
+        let handles = self.budget.take_passed_on();
+        if !handles.is_empty() {
+            let refused = self.inner.adopt_handles(handles);
+            self.budget.pass_on(refused);
+        }
+    }
 
     fn allocate(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
         self.reserve(|_| size)?;
@@ -294,6 +345,10 @@ impl<S: DeviceStorage> DeviceStorage for BudgetedStorage<S> {
 
 impl<S: DeviceStorage> Drop for BudgetedStorage<S> {
     fn drop(&mut self) {
+        // Handles still waiting in the exchange go with the storage that
+        // drops while they wait (a round's asker that stopped before its
+        // retry): adopted, so they are released with what it holds.
+        self.take_passed_on();
         // The inner storage frees whatever it still holds as it drops (a
         // failed stream's pages, say): those bytes go back to the budget.
         self.budget.give_back(self.inner.bytes_allocated());

@@ -7,9 +7,10 @@ use super::cuda_fence::CudaFence;
 use super::cuda_vmm::{self, CudaRange};
 use super::give_back::GiveBack;
 use super::id_map::IdMap;
+use super::loose::{self, Adopted};
 use super::{
-    DeviceStorage, DriverOps, HandleSize, Resource, StorageError, StorageHandle, StorageId,
-    UseFence, UserStream, check_range,
+    DeviceStorage, DriverOps, HandleSize, LooseHandle, Resource, StorageError, StorageHandle,
+    StorageId, UseFence, UserStream, check_range,
 };
 use crate::saturating::SaturatingSum;
 use crate::sync::foreign::Arc;
@@ -66,6 +67,8 @@ pub struct CudaStorage {
     freed_uncounted: u64,
     /// Whether handles given back are kept as spares (`hold_spares`).
     hold_spares: bool,
+    /// Handles another storage of the device handed over, unmapped.
+    adopted: Adopted,
     /// Fences on the streams that used memory released since
     /// (`fence_uses`): their events, by the fence's id.
     uses: std::collections::HashMap<u64, Vec<CUevent>>,
@@ -149,6 +152,7 @@ impl CudaStorage {
             ops: DriverOps::default(),
             foreign_streams: false,
             hold_spares: false,
+            adopted: Adopted::default(),
             freed_uncounted: 0,
             uses: std::collections::HashMap::new(),
             next_use: 0,
@@ -190,6 +194,21 @@ impl CudaStorage {
         self.bind()?;
         self.ops.waited();
         self.stream.synchronize().map_err(driver)
+    }
+
+    /// Release every adopted handle its maps did not use (mapped
+    /// nowhere: `cuMemRelease` alone). The context bound.
+    fn release_adopted(&mut self) {
+        let adopted = self.adopted.take_all();
+        for handle in &adopted {
+            // SAFETY: handed over unmapped and adopted by this storage
+            // alone; released once, here.
+            let _ = unsafe { sys::cuMemRelease(handle.raw()) };
+        }
+        let (handles, granules) = loose::count(&adopted);
+        self.ops.released_unmapped(handles, granules);
+        let bytes = (adopted.iter().map(LooseHandle::bytes)).saturating_sum();
+        self.bytes = self.bytes.saturating_sub(bytes);
     }
 
     fn bind(&self) -> Result<(), StorageError> {
@@ -297,6 +316,7 @@ impl DeviceStorage for CudaStorage {
         (self.ranges.values())
             .map(|range| range.granule_map().spare_bytes())
             .saturating_sum()
+            .saturating_add(self.adopted.bytes())
     }
 
     fn release_spares(&mut self) {
@@ -308,6 +328,28 @@ impl DeviceStorage for CudaStorage {
             let granule = range.granule_map().granule();
             self.bytes = self.bytes.saturating_sub(gone.saturating_mul(granule));
         }
+        self.release_adopted();
+    }
+
+    fn hand_over_spares(&mut self) -> Vec<LooseHandle> {
+        if self.bind().is_err() {
+            return Vec::new();
+        }
+        let mut handed = Vec::new();
+        for range in self.ranges.values_mut() {
+            handed.extend(range.hand_over_spares(&mut self.ops));
+        }
+        let bytes = (handed.iter().map(LooseHandle::bytes)).saturating_sum();
+        self.bytes = self.bytes.saturating_sub(bytes);
+        handed
+    }
+
+    fn adopt_handles(&mut self, handles: Vec<LooseHandle>) -> Vec<LooseHandle> {
+        let before = self.adopted.bytes();
+        let refused = self.adopted.adopt(handles, self.granule);
+        let added = self.adopted.bytes().saturating_sub(before);
+        self.bytes = self.bytes.saturating_add(added);
+        refused
     }
 
     fn bytes_in_reclaim(&self) -> u64 {
@@ -430,7 +472,14 @@ impl DeviceStorage for CudaStorage {
                 .unwrap_or(0)
         };
         let granule = self.granule.unwrap_or(0);
-        let mut mapped = range.map(handle, ordinal, &mut self.ops, held, capacity);
+        let mut mapped = range.map(
+            handle,
+            ordinal,
+            &mut self.ops,
+            held,
+            capacity,
+            &mut self.adopted,
+        );
         if let Err((_, dropped)) = &mapped {
             self.bytes = (self.bytes).saturating_sub(dropped.saturating_mul(granule));
         }
@@ -445,7 +494,14 @@ impl DeviceStorage for CudaStorage {
             };
             let range =
                 (self.ranges.get_mut(&handle.id)).ok_or(StorageError::UnknownPage(handle.id))?;
-            mapped = range.map(handle, ordinal, &mut self.ops, held, capacity);
+            mapped = range.map(
+                handle,
+                ordinal,
+                &mut self.ops,
+                held,
+                capacity,
+                &mut self.adopted,
+            );
             if let Err((_, dropped)) = &mapped {
                 self.bytes = (self.bytes).saturating_sub(dropped.saturating_mul(granule));
             }
@@ -457,7 +513,7 @@ impl DeviceStorage for CudaStorage {
 
     fn bytes_a_map_adds(&self, handle: &StorageHandle) -> u64 {
         (self.ranges.get(&handle.id)).map_or(handle.size, |range| {
-            range.granule_map().bytes_a_map_adds(handle)
+            (range.granule_map()).bytes_a_map_adds(handle, &self.adopted.lengths())
         })
     }
 
@@ -503,6 +559,7 @@ impl Drop for CudaStorage {
         for (_, range) in std::mem::take(&mut self.ranges) {
             range.release(&mut self.ops);
         }
+        self.release_adopted();
     }
 }
 

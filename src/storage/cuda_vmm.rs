@@ -13,7 +13,11 @@
 //! fence); the address space goes back (`cuMemAddressFree`) with the
 //! range.
 
-use super::{DriverOps, GranuleMap, HandleSize, Mapping, StorageError, StorageHandle, granules_in};
+use super::loose::{self, Adopted};
+use super::{
+    DriverOps, GranuleMap, HandleSize, LooseHandle, Mapping, StorageError, StorageHandle,
+    granules_in,
+};
 use cudarc::driver::DriverError;
 use cudarc::driver::sys::{self, CUdeviceptr, CUmemGenericAllocationHandle};
 use std::collections::HashMap;
@@ -166,10 +170,19 @@ impl CudaRange {
         ops: &mut DriverOps,
         held: u64,
         capacity: impl FnOnce() -> u64,
+        adopted: &mut Adopted,
     ) -> Result<Mapping, (StorageError, u64)> {
-        let mapping = self.map.plan(handle).map_err(|err| (err, 0))?;
+        let mapping = (self.map.plan(handle, &adopted.lengths())).map_err(|err| (err, 0))?;
         let granule = self.map.granule();
         let prop = properties(ordinal);
+        let (adopting, unused) = adopted.take_for(&mapping);
+        for loose in &unused {
+            // SAFETY: a handle handed over unmapped, owned by this storage
+            // since it adopted it; released once, here.
+            let _ = unsafe { sys::cuMemRelease(loose.raw()) };
+        }
+        let (count, granules_released) = loose::count(&unused);
+        ops.released_unmapped(count, granules_released);
         let mut given_up: Vec<Range<u64>> = Vec::new();
         for spare in &mapping.released {
             if let Some((run, physical)) = self.handles.remove(&spare.start) {
@@ -197,6 +210,26 @@ impl CudaRange {
         let moved = done.len();
         let moved_granules = granules_of(&done);
         ops.moved(moved as u64, moved_granules);
+        let mut adopting = adopting.into_iter();
+        if failure.is_none() {
+            for (run, loose) in mapping.adopted.iter().zip(adopting.by_ref()) {
+                match self.map_adopted(run, granule, loose.raw()) {
+                    Ok(()) => done.push((run.clone(), loose.raw())),
+                    Err(err) => {
+                        failure = Some(err);
+                        break;
+                    }
+                }
+            }
+        }
+        // Those a failure left unmapped go as an unused one does.
+        for loose in adopting {
+            // SAFETY: as above: adopted, mapped nowhere, released once.
+            let _ = unsafe { sys::cuMemRelease(loose.raw()) };
+            ops.released_unmapped(1, loose.granules());
+        }
+        let adopted_now = done.len().saturating_sub(moved);
+        ops.adopted(adopted_now as u64, granules_of(&done[moved..]));
         if failure.is_none() {
             for run in &mapping.created {
                 match self.map_handle(run, granule, &prop) {
@@ -208,7 +241,7 @@ impl CudaRange {
                 }
             }
         }
-        let created = &done[moved..];
+        let created = &done[moved.saturating_add(adopted_now)..];
         let created_granules = granules_of(created);
         ops.created_and_mapped(created.len() as u64, created_granules);
         if failure.is_none() {
@@ -265,6 +298,28 @@ impl CudaRange {
                 let _ = sys::cuMemRelease(physical);
                 return Err(err);
             }
+        }
+        Ok(())
+    }
+
+    /// Map the adopted handle `physical` at the granules `run` (as
+    /// many); released where it cannot be mapped there.
+    fn map_adopted(
+        &self,
+        run: &Range<u64>,
+        granule: u64,
+        physical: CUmemGenericAllocationHandle,
+    ) -> Result<(), DriverError> {
+        let size = usize::try_from(granules(run).saturating_mul(granule)).unwrap_or(usize::MAX);
+        let at = self.address(run.start.saturating_mul(granule));
+        // SAFETY: `run` is unmapped granules of this range (the granule
+        // map's plan) and `physical` is exactly that long, mapped nowhere:
+        // the storage that handed it over unmapped it once its stream was
+        // done with it.
+        if let Err(err) = unsafe { sys::cuMemMap(at, size, 0, physical, 0) }.result() {
+            // SAFETY: adopted and mapped nowhere.
+            let _ = unsafe { sys::cuMemRelease(physical) };
+            return Err(err);
         }
         Ok(())
     }
@@ -350,6 +405,27 @@ impl CudaRange {
     ) -> u64 {
         let runs = self.map.unmap_doomed(handle, batch, keep);
         self.release_handles(runs, ops)
+    }
+
+    /// Unmap every spare handle, not released, for another storage of the
+    /// device to adopt: the handles. The context bound.
+    pub(super) fn hand_over_spares(&mut self, ops: &mut DriverOps) -> Vec<LooseHandle> {
+        let granule = self.map.granule();
+        let mut handed = Vec::new();
+        for run in self.map.hand_over_spares() {
+            let Some((run, physical)) = self.handles.remove(&run.start) else {
+                continue;
+            };
+            let size =
+                usize::try_from(granules(&run).saturating_mul(granule)).unwrap_or(usize::MAX);
+            // SAFETY: a spare: mapped at exactly these granules, its fence
+            // passed, nothing of this storage's touches it.
+            let _ =
+                unsafe { sys::cuMemUnmap(self.address(run.start.saturating_mul(granule)), size) };
+            ops.handed_over(1, granules(&run));
+            handed.push(LooseHandle::new(granules(&run), granule, physical));
+        }
+        handed
     }
 
     /// Unmap and release every spare handle; the granules gone. The

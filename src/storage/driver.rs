@@ -43,6 +43,25 @@ pub struct DriverOps {
     /// Granules of those handles.
     #[serde(default)]
     pub handle_granules_moved: u64,
+    /// Handles another stream's storage of the device handed over,
+    /// mapped here (each also counted in `maps` and `access_grants`; none
+    /// created).
+    #[serde(default)]
+    pub handles_adopted: u64,
+    /// Granules of those handles.
+    #[serde(default)]
+    pub handle_granules_adopted: u64,
+    /// Spare handles unmapped and handed over to another stream's storage
+    /// of the device (each also counted in `unmaps`; none released).
+    #[serde(default)]
+    pub handles_handed_over: u64,
+    /// Granules of those handles.
+    #[serde(default)]
+    pub handle_granules_handed_over: u64,
+    /// Granules of adopted handles released without being mapped here
+    /// (also in `handle_granules_released`, never in what is mapped).
+    #[serde(default)]
+    pub handle_granules_released_unmapped: u64,
     /// Handles mapped into address space (`cuMemMap`).
     pub maps: u64,
     /// Handles granted access (`cuMemSetAccess` costs per handle it
@@ -83,7 +102,10 @@ impl DriverOps {
     /// Granules mapped now: created and not yet released.
     pub fn granules_mapped(&self) -> u64 {
         self.handle_granules_created
+            .saturating_add(self.handle_granules_adopted)
+            .saturating_add(self.handle_granules_released_unmapped)
             .saturating_sub(self.handle_granules_released)
+            .saturating_sub(self.handle_granules_handed_over)
     }
 
     /// Every driver call counted, of every kind.
@@ -117,6 +139,20 @@ impl DriverOps {
             handles_created: add(self.handles_created, other.handles_created),
             handles_moved: add(self.handles_moved, other.handles_moved),
             handle_granules_moved: add(self.handle_granules_moved, other.handle_granules_moved),
+            handles_adopted: add(self.handles_adopted, other.handles_adopted),
+            handle_granules_adopted: add(
+                self.handle_granules_adopted,
+                other.handle_granules_adopted,
+            ),
+            handles_handed_over: add(self.handles_handed_over, other.handles_handed_over),
+            handle_granules_released_unmapped: add(
+                self.handle_granules_released_unmapped,
+                other.handle_granules_released_unmapped,
+            ),
+            handle_granules_handed_over: add(
+                self.handle_granules_handed_over,
+                other.handle_granules_handed_over,
+            ),
             handle_granules_created: add(
                 self.handle_granules_created,
                 other.handle_granules_created,
@@ -173,11 +209,42 @@ impl DriverOps {
         self.access_grants += handles;
     }
 
-    /// What `mapping` asked of the driver, in its order: spares released,
-    /// spares moved, handles created, mapped and granted access.
+    /// `handles` handles of `granules` granules in all that another
+    /// storage of the device handed over were mapped here (no handle
+    /// created; access not yet granted).
+    pub(crate) fn adopted(&mut self, handles: u64, granules: u64) {
+        self.handles_adopted += handles;
+        self.handle_granules_adopted += granules;
+        self.maps += handles;
+        self.peak_granules_mapped = self.peak_granules_mapped.max(self.granules_mapped());
+    }
+
+    /// `handles` spare handles of `granules` granules in all were unmapped
+    /// and handed over to another storage of the device (none released).
+    pub(crate) fn handed_over(&mut self, handles: u64, granules: u64) {
+        self.handles_handed_over += handles;
+        self.handle_granules_handed_over += granules;
+        self.unmaps += handles;
+    }
+
+    /// `handles` handles of `granules` granules in all, held unmapped,
+    /// were released (`cuMemRelease` alone).
+    pub(crate) fn released_unmapped(&mut self, handles: u64, granules: u64) {
+        self.handles_released += handles;
+        self.handle_granules_released += granules;
+        self.handle_granules_released_unmapped += granules;
+    }
+
+    /// What `mapping` asked of the driver, in its order: spares and
+    /// adopted handles released, spares moved, adopted handles mapped,
+    /// handles created, mapped and granted access.
     pub(crate) fn mapping(&mut self, mapping: &super::granules::Mapping) {
         self.unmapped(mapping.released.len() as u64, mapping.released_granules());
+        let (loose, loose_granules) = mapping.loose_released;
+        self.released_unmapped(loose, loose_granules);
         self.moved(mapping.moved.len() as u64, mapping.moved_granules());
+        self.adopted(mapping.adopted.len() as u64, mapping.adopted_granules());
+        self.granted(mapping.adopted.len() as u64);
         self.mapped(mapping.created.len() as u64, mapping.created_granules());
     }
 
@@ -450,8 +517,8 @@ pub struct DriverReport {
     /// The modeled time beyond what mapping the peak granules once costs
     /// (the least any allocator of granules pays), per event, microseconds.
     pub beyond_peak_us_per_event: f64,
-    /// Granules mapped, over the whole replay: those of handles created
-    /// and of spare handles moved.
+    /// Granules mapped, over the whole replay: those of handles created,
+    /// of spare handles moved and of handles adopted from another stream.
     pub granules_mapped: u64,
     /// The most granules mapped at once.
     pub peak_granules_mapped: u64,
@@ -471,7 +538,8 @@ impl DriverReport {
         let modeled_ns = costs.price(&ops);
         let beyond = modeled_ns.saturating_sub(costs.map_once(peak_granules));
         let per_event = |ns: u64| ns as f64 / 1000.0 / events.max(1) as f64;
-        let granules_mapped = ops.handle_granules_created + ops.handle_granules_moved;
+        let granules_mapped =
+            ops.handle_granules_created + ops.handle_granules_moved + ops.handle_granules_adopted;
         Self {
             costs: costs.name.to_string(),
             ops,

@@ -2,8 +2,8 @@
 //! "the device is full" and "the driver failed here" reproducible.
 
 use super::{
-    DeviceStorage, DriverOps, Resource, StorageError, StorageHandle, StorageId, UseFence,
-    UserStream,
+    DeviceStorage, DriverOps, LooseHandle, Resource, StorageError, StorageHandle, StorageId,
+    UseFence, UserStream,
 };
 
 /// Which operations a [`LimitedStorage`] fails on purpose. Counts are
@@ -102,6 +102,7 @@ impl<S: DeviceStorage> DeviceStorage for LimitedStorage<S> {
     forward_to_inner!(inner: bytes_stranded, whole_handles, first_handle_end);
     forward_to_inner!(inner: set_handle_share);
     forward_to_inner!(inner: hold_spares, release_spares, bytes_spare);
+    forward_to_inner!(inner: hand_over_spares, adopt_handles, pass_spares_on, take_passed_on);
     forward_to_inner!(inner: stream_name, fence_uses, uses_done, wait_uses);
 
     fn allocate(&mut self, size: u64) -> Result<StorageHandle, StorageError> {

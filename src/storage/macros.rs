@@ -76,6 +76,26 @@ macro_rules! forward_to_inner {
             self.$inner.release_spares()
         }
     };
+    (@one $inner:ident hand_over_spares) => {
+        fn hand_over_spares(&mut self) -> Vec<LooseHandle> {
+            self.$inner.hand_over_spares()
+        }
+    };
+    (@one $inner:ident adopt_handles) => {
+        fn adopt_handles(&mut self, handles: Vec<LooseHandle>) -> Vec<LooseHandle> {
+            self.$inner.adopt_handles(handles)
+        }
+    };
+    (@one $inner:ident pass_spares_on) => {
+        fn pass_spares_on(&mut self) {
+            self.$inner.pass_spares_on()
+        }
+    };
+    (@one $inner:ident take_passed_on) => {
+        fn take_passed_on(&mut self) {
+            self.$inner.take_passed_on()
+        }
+    };
     (@one $inner:ident whole_handles) => {
         fn whole_handles(&self, range: &StorageHandle) -> StorageHandle {
             self.$inner.whole_handles(range)

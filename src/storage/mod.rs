@@ -26,6 +26,7 @@ mod granules;
 mod host;
 mod id_map;
 mod limited;
+mod loose;
 mod stage;
 mod uses;
 mod virtual_storage;
@@ -46,6 +47,7 @@ pub(crate) use granules::{GranuleMap, HANDLE_SHARE_ONE_IN, HandleSize, Mapping, 
 pub use host::HOST_GRANULE;
 pub use host::HostStorage;
 pub use limited::{FaultPlan, LimitedStorage};
+pub use loose::LooseHandle;
 pub use stage::StagedMove;
 pub use uses::{UseFence, UserStream};
 pub use virtual_storage::{DEFAULT_GRANULE, MapChurn, VirtualStorage};
@@ -261,8 +263,42 @@ pub trait DeviceStorage: Send {
 
     /// Unmap and release every spare handle (what
     /// [`hold_spares`](Self::hold_spares) kept; those it keeps later stay
-    /// until the next release, or a [`drain`](Self::drain)).
+    /// until the next release, or a [`drain`](Self::drain)), and release
+    /// every handle it adopted and has not mapped.
     fn release_spares(&mut self) {}
+
+    /// Unmap every spare handle kept and hand it over, not released, for
+    /// another storage of the same device to
+    /// [`adopt`](Self::adopt_handles): their bytes leave this storage.
+    /// By default none (no physical handles).
+    fn hand_over_spares(&mut self) -> Vec<LooseHandle> {
+        Vec::new()
+    }
+
+    /// Hold `handles`, which another storage of the same device handed
+    /// over, unmapped: the next [`map`](Self::map)s of fresh granules map
+    /// them before they create any handle (no create, and no release where
+    /// they came from), and [`release_spares`](Self::release_spares) lets
+    /// go of those left. Counted in [`bytes_allocated`](Self::bytes_allocated)
+    /// and [`bytes_spare`](Self::bytes_spare). Those it cannot hold
+    /// (another granule, no virtual memory) are returned.
+    fn adopt_handles(&mut self, handles: Vec<LooseHandle>) -> Vec<LooseHandle> {
+        handles
+    }
+
+    /// Pass the spare handles kept on to the device's other streams: where
+    /// the storage draws on a device budget, into its exchange, for the
+    /// stream whose growth the give-back was for to
+    /// [`take`](Self::take_passed_on); elsewhere (nobody to pass them to)
+    /// they are released.
+    fn pass_spares_on(&mut self) {
+        self.release_spares();
+    }
+
+    /// Adopt every handle the device's other streams passed on
+    /// ([`pass_spares_on`](Self::pass_spares_on)). Nothing where the
+    /// storage shares no budget.
+    fn take_passed_on(&mut self) {}
 
     /// The largest part of `range` (whole mapped granules of a range, as
     /// [`unmap`](Self::unmap) takes) that can be unmapped without leaving
@@ -478,6 +514,18 @@ impl<S: DeviceStorage + ?Sized> DeviceStorage for Box<S> {
     }
     fn release_spares(&mut self) {
         (**self).release_spares()
+    }
+    fn hand_over_spares(&mut self) -> Vec<LooseHandle> {
+        (**self).hand_over_spares()
+    }
+    fn adopt_handles(&mut self, handles: Vec<LooseHandle>) -> Vec<LooseHandle> {
+        (**self).adopt_handles(handles)
+    }
+    fn pass_spares_on(&mut self) {
+        (**self).pass_spares_on()
+    }
+    fn take_passed_on(&mut self) {
+        (**self).take_passed_on()
     }
     fn bytes_spare(&self) -> u64 {
         (**self).bytes_spare()

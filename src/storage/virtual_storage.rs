@@ -4,9 +4,10 @@
 
 use super::give_back::{Batch, GiveBack, Lag, LagClock};
 use super::id_map::IdMap;
+use super::loose::{self, Adopted};
 use super::{
-    DeviceStorage, DriverOps, GranuleMap, HandleSize, Resource, StorageError, StorageHandle,
-    StorageId, UseFence, UserStream, check_range,
+    DeviceStorage, DriverOps, GranuleMap, HandleSize, LooseHandle, Resource, StorageError,
+    StorageHandle, StorageId, UseFence, UserStream, check_range, granules_in,
 };
 use crate::saturating::SaturatingSum;
 
@@ -56,6 +57,8 @@ pub struct VirtualStorage {
     clock: LagClock,
     /// Whether handles given back are kept as spares (`hold_spares`).
     hold_spares: bool,
+    /// Handles another storage of the device handed over, unmapped.
+    adopted: Adopted,
 
     /// What a CUDA device's driver would have been asked (`driver.rs`).
     ops: DriverOps,
@@ -83,6 +86,7 @@ impl VirtualStorage {
             give_back: GiveBack::default(),
             clock: LagClock::default(),
             hold_spares: false,
+            adopted: Adopted::default(),
             ops: DriverOps::default(),
         }
     }
@@ -308,24 +312,29 @@ impl DeviceStorage for VirtualStorage {
             .ranges
             .get_mut(&handle.id)
             .ok_or(StorageError::UnknownPage(handle.id))?;
-        let mapping = range.map(handle)?;
+        let mapping = range.map(handle, &self.adopted.lengths())?;
         let granule = range.granule();
+        self.adopted.take_for(&mapping);
         self.ops.mapping(&mapping);
         let released = mapping.released_granules().saturating_mul(granule);
         let created = mapping.created_granules().saturating_mul(granule);
         let moved = mapping.moved_granules().saturating_mul(granule);
+        let adopted = mapping.adopted_granules().saturating_mul(granule);
         self.bytes = mapping.held_after(self.bytes, granule);
         self.churn.unmapped = (self.churn.unmapped)
             .saturating_add(released)
             .saturating_add(moved);
         self.churn.mapped = (self.churn.mapped)
             .saturating_add(created)
-            .saturating_add(moved);
+            .saturating_add(moved)
+            .saturating_add(adopted);
         Ok(())
     }
 
     fn bytes_a_map_adds(&self, handle: &StorageHandle) -> u64 {
-        (self.ranges.get(&handle.id)).map_or(handle.size, |range| range.bytes_a_map_adds(handle))
+        (self.ranges.get(&handle.id)).map_or(handle.size, |range| {
+            range.bytes_a_map_adds(handle, &self.adopted.lengths())
+        })
     }
 
     fn hold_spares(&mut self, hold: bool) {
@@ -333,10 +342,9 @@ impl DeviceStorage for VirtualStorage {
     }
 
     fn bytes_spare(&self) -> u64 {
-        self.ranges
-            .values()
-            .map(GranuleMap::spare_bytes)
+        (self.ranges.values().map(GranuleMap::spare_bytes))
             .saturating_sum()
+            .saturating_add(self.adopted.bytes())
     }
 
     fn release_spares(&mut self) {
@@ -346,6 +354,37 @@ impl DeviceStorage for VirtualStorage {
             self.bytes = self.bytes.saturating_sub(bytes);
             self.churn.unmapped = self.churn.unmapped.saturating_add(bytes);
         }
+        let adopted = self.adopted.take_all();
+        let (handles, granules) = loose::count(&adopted);
+        self.ops.released_unmapped(handles, granules);
+        let bytes = (adopted.iter().map(LooseHandle::bytes)).saturating_sum();
+        self.bytes = self.bytes.saturating_sub(bytes);
+    }
+
+    fn hand_over_spares(&mut self) -> Vec<LooseHandle> {
+        let mut handed = Vec::new();
+        for range in self.ranges.values_mut() {
+            let granule = range.granule();
+            let runs = range.hand_over_spares();
+            let granules = granules_in(&runs);
+            self.ops.handed_over(runs.len() as u64, granules);
+            let bytes = granules.saturating_mul(granule);
+            self.bytes = self.bytes.saturating_sub(bytes);
+            self.churn.unmapped = self.churn.unmapped.saturating_add(bytes);
+            handed.extend(
+                (runs.iter())
+                    .map(|run| LooseHandle::new(run.end.saturating_sub(run.start), granule, 0)),
+            );
+        }
+        handed
+    }
+
+    fn adopt_handles(&mut self, handles: Vec<LooseHandle>) -> Vec<LooseHandle> {
+        let before = self.adopted.bytes();
+        let refused = self.adopted.adopt(handles, self.granule);
+        let added = self.adopted.bytes().saturating_sub(before);
+        self.bytes = self.bytes.saturating_add(added);
+        refused
     }
 
     fn unmap(&mut self, handle: &StorageHandle) {

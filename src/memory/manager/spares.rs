@@ -29,6 +29,29 @@ impl<S: DeviceStorage> MemoryManager<S> {
         self.storage.release_spares();
     }
 
+    /// Pass the spare handles kept on to the device's other streams
+    /// (`DeviceStorage::pass_spares_on`), and keep no more: a stream that
+    /// gave back for another's growth, whose maps can use them with no
+    /// handle created. Nothing to do unless
+    /// [`hold_spares`](Self::hold_spares) came first.
+    pub(crate) fn pass_spares_on(&mut self) {
+        if self.holding_spares {
+            self.storage.pass_spares_on();
+        }
+        self.release_spares();
+    }
+
+    /// Adopt the handles the device's other streams passed on
+    /// (`DeviceStorage::take_passed_on`), for the next growth to map;
+    /// [`release_spares`](Self::release_spares) lets go of those it did
+    /// not.
+    pub(crate) fn take_passed_on(&mut self) {
+        self.storage.take_passed_on();
+        if self.storage.bytes_spare() > 0 {
+            self.holding_spares = true;
+        }
+    }
+
     /// Bytes of the spare handles kept now (`DeviceStorage::bytes_spare`).
     pub(crate) fn bytes_spare(&self) -> u64 {
         self.storage.bytes_spare()

@@ -33,7 +33,13 @@ impl StreamActor {
                 short,
                 wanted,
             } => stream.give_back(episode, short, wanted),
-            Control::Retry => self.short.round_over(stream),
+            Control::Retry => {
+                // What the givers passed on maps where this growth would
+                // create handles; what it leaves is released once served.
+                stream.memory.take_passed_on();
+                self.short.round_over(stream);
+                stream.memory.release_spares();
+            }
             Control::Settle { keep } => stream.settle(keep),
             Control::Idle => stream.idle_tick(),
             // The coordinator reads the stream's totals; where the pools
@@ -63,9 +69,15 @@ impl Stream {
     /// `short` of memory, every cached page goes and the stream compacts;
     /// what went back is waited for where the asker is short (its last
     /// try), and goes in stream order past the headroom.
+    ///
+    /// The whole physical handles that go are passed on, unmapped and not
+    /// released, for the asker's growth to map (`storage/loose.rs`): a
+    /// create and a release fewer a handle than giving them to the driver
+    /// and taking new ones from it.
     fn give_back(&mut self, episode: u64, short: bool, wanted: u64) {
         self.take_back_hot();
         let before = self.memory.bytes_allocated();
+        self.memory.hold_spares();
         let partial = !short
             && self
                 .memory
@@ -77,10 +89,10 @@ impl Stream {
                 bump(&self.shared.relocated, report.moved);
             }
         }
+        self.memory.flush();
+        self.memory.pass_spares_on();
         if short {
             self.memory.drain();
-        } else {
-            self.memory.flush();
         }
         let freed = before.saturating_sub(self.memory.bytes_allocated());
         self.publish();

@@ -30,7 +30,7 @@ mod spares;
 pub(crate) use spares::Mapping;
 
 /// By default a physical handle covers at most this fraction (one in this
-/// many) of the granules its range holds once it is mapped (`handles_for`;
+/// many) of the granules its range holds once it is mapped (`most_per_handle`;
 /// `DeviceStorage::set_handle_share` changes it). What a handle partly in use keeps from going back is
 /// bounded by it: at 16 or 32, lone streams that fragment held 1.09-1.17
 /// of live after their load fell; at 64 every trace measured stays within
@@ -260,33 +260,24 @@ impl GranuleMap {
         Ok(fresh)
     }
 
-    /// Bytes a [`map`](Self::map) of `handle` would put memory behind
-    /// (all of it where the map would be refused: the caller finds out).
-    pub(crate) fn bytes_a_map_adds(&self, handle: &StorageHandle) -> u64 {
-        match self.plan(handle) {
+    /// Bytes a [`map`](Self::map) of `handle` would put memory behind, the
+    /// storage holding adopted handles of the lengths `loose` (all of it
+    /// where the map would be refused: the caller finds out).
+    pub(crate) fn bytes_a_map_adds(&self, handle: &StorageHandle, loose: &[u64]) -> u64 {
+        match self.plan(handle, loose) {
             Ok(mapping) => mapping.created_granules() * self.granule,
             Err(_) => handle.size,
         }
     }
 
-    /// The physical handles a map of the fresh `runs` creates where no
-    /// spare is moved, in order: each run cut at multiples of the handle
-    /// size, which is the range's most (`handle_size`) or the largest power
-    /// of two no more than [`HANDLE_SHARE_ONE_IN`]th of the granules it
-    /// holds once mapped, whichever is less. So a range that grew large
-    /// maps in large handles, and a small one (or a large one's first
-    /// granules) in small ones: a handle partly in use keeps at most about
-    /// that share of its range from going back.
-    pub(crate) fn handles_for(&self, runs: &[Range<u64>]) -> Vec<Range<u64>> {
-        let mut handles = Vec::new();
-        let most = self.most_per_handle(runs);
-        for run in runs {
-            Self::cut(run.clone(), most, &mut handles);
-        }
-        handles
-    }
-
-    /// The most granules a handle created for `runs` covers.
+    /// The most granules a physical handle created for the fresh `runs`
+    /// covers, each run being cut at multiples of it: the range's most
+    /// (`handle_size`) or the largest power of two no more than
+    /// [`HANDLE_SHARE_ONE_IN`]th of the granules it holds once mapped,
+    /// whichever is less. So a range that grew large maps in large
+    /// handles, and a small one (or a large one's first granules) in small
+    /// ones: a handle partly in use keeps at most about that share of its
+    /// range from going back.
     fn most_per_handle(&self, runs: &[Range<u64>]) -> u64 {
         let after = self.count + granules_in(runs);
         let share = (after / self.handle_size.share_one_in).max(1);

@@ -16,7 +16,7 @@ fn granules(run: Range<u64>) -> StorageHandle {
 /// enough for handles of 16 granules.
 fn mapped_1024() -> GranuleMap {
     let mut map = GranuleMap::new(GRANULE, 4096 * GRANULE, HandleSize::new(16)).unwrap();
-    let created = map.map(&granules(0..1024)).unwrap().created;
+    let created = map.map(&granules(0..1024), &[]).unwrap().created;
     assert_eq!(created.len(), 64, "1,024 granules in handles of 16");
     assert!(
         created
@@ -30,10 +30,10 @@ fn mapped_1024() -> GranuleMap {
 fn a_small_range_maps_a_handle_per_granule_and_a_large_one_larger_handles() {
     let mut map = GranuleMap::new(GRANULE, 4096 * GRANULE, HandleSize::new(16)).unwrap();
     // 10 granules: a handle may cover at most 1/64 of the range's.
-    assert_eq!(map.map(&granules(0..10)).unwrap().created.len(), 10);
+    assert_eq!(map.map(&granules(0..10), &[]).unwrap().created.len(), 10);
     // 256 more: 266 held once mapped, so handles of 4, cut at multiples
     // of 4 (10..12 first, to reach one).
-    let created = map.map(&granules(10..266)).unwrap().created;
+    let created = map.map(&granules(10..266), &[]).unwrap().created;
     assert_eq!(created.first(), Some(&(10..12)));
     assert_eq!(created.get(1), Some(&(12..16)));
     assert_eq!(created.last(), Some(&(264..266)));
@@ -78,8 +78,8 @@ fn a_stranded_granule_mapped_again_needs_no_driver_call() {
     assert!(map.doom(&granules(32..40), 1));
     assert!(map.unmap_doomed(&granules(32..40), 1, false).is_empty());
     assert_eq!(map.fresh_runs(&granules(32..40), &[]).unwrap(), vec![]);
-    assert_eq!(map.bytes_a_map_adds(&granules(32..40)), 0);
-    assert_eq!(map.map(&granules(32..40)).unwrap(), Mapping::default());
+    assert_eq!(map.bytes_a_map_adds(&granules(32..40), &[]), 0);
+    assert_eq!(map.map(&granules(32..40), &[]).unwrap(), Mapping::default());
     assert_eq!(map.stranded_bytes(), 0);
     assert!(map.check_access(&granules(32..40), 0).is_ok());
 }
@@ -107,11 +107,11 @@ fn whole_handles_is_the_part_that_frees_handles_whole() {
 fn a_larger_share_cuts_larger_handles_from_the_next_map() {
     let mut map = GranuleMap::new(GRANULE, 4096 * GRANULE, HandleSize::new(16)).unwrap();
     // 256 granules held once mapped: one in 64 is 4 a handle.
-    let created = map.map(&granules(0..256)).unwrap().created;
+    let created = map.map(&granules(0..256), &[]).unwrap().created;
     assert!(created.iter().all(|run| run.end - run.start == 4));
     // One in 16 of 512 is 32, so the handle size (16) bounds it.
     map.set_handle_share(16);
-    let created = map.map(&granules(256..512)).unwrap().created;
+    let created = map.map(&granules(256..512), &[]).unwrap().created;
     assert!(created.iter().all(|run| run.end - run.start == 16));
     // Those mapped before keep their cuts.
     assert_eq!(map.first_handle_end(&granules(0..256)), 4 * GRANULE);
@@ -134,7 +134,7 @@ fn first_handle_end_walks_a_run_a_physical_handle_at_a_time() {
 /// and 0..3 given back and past their fence while spares are held.
 fn three_spares() -> GranuleMap {
     let mut map = GranuleMap::new(GRANULE, 64 * GRANULE, HandleSize::new(16)).unwrap();
-    assert_eq!(map.map(&granules(0..8)).unwrap().created.len(), 8);
+    assert_eq!(map.map(&granules(0..8), &[]).unwrap().created.len(), 8);
     assert!(map.doom(&granules(0..3), 1));
     assert!(
         map.unmap_doomed(&granules(0..3), 1, true).is_empty(),
@@ -147,7 +147,7 @@ fn three_spares() -> GranuleMap {
 #[test]
 fn a_map_moves_spares_before_it_creates_any() {
     let mut map = three_spares();
-    let mapping = map.map(&granules(8..10)).unwrap();
+    let mapping = map.map(&granules(8..10), &[]).unwrap();
     let moved: Vec<_> = mapping
         .moved
         .iter()
@@ -158,7 +158,7 @@ fn a_map_moves_spares_before_it_creates_any() {
     assert_eq!(map.mapped_granules(), 8, "5 live, 2 moved, 1 spare");
     assert!(map.check_access(&granules(8..10), 0).is_ok());
     // The spare left and the two it cannot cover: moved, then created.
-    let mapping = map.map(&granules(10..13)).unwrap();
+    let mapping = map.map(&granules(10..13), &[]).unwrap();
     assert_eq!(mapping.moved.len(), 1);
     assert_eq!(mapping.created, vec![11..12, 12..13]);
     assert_eq!(map.release_spares(), vec![], "none left");
@@ -169,12 +169,15 @@ fn a_map_moves_spares_before_it_creates_any() {
 #[test]
 fn a_map_that_must_create_releases_the_spares_it_cannot_move_first() {
     let mut map = GranuleMap::new(GRANULE, 4096 * GRANULE, HandleSize::new(16)).unwrap();
-    map.map(&granules(0..1024)).unwrap();
+    map.map(&granules(0..1024), &[]).unwrap();
     // One spare of 16 granules; a map of 4 cannot take it.
     assert!(map.doom(&granules(0..16), 1));
     assert!(map.unmap_doomed(&granules(0..16), 1, true).is_empty());
-    assert_eq!(map.bytes_a_map_adds(&granules(1024..1028)), 4 * GRANULE);
-    let mapping = map.map(&granules(1024..1028)).unwrap();
+    assert_eq!(
+        map.bytes_a_map_adds(&granules(1024..1028), &[]),
+        4 * GRANULE
+    );
+    let mapping = map.map(&granules(1024..1028), &[]).unwrap();
     assert_eq!(mapping.released, vec![0..16]);
     assert_eq!(mapping.created, vec![1024..1028]);
     assert_eq!(map.mapped_granules(), 1024 - 16 + 4);
@@ -184,13 +187,13 @@ fn a_map_that_must_create_releases_the_spares_it_cannot_move_first() {
 #[test]
 fn a_spare_inside_a_map_is_revived_whole_and_one_reaching_out_is_released() {
     let mut map = GranuleMap::new(GRANULE, 4096 * GRANULE, HandleSize::new(16)).unwrap();
-    map.map(&granules(0..1024)).unwrap();
+    map.map(&granules(0..1024), &[]).unwrap();
     assert!(map.doom(&granules(0..32), 1));
     assert!(map.unmap_doomed(&granules(0..32), 1, true).is_empty());
     // 0..16 lies inside: revived where it is, no driver call.
-    assert_eq!(map.map(&granules(0..16)).unwrap(), Mapping::default());
+    assert_eq!(map.map(&granules(0..16), &[]).unwrap(), Mapping::default());
     // 16..32 reaches past 16..20: released, and 16..20 mapped fresh.
-    let mapping = map.map(&granules(16..20)).unwrap();
+    let mapping = map.map(&granules(16..20), &[]).unwrap();
     assert_eq!(mapping.released, vec![16..32]);
     assert_eq!(mapping.created, vec![16..20]);
     assert_eq!(map.mapped_granules(), 1024 - 12);

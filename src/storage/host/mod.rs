@@ -3,9 +3,10 @@
 
 use super::give_back::{Batch, GiveBack, Lag, LagClock};
 use super::id_map::IdMap;
+use super::loose::{self, Adopted};
 use super::{
-    DeviceStorage, DriverOps, HandleSize, Resource, StorageError, StorageHandle, StorageId,
-    UseFence, UserStream, check_range,
+    DeviceStorage, DriverOps, HandleSize, LooseHandle, Resource, StorageError, StorageHandle,
+    StorageId, UseFence, UserStream, check_range,
 };
 use crate::saturating::SaturatingSum;
 use std::alloc::{Layout, alloc_zeroed, dealloc};
@@ -150,6 +151,8 @@ pub struct HostStorage {
     handle_size: HandleSize,
     /// Whether handles given back are kept as spares (`hold_spares`).
     hold_spares: bool,
+    /// Handles another storage of the device handed over, unmapped.
+    adopted: Adopted,
 }
 
 /// Where an access lands: the first byte, after the range was checked.
@@ -369,7 +372,7 @@ impl DeviceStorage for HostStorage {
             .get_mut(&handle.id)
             .ok_or(StorageError::UnknownPage(handle.id))?;
         let granule = range.map.granule();
-        let mapping = match range.map(handle) {
+        let mapping = match range.map(handle, &self.adopted.lengths()) {
             Ok(mapping) => mapping,
             Err((err, released)) => {
                 let granules = super::granules_in(&released);
@@ -378,6 +381,7 @@ impl DeviceStorage for HostStorage {
                 return Err(refused(err, held));
             }
         };
+        self.adopted.take_for(&mapping);
         self.ops.mapping(&mapping);
         self.bytes = mapping.held_after(self.bytes, granule);
         Ok(())
@@ -385,8 +389,9 @@ impl DeviceStorage for HostStorage {
 
     #[cfg(unix)]
     fn bytes_a_map_adds(&self, handle: &StorageHandle) -> u64 {
-        (self.ranges.get(&handle.id))
-            .map_or(handle.size, |range| range.map.bytes_a_map_adds(handle))
+        (self.ranges.get(&handle.id)).map_or(handle.size, |range| {
+            range.map.bytes_a_map_adds(handle, &self.adopted.lengths())
+        })
     }
 
     fn hold_spares(&mut self, hold: bool) {
@@ -397,7 +402,8 @@ impl DeviceStorage for HostStorage {
         #[cfg(unix)]
         return (self.ranges.values())
             .map(|range| range.map.spare_bytes())
-            .saturating_sum();
+            .saturating_sum()
+            .saturating_add(self.adopted.bytes());
         #[cfg(not(unix))]
         0
     }
@@ -409,6 +415,36 @@ impl DeviceStorage for HostStorage {
             let bytes = self.ops.released_runs(&released, range.map.granule());
             self.bytes = self.bytes.saturating_sub(bytes);
         }
+        let adopted = self.adopted.take_all();
+        let (handles, granules) = loose::count(&adopted);
+        self.ops.released_unmapped(handles, granules);
+        let bytes = (adopted.iter().map(LooseHandle::bytes)).saturating_sum();
+        self.bytes = self.bytes.saturating_sub(bytes);
+    }
+
+    fn hand_over_spares(&mut self) -> Vec<LooseHandle> {
+        let mut handed = Vec::new();
+        #[cfg(unix)]
+        for (id, range) in self.ranges.iter_mut() {
+            let granule = range.map.granule();
+            let runs = range.release_spares(*id);
+            let granules = super::granules_in(&runs);
+            self.ops.handed_over(runs.len() as u64, granules);
+            self.bytes = (self.bytes).saturating_sub(granules.saturating_mul(granule));
+            handed.extend(
+                (runs.iter())
+                    .map(|run| LooseHandle::new(run.end.saturating_sub(run.start), granule, 0)),
+            );
+        }
+        handed
+    }
+
+    fn adopt_handles(&mut self, handles: Vec<LooseHandle>) -> Vec<LooseHandle> {
+        let before = self.adopted.bytes();
+        let refused = self.adopted.adopt(handles, self.granule());
+        let added = self.adopted.bytes().saturating_sub(before);
+        self.bytes = self.bytes.saturating_add(added);
+        refused
     }
 
     #[cfg(unix)]

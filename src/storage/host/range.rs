@@ -107,8 +107,9 @@ impl HostRange {
     pub(super) fn map(
         &mut self,
         handle: &StorageHandle,
+        loose: &[u64],
     ) -> Result<Mapping, (StorageError, Vec<Range<u64>>)> {
-        let mapping = self.map.plan(handle).map_err(|err| (err, Vec::new()))?;
+        let mapping = (self.map.plan(handle, loose)).map_err(|err| (err, Vec::new()))?;
         let granule = self.map.granule();
         // Old places first: a spare released may lie partly in `handle`.
         let old: Vec<Range<u64>> = (mapping.released.iter().cloned())
@@ -120,6 +121,7 @@ impl HostRange {
         // One protection a run, as a map of it is weighed whole (the
         // kernel's overcommit policy refuses a run it cannot back).
         let mut new: Vec<Range<u64>> = (mapping.created.iter().cloned())
+            .chain(mapping.adopted.iter().cloned())
             .chain(mapping.moved.iter().map(|moved| moved.to.clone()))
             .collect();
         new.sort_by_key(|run| run.start);
@@ -152,7 +154,10 @@ impl HostRange {
         let _ = self.protect(run, libc::PROT_NONE);
     }
 
-    /// Give every spare handle back to the kernel; the handles.
+    /// Give every spare handle back to the kernel; the handles (released,
+    /// or handed over to another storage: host memory cannot follow a
+    /// handle, so both give the granules back and differ only in what a
+    /// GPU would be asked).
     pub(super) fn release_spares(&mut self, id: StorageId) -> Vec<std::ops::Range<u64>> {
         let granule = self.map.granule();
         let whole = StorageHandle::whole(id, self.map.size());
