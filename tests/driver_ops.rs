@@ -349,3 +349,114 @@ fn the_ticks_work_gives_one_device_peak_on_every_run_with_a_core_busy() {
     }
     drop(busy);
 }
+
+/// Two streams' storages of one device: `giver` maps 8 granules of a
+/// small range (a handle each), gives 4 back while holding spares and
+/// passes them on; `asker` adopts them and maps 6. The ops of each, and
+/// the device's bytes after each step.
+fn hand_over<S: DeviceStorage>(new: impl Fn() -> S) -> (DriverOps, DriverOps, Vec<u64>) {
+    let budget = Arc::new(DeviceBudget::new(u64::MAX));
+    let mut giver = BudgetedStorage::new(new(), budget.clone());
+    let mut asker = BudgetedStorage::new(new(), budget.clone());
+    let from = giver.reserve_range(64 * G).unwrap();
+    let to = asker.reserve_range(64 * G).unwrap();
+    giver.map(&from.sub_range(0, 8 * G).unwrap()).unwrap();
+    let mut held = vec![budget.held()];
+    giver.hold_spares(true);
+    giver.unmap(&from.sub_range(2 * G, 6 * G).unwrap());
+    giver.flush();
+    giver.pass_spares_on();
+    giver.hold_spares(false);
+    held.push(budget.held());
+    assert_eq!(giver.bytes_allocated(), 4 * G, "what it passed on left it");
+    assert_eq!(budget.bytes_passed_on(), 4 * G, "and waits in the exchange");
+    asker.take_passed_on();
+    assert_eq!(budget.bytes_passed_on(), 0);
+    assert_eq!(asker.bytes_spare(), 4 * G, "adopted: held, unmapped");
+    held.push(budget.held());
+    asker.map(&to.sub_range(0, 6 * G).unwrap()).unwrap();
+    held.push(budget.held());
+    assert_eq!(asker.bytes_allocated(), 6 * G);
+    // Every granule is memory now: a copy across them is let through.
+    let first = to.sub_range(0, 64).unwrap();
+    let last = to.sub_range(5 * G, 5 * G + 64).unwrap();
+    asker.copy(&first, &last).unwrap();
+    asker.release_spares();
+    held.push(budget.held());
+    assert_eq!(
+        budget.held(),
+        giver.bytes_allocated() + asker.bytes_allocated()
+    );
+    assert_eq!(budget.peak_granules_mapped(), 10, "8, less 4, and 6");
+    (giver.driver_ops(), asker.driver_ops(), held)
+}
+
+#[test]
+fn handles_passed_on_are_mapped_by_another_stream_with_none_created_or_released() {
+    let (giver, asker, held) = hand_over(VirtualStorage::new);
+    let host = hand_over(HostStorage::new);
+    assert_eq!((host.0, host.1, &host.2), (giver, asker, &held));
+    // The device's bytes never move while handles change hands.
+    assert_eq!(held, [8 * G, 8 * G, 8 * G, 10 * G, 10 * G]);
+    assert_eq!((giver.handles_handed_over, giver.unmaps), (4, 4));
+    assert_eq!(giver.handles_released, 0, "none released");
+    assert_eq!((asker.handles_adopted, asker.handles_created), (4, 2));
+    assert_eq!((asker.maps, asker.access_grants), (6, 6));
+    assert_eq!(asker.handles_released, 0);
+    assert_eq!((giver.granules_mapped(), asker.granules_mapped()), (4, 6));
+    // Against the giver releasing and the asker creating: a create and a
+    // release saved a handle.
+    let costs = DriverCosts::H200;
+    let handed = costs.price(&giver) + costs.price(&asker);
+    let fresh = costs.price(&DriverOps {
+        handles_handed_over: 0,
+        handle_granules_handed_over: 0,
+        handles_released: 4,
+        handle_granules_released: 4,
+        ..giver
+    }) + costs.price(&DriverOps {
+        handles_adopted: 0,
+        handle_granules_adopted: 0,
+        handles_created: 6,
+        handle_granules_created: 6,
+        ..asker
+    });
+    assert_eq!(
+        fresh - handed,
+        4 * (costs.handle_create_ns + costs.handle_release_ns)
+    );
+}
+
+#[test]
+fn handles_passed_on_that_no_map_uses_are_released_once_and_metered_back() {
+    let budget = Arc::new(DeviceBudget::new(u64::MAX));
+    let mut giver = BudgetedStorage::new(VirtualStorage::new(), budget.clone());
+    let range = giver.reserve_range(64 * G).unwrap();
+    giver.map(&range.sub_range(0, 4 * G).unwrap()).unwrap();
+    giver.hold_spares(true);
+    giver.unmap(&range.sub_range(0, 4 * G).unwrap());
+    giver.flush();
+    giver.pass_spares_on();
+    assert_eq!((budget.held(), budget.bytes_passed_on()), (4 * G, 4 * G));
+    // The asker adopts them and releases them unused.
+    let mut asker = BudgetedStorage::new(VirtualStorage::new(), budget.clone());
+    asker.take_passed_on();
+    asker.release_spares();
+    let ops = asker.driver_ops();
+    assert_eq!(
+        (ops.handles_released, ops.unmaps),
+        (4, 0),
+        "never mapped here"
+    );
+    assert_eq!(ops.granules_mapped(), 0);
+    assert_eq!(budget.held(), 0);
+    // Passed on and never taken: the storage that drops while they wait
+    // takes them with it.
+    giver.map(&range.sub_range(0, 2 * G).unwrap()).unwrap();
+    giver.unmap(&range.sub_range(0, 2 * G).unwrap());
+    giver.flush();
+    giver.pass_spares_on();
+    assert_eq!(budget.bytes_passed_on(), 2 * G);
+    drop(asker);
+    assert_eq!((budget.held(), budget.bytes_passed_on()), (0, 0));
+}

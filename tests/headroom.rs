@@ -65,6 +65,47 @@ fn a_growing_stream_gets_the_others_cache_back_first() {
     device.shutdown();
 }
 
+/// What a round's giver gives back goes to the asker whole: the giver
+/// unmaps its physical handles without releasing them, and the asker's
+/// growth maps them where it would have created handles
+/// (`storage/loose.rs`).
+#[test]
+fn a_round_hands_the_givers_handles_to_the_asker() {
+    let device = device(Some(Headroom::default()));
+    let a = device.stream(StreamId(0)).unwrap();
+    let b = device.stream(StreamId(1)).unwrap();
+    cache_48_mib(&a);
+    let before = a.report().unwrap().driver;
+
+    let big = b.reserve(40 * MIB).unwrap();
+    let gave = a.report().unwrap().driver;
+    let took = b.report().unwrap().driver;
+    let handed = gave.handles_handed_over - before.handles_handed_over;
+    assert!(handed > 0, "a handed its handles over: {gave:?}");
+    assert_eq!(
+        gave.handles_released, before.handles_released,
+        "a released none of them"
+    );
+    assert!(took.handles_adopted > 0, "b mapped them: {took:?}");
+    assert!(took.handles_adopted <= handed);
+    // b mapped 40 MiB: what it did not adopt it created.
+    assert_eq!(
+        took.handle_granules_adopted + took.handle_granules_created,
+        20,
+        "{took:?}"
+    );
+    // Those b did not map went back once it was served: the device holds
+    // what its streams hold.
+    let stats = device.device_stats();
+    assert_eq!(
+        stats.bytes_reserved,
+        a.stats().bytes_reserved + b.stats().bytes_reserved
+    );
+    assert!(stats.peak_bytes_reserved <= 48 * MIB + Headroom::default().slack);
+    drop(big);
+    device.shutdown();
+}
+
 #[test]
 fn without_headroom_every_stream_keeps_its_cache() {
     let device = device(None);

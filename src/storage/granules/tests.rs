@@ -209,3 +209,50 @@ fn spares_go_when_released_and_none_are_kept_unless_asked() {
     assert_eq!(map.unmap_doomed(&granules(3..4), 2, false), vec![3..4]);
     assert_eq!(map.release_spares(), vec![]);
 }
+
+#[test]
+fn a_map_takes_adopted_handles_of_its_pieces_lengths_before_spares_or_new_ones() {
+    let mut map = three_spares();
+    // Pieces of one granule (a small range): two adopted handles of one
+    // granule map there; the one of two fits no piece.
+    let mapping = map.map(&granules(8..11), &[1, 2, 1]).unwrap();
+    assert_eq!(mapping.adopted, vec![8..9, 9..10]);
+    assert_eq!(mapping.moved.len(), 1, "then a spare");
+    assert!(mapping.created.is_empty());
+    assert_eq!(mapping.loose_released, (0, 0), "kept: nothing was created");
+    assert!(map.check_access(&granules(8..11), 0).is_ok());
+    assert_eq!(map.first_handle_end(&granules(8..11)), 9 * GRANULE);
+    // More than they cover: the rest is created, and what is left of
+    // them (the spares and the two-granule handle) is released first.
+    let mapping = map.map(&granules(11..14), &[2]).unwrap();
+    assert!(mapping.adopted.is_empty());
+    assert_eq!(mapping.moved.len(), 2);
+    assert_eq!(mapping.created, vec![13..14]);
+    assert_eq!(mapping.loose_released, (1, 2));
+    assert_eq!(mapping.held_after(10 * GRANULE, GRANULE), 9 * GRANULE);
+}
+
+#[test]
+fn a_storage_maps_what_it_adopted_as_many_granules_as_it_would_create() {
+    let mut map = mapped_1024();
+    // Handles of 16 here: an adopted 16 is mapped whole, the 8 fits no
+    // piece, and a map of 20 creates its last 4 (and releases the 8).
+    assert_eq!(
+        map.bytes_a_map_adds(&granules(1024..1044), &[8, 16]),
+        4 * GRANULE
+    );
+    let mapping = map.map(&granules(1024..1044), &[8, 16]).unwrap();
+    assert_eq!(mapping.adopted, vec![1024..1040]);
+    assert_eq!(mapping.created, vec![1040..1044]);
+    assert_eq!(mapping.loose_released, (1, 8));
+    assert_eq!(map.mapped_granules(), 1044);
+}
+
+#[test]
+fn spares_handed_over_leave_their_granules_unmapped() {
+    let mut map = three_spares();
+    assert_eq!(map.hand_over_spares(), vec![0..1, 1..2, 2..3]);
+    assert_eq!((map.mapped_granules(), map.stranded_bytes()), (5, 0));
+    assert!(map.check_access(&granules(0..1), 0).is_err());
+    assert_eq!(map.hand_over_spares(), vec![], "each once");
+}
