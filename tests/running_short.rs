@@ -68,6 +68,37 @@ fn a_stream_recovers_through_another_streams_cached_pages() {
     )));
 }
 
+/// Under a full budget, what the giver hands over needs no grant: the
+/// short stream maps the giver's physical handles, which the budget held
+/// all along (`storage/loose.rs`), and the device never holds more than
+/// its budget.
+#[test]
+fn a_short_stream_maps_the_handles_another_stream_hands_over() {
+    let device = device(48 * MIB);
+    let a = device.stream(StreamId(0)).unwrap();
+    let b = device.stream(StreamId(1)).unwrap();
+    drop(a.reserve_many(&[MIB; 48]).unwrap());
+    a.report().unwrap();
+    let budget = device.budget().unwrap();
+    assert_eq!(budget.granted(), 48 * MIB, "a's cache fills the budget");
+    let big = b.reserve(40 * MIB).unwrap();
+    let gave = a.report().unwrap().driver;
+    let took = b.report().unwrap().driver;
+    assert!(gave.handles_handed_over > 0, "{gave:?}");
+    assert!(took.handles_adopted > 0, "{took:?}");
+    assert_eq!(
+        took.handle_granules_adopted + took.handle_granules_created,
+        20
+    );
+    assert!(budget.peak() <= budget.limit());
+    assert_eq!(budget.bytes_passed_on(), 0, "nothing left waiting");
+    assert_eq!(
+        budget.held(),
+        a.stats().bytes_reserved + b.stats().bytes_reserved
+    );
+    drop(big);
+}
+
 #[test]
 fn a_request_that_cannot_fit_fails_with_the_breakdown() {
     let device = device(64 * MIB);

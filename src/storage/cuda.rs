@@ -339,6 +339,8 @@ impl DeviceStorage for CudaStorage {
         for range in self.ranges.values_mut() {
             handed.extend(range.hand_over_spares(&mut self.ops));
         }
+        // Those kept from ranges it freed, unmapped already.
+        handed.extend(self.adopted.take_all());
         let bytes = (handed.iter().map(LooseHandle::bytes)).saturating_sum();
         self.bytes = self.bytes.saturating_sub(bytes);
         handed

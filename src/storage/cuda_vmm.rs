@@ -454,6 +454,29 @@ impl CudaRange {
         gone
     }
 
+    /// Unmap everything, keeping the physical handles whole (not
+    /// released), and give the address space back: the handles. The
+    /// stream must be done with the bytes and the context bound.
+    pub(super) fn release_keeping_handles(mut self, ops: &mut DriverOps) -> Vec<LooseHandle> {
+        let granule = self.map.granule();
+        let mut kept = Vec::with_capacity(self.handles.len());
+        for (_, (run, physical)) in std::mem::take(&mut self.handles) {
+            let size =
+                usize::try_from(granules(&run).saturating_mul(granule)).unwrap_or(usize::MAX);
+            // SAFETY: mapped at exactly these granules; the stream is done
+            // with them (the range's free passed its fence).
+            let _ =
+                unsafe { sys::cuMemUnmap(self.address(run.start.saturating_mul(granule)), size) };
+            kept.push(LooseHandle::new(granules(&run), granule, physical));
+        }
+        let (handles, granules_kept) = loose::count(&kept);
+        ops.range_freed_keeping(handles, granules_kept);
+        let size = usize::try_from(self.map.size()).unwrap_or(usize::MAX);
+        // SAFETY: the range's own reservation, nothing mapped in it now.
+        let _ = unsafe { sys::cuMemAddressFree(self.base, size) };
+        kept
+    }
+
     /// Unmap everything and give the address space back. The stream must
     /// be done with the bytes and the context bound.
     pub(super) fn release(mut self, ops: &mut DriverOps) {

@@ -52,7 +52,9 @@ pub struct DriverOps {
     #[serde(default)]
     pub handle_granules_adopted: u64,
     /// Spare handles unmapped and handed over to another stream's storage
-    /// of the device (each also counted in `unmaps`; none released).
+    /// of the device, or kept unmapped by this one from a range it freed
+    /// while holding spares (each also counted in `unmaps`; none
+    /// released).
     #[serde(default)]
     pub handles_handed_over: u64,
     /// Granules of those handles.
@@ -273,6 +275,14 @@ impl DriverOps {
     /// A range of address space was reserved.
     pub(crate) fn range_reserved(&mut self) {
         self.ranges_reserved += 1;
+    }
+
+    /// A range was freed, the physical handles mapped in it unmapped and
+    /// kept whole, not released (`handles` of `granules` granules in all):
+    /// for the storage's next maps, or another stream's.
+    pub(crate) fn range_freed_keeping(&mut self, handles: u64, granules: u64) {
+        self.handed_over(handles, granules);
+        self.ranges_freed += 1;
     }
 
     /// A range was freed with `handles` physical handles of `granules`

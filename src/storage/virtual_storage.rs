@@ -174,6 +174,15 @@ impl VirtualStorage {
                 self.ops.page_freed(size);
             }
             if let Some(range) = self.ranges.remove(&id) {
+                if self.hold_spares {
+                    // Its handles kept whole, unmapped (`DeviceStorage::hold_spares`).
+                    (self.ops).range_freed_keeping(range.handle_count(), range.mapped_granules());
+                    let loose = (range.handle_lengths().into_iter())
+                        .map(|len| LooseHandle::new(len, range.granule(), 0));
+                    let refused = self.adopted.adopt(loose.collect(), self.granule);
+                    debug_assert!(refused.is_empty(), "a range's own granule");
+                    continue;
+                }
                 self.bytes = self.bytes.saturating_sub(range.mapped_bytes());
                 (self.ops).range_freed(range.handle_count(), range.mapped_granules());
             }
@@ -376,6 +385,11 @@ impl DeviceStorage for VirtualStorage {
                     .map(|run| LooseHandle::new(run.end.saturating_sub(run.start), granule, 0)),
             );
         }
+        // Those kept from ranges it freed, unmapped already.
+        let kept = self.adopted.take_all();
+        let bytes = (kept.iter().map(LooseHandle::bytes)).saturating_sum();
+        self.bytes = self.bytes.saturating_sub(bytes);
+        handed.extend(kept);
         handed
     }
 

@@ -79,6 +79,13 @@ impl CudaStorage {
                 self.free_page(page);
             }
             if let Some(range) = self.ranges.remove(&id) {
+                if self.hold_spares {
+                    // Its handles kept whole, unmapped, not released.
+                    let kept = range.release_keeping_handles(&mut self.ops);
+                    let refused = self.adopted.adopt(kept, self.granule);
+                    debug_assert!(refused.is_empty(), "a range's own granule");
+                    continue;
+                }
                 self.bytes = self.bytes.saturating_sub(range.mapped_bytes());
                 range.release(&mut self.ops);
             }

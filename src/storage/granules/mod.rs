@@ -174,6 +174,14 @@ impl GranuleMap {
         self.handles.len() as u64
     }
 
+    /// The lengths of the physical handles with memory behind them, in
+    /// granules, in address order.
+    pub(crate) fn handle_lengths(&self) -> Vec<u64> {
+        (self.handles.iter())
+            .map(|(start, end)| end - start)
+            .collect()
+    }
+
     /// Bytes with memory behind them.
     pub(crate) fn mapped_bytes(&self) -> u64 {
         self.count.saturating_mul(self.granule)

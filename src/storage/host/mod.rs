@@ -215,8 +215,18 @@ impl HostStorage {
             }
             #[cfg(unix)]
             if let Some(range) = self.ranges.remove(&id) {
-                self.bytes = self.bytes.saturating_sub(range.map.mapped_bytes());
                 let map = &range.map;
+                if self.hold_spares {
+                    // Counted as a GPU's would be: its handles kept whole,
+                    // unmapped (the host's memory goes with the range).
+                    (self.ops).range_freed_keeping(map.handle_count(), map.mapped_granules());
+                    let loose = (map.handle_lengths().into_iter())
+                        .map(|len| LooseHandle::new(len, map.granule(), 0));
+                    let refused = self.adopted.adopt(loose.collect(), Some(map.granule()));
+                    debug_assert!(refused.is_empty(), "a range's own granule");
+                    continue;
+                }
+                self.bytes = self.bytes.saturating_sub(range.map.mapped_bytes());
                 self.ops
                     .range_freed(map.handle_count(), map.mapped_granules());
             }
@@ -436,6 +446,11 @@ impl DeviceStorage for HostStorage {
                     .map(|run| LooseHandle::new(run.end.saturating_sub(run.start), granule, 0)),
             );
         }
+        // Those kept from ranges it freed, unmapped already.
+        let kept = self.adopted.take_all();
+        let bytes = (kept.iter().map(LooseHandle::bytes)).saturating_sum();
+        self.bytes = self.bytes.saturating_sub(bytes);
+        handed.extend(kept);
         handed
     }
 
