@@ -269,7 +269,9 @@ pub trait DeviceStorage: Send {
 
     /// Unmap every spare handle kept and hand it over, not released, for
     /// another storage of the same device to
-    /// [`adopt`](Self::adopt_handles): their bytes leave this storage.
+    /// [`adopt`](Self::adopt_handles), with the handles of the ranges it
+    /// freed while [holding spares](Self::hold_spares) (unmapped whole
+    /// then, the address space freed): their bytes leave this storage.
     /// By default none (no physical handles).
     fn hand_over_spares(&mut self) -> Vec<LooseHandle> {
         Vec::new()
