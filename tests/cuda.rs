@@ -10,7 +10,9 @@ use streamalloc::memory::{
     Cleanup, MemoryConfig, MemoryConfiguration, MemoryManager, PageUpdate, PoolKind, StreamId,
 };
 use streamalloc::service::{ServiceConfig, Supervisor};
-use streamalloc::storage::{CudaStorage, DeviceStorage, StorageError};
+use streamalloc::storage::{
+    BudgetedStorage, CudaStorage, DeviceBudget, DeviceStorage, StorageError,
+};
 
 fn device() -> Option<CudaStorage> {
     match CudaStorage::new(0) {
@@ -259,4 +261,57 @@ fn pages_go_back_in_stream_order_without_a_wait() {
         "freed once the event passed"
     );
     assert_eq!(storage.driver_ops().pages_freed, 1);
+}
+
+/// Handles handed between two streams' storages of one device
+/// (`storage/loose.rs`): the giver unmaps its spares without releasing
+/// them, the asker maps them (no handle created) and its bytes round-trip
+/// through them; what it does not map it releases.
+#[test]
+fn handles_handed_over_map_on_another_stream() {
+    let Ok(context) = CudaStorage::context(0) else {
+        eprintln!("skipped: no CUDA device");
+        return;
+    };
+    let (Ok(giver), Ok(asker)) = (
+        CudaStorage::on_context(context.clone()),
+        CudaStorage::on_context(context.clone()),
+    ) else {
+        eprintln!("skipped: no CUDA stream");
+        return;
+    };
+    let Some(granule) = giver.granule() else {
+        eprintln!("skipped: the device has no virtual memory management");
+        return;
+    };
+    let budget = Arc::new(DeviceBudget::new(u64::MAX));
+    let mut giver = BudgetedStorage::new(giver, budget.clone());
+    let mut asker = BudgetedStorage::new(asker, budget.clone());
+    let from = giver.reserve_range(16 * granule).unwrap();
+    giver.map(&from.sub_range(0, 4 * granule).unwrap()).unwrap();
+    giver.hold_spares(true);
+    giver.unmap(&from.sub_range(granule, 3 * granule).unwrap());
+    // Its fence passes once the stream is done: kept then as spares.
+    giver.flush();
+    context.synchronize().unwrap();
+    giver.flush();
+    giver.pass_spares_on();
+    giver.hold_spares(false);
+    assert_eq!(giver.driver_ops().handles_handed_over, 2);
+    assert_eq!(giver.driver_ops().handles_released, 0);
+    assert_eq!(budget.bytes_passed_on(), 2 * granule);
+    asker.take_passed_on();
+    let to = asker.reserve_range(16 * granule).unwrap();
+    asker.map(&to.sub_range(0, granule).unwrap()).unwrap();
+    let ops = asker.driver_ops();
+    assert_eq!((ops.handles_adopted, ops.handles_created), (1, 0));
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 29 % 251) as u8).collect();
+    let bytes = to.sub_range(granule - 4096, granule).unwrap();
+    asker.write(&bytes, &data).unwrap();
+    let mut back = vec![0; data.len()];
+    asker.read(&bytes, &mut back).unwrap();
+    assert_eq!(back, data);
+    asker.release_spares();
+    assert_eq!(asker.driver_ops().handles_released, 1, "the one not mapped");
+    assert_eq!(budget.held(), 3 * granule);
 }
