@@ -7,10 +7,10 @@ use super::cuda_fence::CudaFence;
 use super::cuda_vmm::{self, CudaRange};
 use super::give_back::GiveBack;
 use super::id_map::IdMap;
-use super::loose::{self, Adopted};
+use super::loose::Adopted;
 use super::{
-    DeviceStorage, DriverOps, HandleSize, LooseHandle, Resource, StorageError, StorageHandle,
-    StorageId, UseFence, UserStream, check_range,
+    DeviceStorage, DriverOps, HandleSize, LooseHandle, Mapping, Resource, StorageError,
+    StorageHandle, StorageId, UseFence, UserStream, check_range,
 };
 use crate::saturating::SaturatingSum;
 use crate::sync::foreign::Arc;
@@ -199,16 +199,42 @@ impl CudaStorage {
     /// Release every adopted handle its maps did not use (mapped
     /// nowhere: `cuMemRelease` alone). The context bound.
     fn release_adopted(&mut self) {
-        let adopted = self.adopted.take_all();
-        for handle in &adopted {
+        (self.adopted).release_all(&mut self.ops, &mut self.bytes, |handle| {
             // SAFETY: handed over unmapped and adopted by this storage
             // alone; released once, here.
             let _ = unsafe { sys::cuMemRelease(handle.raw()) };
+        });
+    }
+
+    /// Map `handle` in its range (`CudaRange::map`), the storage having
+    /// held `held` bytes before; the granules of the spares and adopted
+    /// handles a refused map gave up go off the bytes held.
+    fn map_in_range(
+        &mut self,
+        handle: &StorageHandle,
+        held: u64,
+    ) -> Result<Mapping, (StorageError, u64)> {
+        let (ordinal, granule) = (self.ordinal, self.granule.unwrap_or(0));
+        let range =
+            (self.ranges.get_mut(&handle.id)).ok_or((StorageError::UnknownPage(handle.id), 0))?;
+        // The device's total, asked only when a mapping is refused.
+        let capacity = || {
+            result::mem_get_info()
+                .map(|(_, total)| total as u64)
+                .unwrap_or(0)
+        };
+        let mapped = range.map(
+            handle,
+            ordinal,
+            &mut self.ops,
+            held,
+            capacity,
+            &mut self.adopted,
+        );
+        if let Err((_, dropped)) = &mapped {
+            self.bytes = (self.bytes).saturating_sub(dropped.saturating_mul(granule));
         }
-        let (handles, granules) = loose::count(&adopted);
-        self.ops.released_unmapped(handles, granules);
-        let bytes = (adopted.iter().map(LooseHandle::bytes)).saturating_sum();
-        self.bytes = self.bytes.saturating_sub(bytes);
+        mapped
     }
 
     fn bind(&self) -> Result<(), StorageError> {
@@ -339,19 +365,15 @@ impl DeviceStorage for CudaStorage {
         for range in self.ranges.values_mut() {
             handed.extend(range.hand_over_spares(&mut self.ops));
         }
-        // Those kept from ranges it freed, unmapped already.
-        handed.extend(self.adopted.take_all());
         let bytes = (handed.iter().map(LooseHandle::bytes)).saturating_sum();
         self.bytes = self.bytes.saturating_sub(bytes);
+        // Those kept from ranges it freed, unmapped already.
+        handed.extend(self.adopted.take_all_held(&mut self.bytes));
         handed
     }
 
     fn adopt_handles(&mut self, handles: Vec<LooseHandle>) -> Vec<LooseHandle> {
-        let before = self.adopted.bytes();
-        let refused = self.adopted.adopt(handles, self.granule);
-        let added = self.adopted.bytes().saturating_sub(before);
-        self.bytes = self.bytes.saturating_add(added);
-        refused
+        (self.adopted).adopt_held(handles, self.granule, &mut self.bytes)
     }
 
     fn bytes_in_reclaim(&self) -> u64 {
@@ -462,51 +484,13 @@ impl DeviceStorage for CudaStorage {
     fn map(&mut self, handle: &StorageHandle) -> Result<(), StorageError> {
         self.bind()?;
         let held = self.bytes;
-        let ordinal = self.ordinal;
-        let range = self
-            .ranges
-            .get_mut(&handle.id)
-            .ok_or(StorageError::UnknownPage(handle.id))?;
-        // The device's total, asked only when a mapping is refused.
-        let capacity = || {
-            result::mem_get_info()
-                .map(|(_, total)| total as u64)
-                .unwrap_or(0)
-        };
         let granule = self.granule.unwrap_or(0);
-        let mut mapped = range.map(
-            handle,
-            ordinal,
-            &mut self.ops,
-            held,
-            capacity,
-            &mut self.adopted,
-        );
-        if let Err((_, dropped)) = &mapped {
-            self.bytes = (self.bytes).saturating_sub(dropped.saturating_mul(granule));
-        }
+        let mut mapped = self.map_in_range(handle, held);
         if matches!(mapped, Err((StorageError::OutOfMemory { .. }, _))) && self.reclaim_held_back()
         {
             // What went back in stream order was still held: waited for
             // and given back, so ask once more.
-            let capacity = || {
-                result::mem_get_info()
-                    .map(|(_, total)| total as u64)
-                    .unwrap_or(0)
-            };
-            let range =
-                (self.ranges.get_mut(&handle.id)).ok_or(StorageError::UnknownPage(handle.id))?;
-            mapped = range.map(
-                handle,
-                ordinal,
-                &mut self.ops,
-                held,
-                capacity,
-                &mut self.adopted,
-            );
-            if let Err((_, dropped)) = &mapped {
-                self.bytes = (self.bytes).saturating_sub(dropped.saturating_mul(granule));
-            }
+            mapped = self.map_in_range(handle, held);
         }
         let mapping = mapped.map_err(|(err, _)| err)?;
         self.bytes = mapping.held_after(self.bytes, granule);

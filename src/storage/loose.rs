@@ -12,6 +12,8 @@
 #![allow(clippy::arithmetic_side_effects)]
 
 use super::granules::Mapping;
+use super::{DriverOps, granules_in};
+use std::ops::Range;
 
 /// A physical handle a storage gave up unmapped and not released, for
 /// another storage of the same device to map: it holds device memory
@@ -110,6 +112,58 @@ impl Adopted {
     pub(crate) fn take_all(&mut self) -> Vec<LooseHandle> {
         std::mem::take(&mut self.handles)
     }
+
+    /// [`adopt`](Self::adopt), the bytes of those kept added to `held`
+    /// (what their storage holds).
+    pub(crate) fn adopt_held(
+        &mut self,
+        handles: Vec<LooseHandle>,
+        granule: Option<u64>,
+        held: &mut u64,
+    ) -> Vec<LooseHandle> {
+        let before = self.bytes();
+        let refused = self.adopt(handles, granule);
+        *held = held.saturating_add(self.bytes().saturating_sub(before));
+        refused
+    }
+
+    /// Take every handle out, their bytes off `held`: to hand them over.
+    pub(crate) fn take_all_held(&mut self, held: &mut u64) -> Vec<LooseHandle> {
+        *held = held.saturating_sub(self.bytes());
+        self.take_all()
+    }
+
+    /// Release every handle, each through `release` (the driver's
+    /// `cuMemRelease`; nothing where the storage models the device),
+    /// counted in `ops` and its bytes off `held`.
+    pub(crate) fn release_all(
+        &mut self,
+        ops: &mut DriverOps,
+        held: &mut u64,
+        release: impl FnMut(&LooseHandle),
+    ) {
+        let handles = self.take_all_held(held);
+        handles.iter().for_each(release);
+        let (count, granules) = count(&handles);
+        ops.released_unmapped(count, granules);
+    }
+}
+
+/// The spare handles a granule map gave up as `runs` (of `granule`-byte
+/// granules), handed over by a storage that models the device: counted
+/// in `ops` as unmapped and not released, their bytes off `held`.
+pub(crate) fn hand_over_modeled(
+    runs: &[Range<u64>],
+    granule: u64,
+    ops: &mut DriverOps,
+    held: &mut u64,
+) -> Vec<LooseHandle> {
+    let granules = granules_in(runs);
+    ops.handed_over(runs.len() as u64, granules);
+    *held = held.saturating_sub(granules.saturating_mul(granule));
+    (runs.iter())
+        .map(|run| LooseHandle::new(run.end - run.start, granule, 0))
+        .collect()
 }
 
 /// How many handles, and granules, `handles` are.

@@ -363,42 +363,30 @@ impl DeviceStorage for VirtualStorage {
             self.bytes = self.bytes.saturating_sub(bytes);
             self.churn.unmapped = self.churn.unmapped.saturating_add(bytes);
         }
-        let adopted = self.adopted.take_all();
-        let (handles, granules) = loose::count(&adopted);
-        self.ops.released_unmapped(handles, granules);
-        let bytes = (adopted.iter().map(LooseHandle::bytes)).saturating_sum();
-        self.bytes = self.bytes.saturating_sub(bytes);
+        (self.adopted).release_all(&mut self.ops, &mut self.bytes, |_| {});
     }
 
     fn hand_over_spares(&mut self) -> Vec<LooseHandle> {
         let mut handed = Vec::new();
         for range in self.ranges.values_mut() {
-            let granule = range.granule();
             let runs = range.hand_over_spares();
-            let granules = granules_in(&runs);
-            self.ops.handed_over(runs.len() as u64, granules);
-            let bytes = granules.saturating_mul(granule);
-            self.bytes = self.bytes.saturating_sub(bytes);
+            let bytes = granules_in(&runs).saturating_mul(range.granule());
             self.churn.unmapped = self.churn.unmapped.saturating_add(bytes);
-            handed.extend(
-                (runs.iter())
-                    .map(|run| LooseHandle::new(run.end.saturating_sub(run.start), granule, 0)),
-            );
+            let granule = range.granule();
+            handed.extend(loose::hand_over_modeled(
+                &runs,
+                granule,
+                &mut self.ops,
+                &mut self.bytes,
+            ));
         }
         // Those kept from ranges it freed, unmapped already.
-        let kept = self.adopted.take_all();
-        let bytes = (kept.iter().map(LooseHandle::bytes)).saturating_sum();
-        self.bytes = self.bytes.saturating_sub(bytes);
-        handed.extend(kept);
+        handed.extend(self.adopted.take_all_held(&mut self.bytes));
         handed
     }
 
     fn adopt_handles(&mut self, handles: Vec<LooseHandle>) -> Vec<LooseHandle> {
-        let before = self.adopted.bytes();
-        let refused = self.adopted.adopt(handles, self.granule);
-        let added = self.adopted.bytes().saturating_sub(before);
-        self.bytes = self.bytes.saturating_add(added);
-        refused
+        (self.adopted).adopt_held(handles, self.granule, &mut self.bytes)
     }
 
     fn unmap(&mut self, handle: &StorageHandle) {

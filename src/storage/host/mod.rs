@@ -425,11 +425,7 @@ impl DeviceStorage for HostStorage {
             let bytes = self.ops.released_runs(&released, range.map.granule());
             self.bytes = self.bytes.saturating_sub(bytes);
         }
-        let adopted = self.adopted.take_all();
-        let (handles, granules) = loose::count(&adopted);
-        self.ops.released_unmapped(handles, granules);
-        let bytes = (adopted.iter().map(LooseHandle::bytes)).saturating_sum();
-        self.bytes = self.bytes.saturating_sub(bytes);
+        (self.adopted).release_all(&mut self.ops, &mut self.bytes, |_| {});
     }
 
     fn hand_over_spares(&mut self) -> Vec<LooseHandle> {
@@ -438,28 +434,21 @@ impl DeviceStorage for HostStorage {
         for (id, range) in self.ranges.iter_mut() {
             let granule = range.map.granule();
             let runs = range.release_spares(*id);
-            let granules = super::granules_in(&runs);
-            self.ops.handed_over(runs.len() as u64, granules);
-            self.bytes = (self.bytes).saturating_sub(granules.saturating_mul(granule));
-            handed.extend(
-                (runs.iter())
-                    .map(|run| LooseHandle::new(run.end.saturating_sub(run.start), granule, 0)),
-            );
+            handed.extend(loose::hand_over_modeled(
+                &runs,
+                granule,
+                &mut self.ops,
+                &mut self.bytes,
+            ));
         }
         // Those kept from ranges it freed, unmapped already.
-        let kept = self.adopted.take_all();
-        let bytes = (kept.iter().map(LooseHandle::bytes)).saturating_sum();
-        self.bytes = self.bytes.saturating_sub(bytes);
-        handed.extend(kept);
+        handed.extend(self.adopted.take_all_held(&mut self.bytes));
         handed
     }
 
     fn adopt_handles(&mut self, handles: Vec<LooseHandle>) -> Vec<LooseHandle> {
-        let before = self.adopted.bytes();
-        let refused = self.adopted.adopt(handles, self.granule());
-        let added = self.adopted.bytes().saturating_sub(before);
-        self.bytes = self.bytes.saturating_add(added);
-        refused
+        let granule = self.granule();
+        (self.adopted).adopt_held(handles, granule, &mut self.bytes)
     }
 
     #[cfg(unix)]
