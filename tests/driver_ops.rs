@@ -460,3 +460,30 @@ fn handles_passed_on_that_no_map_uses_are_released_once_and_metered_back() {
     drop(asker);
     assert_eq!((budget.held(), budget.bytes_passed_on()), (0, 0));
 }
+
+#[test]
+fn a_grant_refused_while_handles_wait_in_the_exchange_takes_them_first() {
+    // A full budget, half of it in handles passed on and never taken (a
+    // round that timed out before its asker's retry).
+    let budget = Arc::new(DeviceBudget::new(8 * G));
+    let mut giver = BudgetedStorage::new(VirtualStorage::new(), budget.clone());
+    let range = giver.reserve_range(64 * G).unwrap();
+    giver.map(&range.sub_range(0, 8 * G).unwrap()).unwrap();
+    giver.hold_spares(true);
+    giver.unmap(&range.sub_range(4 * G, 8 * G).unwrap());
+    giver.flush();
+    giver.pass_spares_on();
+    assert_eq!((budget.held(), budget.bytes_passed_on()), (8 * G, 4 * G));
+    // Another stream maps 4 granules: the budget has no room left, so
+    // the waiting handles are what it maps; 2 more are refused, the
+    // budget being full.
+    let mut other = BudgetedStorage::new(VirtualStorage::new(), budget.clone());
+    let mine = other.reserve_range(64 * G).unwrap();
+    other.map(&mine.sub_range(0, 4 * G).unwrap()).unwrap();
+    let ops = other.driver_ops();
+    assert_eq!((ops.handles_adopted, ops.handles_created), (4, 0));
+    assert_eq!(budget.bytes_passed_on(), 0);
+    assert!(other.map(&mine.sub_range(4 * G, 6 * G).unwrap()).is_err());
+    assert_eq!(budget.held(), 8 * G);
+    assert!(budget.peak() <= budget.limit());
+}

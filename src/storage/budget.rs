@@ -210,6 +210,17 @@ impl<S: DeviceStorage> BudgetedStorage<S> {
         if self.budget.try_reserve(asked) {
             return Ok(asked);
         }
+        // Handles still waiting in the exchange (passed on for a round
+        // that ended without them: its episode timed out) are held
+        // memory no stream maps: adopted here, the map may use them, and
+        // what it cannot goes back with the spares below.
+        if self.budget.bytes_passed_on() > 0 {
+            self.take_passed_on();
+            let asked = bytes(&self.inner);
+            if self.budget.try_reserve(asked) {
+                return Ok(asked);
+            }
+        }
         // Spare handles the map could not move go back before it creates
         // any; here, before the grant, where their bytes are what it lacks.
         if self.inner.bytes_spare() > 0 {
