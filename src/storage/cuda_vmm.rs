@@ -155,14 +155,17 @@ impl CudaRange {
         self.base.wrapping_add(offset)
     }
 
-    /// Put memory behind `handle` as [`GranuleMap::plan`] says: the spares
-    /// it does not move released first, spares moved (unmapped where they
-    /// were, mapped at their new granules), new physical handles created
-    /// for the rest, all made accessible; granules given back and not yet
-    /// gone are taken back as they are. On a refusal the handles created
-    /// or moved so far are released, and so are the spares given up
-    /// before it: the error comes with the granules those held, and the
-    /// map is otherwise unchanged. What the map did.
+    /// Put memory behind `handle` as [`GranuleMap::plan`] says, with the
+    /// handles `adopted` holds: the spares it does not move and the
+    /// adopted handles it does not map released first, spares moved
+    /// (unmapped where they were, mapped at their new granules), adopted
+    /// handles mapped, new physical handles created for the rest, all
+    /// made accessible; granules given back and not yet gone are taken
+    /// back as they are. On a refusal the handles created, moved or
+    /// adopted so far are released, and so are the spares given up and
+    /// every adopted handle the plan took: the error comes with the
+    /// granules those held, and the map is otherwise unchanged. What the
+    /// map did.
     pub(super) fn map(
         &mut self,
         handle: &StorageHandle,
@@ -183,6 +186,9 @@ impl CudaRange {
         }
         let (count, granules_released) = loose::count(&unused);
         ops.released_unmapped(count, granules_released);
+        // Refused, every adopted handle taken here goes too (released
+        // unused, or mapped and then given up with what was done).
+        let adopted_gone = granules_released.saturating_add(loose::count(&adopting).1);
         let mut given_up: Vec<Range<u64>> = Vec::new();
         for spare in &mapping.released {
             if let Some((run, physical)) = self.handles.remove(&spare.start) {
@@ -275,7 +281,7 @@ impl CudaRange {
             },
             err => driver(err),
         };
-        Err((err, granules_in(&given_up)))
+        Err((err, granules_in(&given_up).saturating_add(adopted_gone)))
     }
 
     /// Move the spare `physical` from the granules `from` (its fence
