@@ -11,7 +11,7 @@ use streamalloc::memory::{Cleanup, MemoryConfig, MemoryConfiguration, MemoryMana
 use streamalloc::replay::Replayer;
 use streamalloc::service::{ServiceConfig, Supervisor};
 use streamalloc::storage::{
-    BudgetedStorage, DeviceBudget, DeviceStorage, DriverCosts, DriverOps, HOST_GRANULE,
+    BudgetedStorage, DeviceBudget, DeviceStorage, DriverCosts, DriverOps, FaultPlan, HOST_GRANULE,
     HostStorage, LimitedStorage, StagedMove, VirtualStorage,
 };
 use streamalloc::trace::{TraceAction, TraceEvent};
@@ -486,4 +486,25 @@ fn a_grant_refused_while_handles_wait_in_the_exchange_takes_them_first() {
     assert!(other.map(&mine.sub_range(4 * G, 6 * G).unwrap()).is_err());
     assert_eq!(budget.held(), 8 * G);
     assert!(budget.peak() <= budget.limit());
+}
+
+#[test]
+fn a_refused_map_gives_the_budget_back_what_it_granted_for_it_and_no_more() {
+    let budget = Arc::new(DeviceBudget::new(64 * G));
+    let faulty = LimitedStorage::new(VirtualStorage::new(), u64::MAX)
+        .with_faults(FaultPlan::none().fail_allocation(2));
+    let mut storage = BudgetedStorage::new(faulty, budget.clone());
+    let range = storage.reserve_range(64 * G).unwrap();
+    let two = range.sub_range(0, 2 * G).unwrap();
+    storage.map(&two).unwrap();
+    storage.hold_spares(true);
+    storage.unmap(&two);
+    storage.flush();
+    // Kept as spares, still held: mapping them again needs no grant. The
+    // driver refuses it all the same.
+    assert!(storage.map(&two).is_err());
+    assert_eq!(budget.granted(), 2 * G, "nothing was granted for it");
+    assert_eq!(budget.held(), storage.bytes_allocated());
+    storage.release_spares();
+    assert_eq!((budget.granted(), budget.held()), (0, 0));
 }

@@ -347,7 +347,14 @@ impl<S: DeviceStorage> DeviceStorage for BudgetedStorage<S> {
                 Ok(())
             }
             Err(err) => {
-                self.budget.release(range.size);
+                // Refused: what was granted for it goes back, and so do
+                // the bytes of what the storage gave up on the way (the
+                // spares and adopted handles a refused map lets go).
+                self.budget.release(asked);
+                let after = self.inner.bytes_allocated();
+                self.budget.give_back(before.saturating_sub(after));
+                self.budget
+                    .granules_moved(granules, self.inner.driver_ops().granules_mapped());
                 Err(err)
             }
         }
