@@ -31,8 +31,10 @@ pub struct LooseHandle {
 
 impl LooseHandle {
     /// A handle of `granules` granules of `granule` bytes, `raw` to the
-    /// driver.
-    pub(crate) fn new(granules: u64, granule: u64, raw: u64) -> Self {
+    /// driver (what a storage that implements
+    /// [`hand_over_spares`](super::DeviceStorage::hand_over_spares) makes;
+    /// the storages of one device read one another's `raw`).
+    pub fn new(granules: u64, granule: u64, raw: u64) -> Self {
         Self {
             granules,
             granule,
@@ -50,9 +52,13 @@ impl LooseHandle {
         self.granules.saturating_mul(self.granule)
     }
 
+    /// Bytes of one of its granules.
+    pub fn granule(&self) -> u64 {
+        self.granule
+    }
+
     /// The driver's handle.
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub(crate) fn raw(&self) -> u64 {
+    pub fn raw(&self) -> u64 {
         self.raw
     }
 }
