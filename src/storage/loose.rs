@@ -12,7 +12,7 @@
 #![allow(clippy::arithmetic_side_effects)]
 
 use super::granules::Mapping;
-use super::{DriverOps, granules_in};
+use super::{DriverOps, GranuleMap, granules_in};
 use std::ops::Range;
 
 /// A physical handle a storage gave up unmapped and not released, for
@@ -131,6 +131,20 @@ impl Adopted {
         let refused = self.adopt(handles, granule);
         *held = held.saturating_add(self.bytes().saturating_sub(before));
         refused
+    }
+
+    /// Keep the physical handles of `range`, which a storage that models
+    /// the device frees while it holds spares: unmapped whole, counted in
+    /// `ops` as not released (their bytes stay held), for its next maps or
+    /// another stream's.
+    pub(crate) fn keep_range(&mut self, range: &GranuleMap, ops: &mut DriverOps) {
+        ops.range_freed_keeping(range.handle_count(), range.mapped_granules());
+        let granule = range.granule();
+        (self.handles).extend(
+            (range.handle_lengths().into_iter())
+                .filter(|&len| len > 0)
+                .map(|len| LooseHandle::new(len, granule, 0)),
+        );
     }
 
     /// Take every handle out, their bytes off `held`: to hand them over.

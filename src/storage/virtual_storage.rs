@@ -7,7 +7,7 @@ use super::id_map::IdMap;
 use super::loose::{self, Adopted};
 use super::{
     DeviceStorage, DriverOps, GranuleMap, HandleSize, LooseHandle, Resource, StorageError,
-    StorageHandle, StorageId, UseFence, UserStream, check_range, granules_in,
+    StorageHandle, StorageId, UseFence, UserStream, check_range,
 };
 use crate::saturating::SaturatingSum;
 
@@ -176,11 +176,7 @@ impl VirtualStorage {
             if let Some(range) = self.ranges.remove(&id) {
                 if self.hold_spares {
                     // Its handles kept whole, unmapped (`DeviceStorage::hold_spares`).
-                    (self.ops).range_freed_keeping(range.handle_count(), range.mapped_granules());
-                    let loose = (range.handle_lengths().into_iter())
-                        .map(|len| LooseHandle::new(len, range.granule(), 0));
-                    let refused = self.adopted.adopt(loose.collect(), self.granule);
-                    debug_assert!(refused.is_empty(), "a range's own granule");
+                    self.adopted.keep_range(&range, &mut self.ops);
                     continue;
                 }
                 self.bytes = self.bytes.saturating_sub(range.mapped_bytes());
@@ -370,15 +366,11 @@ impl DeviceStorage for VirtualStorage {
         let mut handed = Vec::new();
         for range in self.ranges.values_mut() {
             let runs = range.hand_over_spares();
-            let bytes = granules_in(&runs).saturating_mul(range.granule());
-            self.churn.unmapped = self.churn.unmapped.saturating_add(bytes);
             let granule = range.granule();
-            handed.extend(loose::hand_over_modeled(
-                &runs,
-                granule,
-                &mut self.ops,
-                &mut self.bytes,
-            ));
+            let given = loose::hand_over_modeled(&runs, granule, &mut self.ops, &mut self.bytes);
+            let bytes = (given.iter().map(LooseHandle::bytes)).saturating_sum();
+            self.churn.unmapped = self.churn.unmapped.saturating_add(bytes);
+            handed.extend(given);
         }
         // Those kept from ranges it freed, unmapped already.
         handed.extend(self.adopted.take_all_held(&mut self.bytes));

@@ -219,11 +219,7 @@ impl HostStorage {
                 if self.hold_spares {
                     // Counted as a GPU's would be: its handles kept whole,
                     // unmapped (the host's memory goes with the range).
-                    (self.ops).range_freed_keeping(map.handle_count(), map.mapped_granules());
-                    let loose = (map.handle_lengths().into_iter())
-                        .map(|len| LooseHandle::new(len, map.granule(), 0));
-                    let refused = self.adopted.adopt(loose.collect(), Some(map.granule()));
-                    debug_assert!(refused.is_empty(), "a range's own granule");
+                    self.adopted.keep_range(map, &mut self.ops);
                     continue;
                 }
                 self.bytes = self.bytes.saturating_sub(range.map.mapped_bytes());
