@@ -3,6 +3,7 @@
 //! growth is never refused for it.
 
 use streamalloc::clock::ManualClock;
+use streamalloc::memory::Cleanup;
 use streamalloc::memory::StreamId;
 use streamalloc::replay::{ReplayReport, Replayer};
 use streamalloc::service::{
@@ -102,6 +103,51 @@ fn a_round_hands_the_givers_handles_to_the_asker() {
         a.stats().bytes_reserved + b.stats().bytes_reserved
     );
     assert!(stats.peak_bytes_reserved <= 48 * MIB + Headroom::default().slack);
+    drop(big);
+    device.shutdown();
+}
+
+/// A stream whose trim gives back less than its growth needs parks for
+/// the others' round holding what the trim gave back: at its `Retry` the
+/// growth maps those handles again, beside the ones the round handed
+/// over, and creates only what both lack (released before the round, it
+/// created all of its own afresh).
+#[test]
+fn an_asker_keeps_what_its_trim_gave_back_through_the_round() {
+    let device = device(Some(Headroom::default()));
+    let a = device.stream(StreamId(0)).unwrap();
+    let b = device.stream(StreamId(1)).unwrap();
+    // 48 MiB live at once, then all of it cached: within the headroom.
+    let held_a = a.reserve_many(&[MIB; 32]).unwrap();
+    let held_b = b.reserve_many(&[MIB; 16]).unwrap();
+    drop((held_a, held_b));
+    let before = a.report().unwrap().driver;
+    b.report().unwrap();
+
+    // 56 MiB: more than a's whole cache, so its trim cannot serve it and
+    // it asks b for the rest.
+    let big = a.reserve(56 * MIB).unwrap();
+    let after = a.report().unwrap().driver;
+    let gave = b.report().unwrap().driver;
+    assert!(gave.handles_handed_over > 0, "b handed over: {gave:?}");
+    let grew = |field: fn(&streamalloc::storage::DriverOps) -> u64| field(&after) - field(&before);
+    let mapped_again = grew(|ops| ops.handle_granules_moved + ops.handle_granules_adopted);
+    let created = grew(|ops| ops.handle_granules_created);
+    assert_eq!(mapped_again + created, 28, "56 MiB mapped: {after:?}");
+    // a's 16 granules and b's 8 mapped again: 4 created.
+    assert_eq!(created, 4, "a created only what neither held: {after:?}");
+    assert_eq!(grew(|ops| ops.handle_granules_released), 0, "{after:?}");
+    // The device never held more than the most live, past its headroom;
+    // and once served, what its streams hold.
+    let stats = device.device_stats();
+    assert!(
+        stats.peak_bytes_reserved <= 56 * MIB + Headroom::default().slack,
+        "{stats:?}"
+    );
+    assert_eq!(
+        stats.bytes_reserved,
+        a.stats().bytes_reserved + b.stats().bytes_reserved
+    );
     drop(big);
     device.shutdown();
 }
@@ -362,4 +408,36 @@ fn streams_that_share_a_device_map_larger_handles_when_told() {
         "a lone stream keeps its handles"
     );
     assert_eq!(told.peak_reserved_bytes, alone.peak_reserved_bytes);
+}
+
+/// A stream that shares its device cuts its physical handles at a share
+/// of the most its range held: memory that comes back after it went maps
+/// in handles as long as those it went in, which the handles given back
+/// and handed over between the streams fit. A lone stream cuts at a share
+/// of what its range holds once mapped.
+#[test]
+fn a_stream_that_shares_its_device_keeps_its_handle_lengths() {
+    for shared in [false, true] {
+        let device = device(None);
+        let a = device.stream(StreamId(0)).unwrap();
+        let other = shared.then(|| device.stream(StreamId(1)).unwrap());
+        let base = a.reserve(MIB).unwrap();
+        // 256 granules held: one in 64 of them is 4 a handle.
+        drop(a.reserve(510 * MIB).unwrap());
+        a.cleanup(Cleanup::Explicit).unwrap();
+        let before = a.report().unwrap().driver;
+        assert!(a.stats().bytes_reserved <= 8 * MIB, "{:?}", a.stats());
+        let again = a.reserve(64 * MIB).unwrap();
+        let after = a.report().unwrap().driver;
+        let handles = after.handles_created - before.handles_created;
+        let granules = after.handle_granules_created - before.handle_granules_created;
+        assert_eq!(granules, 32, "shared: {shared}");
+        if shared {
+            assert!(handles * 3 <= granules, "{handles} handles for {granules}");
+        } else {
+            assert_eq!(handles, granules, "a handle a granule");
+        }
+        drop((base, again, other));
+        device.shutdown();
+    }
 }

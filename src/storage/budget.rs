@@ -265,7 +265,7 @@ impl<S: DeviceStorage> DeviceStorage for BudgetedStorage<S> {
     forward_to_inner!(inner: bytes_allocated, granule, reserve_range, unmap, driver_ops);
     forward_to_inner!(inner: bytes_in_reclaim, bytes_stranded, bytes_a_map_adds);
     forward_to_inner!(inner: whole_handles, first_handle_end, hold_spares, bytes_spare);
-    forward_to_inner!(inner: set_handle_share, hand_over_spares, adopt_handles);
+    forward_to_inner!(inner: set_handle_cut, hand_over_spares, adopt_handles);
     forward_to_inner!(inner: stream_name, fence_uses, uses_done, wait_uses);
 
     /// Into the budget's exchange: their bytes stay granted, as the

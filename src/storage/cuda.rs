@@ -9,7 +9,7 @@ use super::give_back::GiveBack;
 use super::id_map::IdMap;
 use super::loose::Adopted;
 use super::{
-    DeviceStorage, DriverOps, HandleSize, LooseHandle, Mapping, Resource, StorageError,
+    DeviceStorage, DriverOps, HandleCut, HandleSize, LooseHandle, Mapping, Resource, StorageError,
     StorageHandle, StorageId, UseFence, UserStream, check_range,
 };
 use crate::saturating::SaturatingSum;
@@ -390,10 +390,10 @@ impl DeviceStorage for CudaStorage {
         (self.ranges.get(&range.id)).map_or(*range, |held| held.granule_map().whole_handles(range))
     }
 
-    fn set_handle_share(&mut self, one_in: u64) {
-        self.handle_size = self.handle_size.with_share(one_in);
+    fn set_handle_cut(&mut self, cut: HandleCut) {
+        self.handle_size = self.handle_size.with_cut(cut);
         for held in self.ranges.values_mut() {
-            held.set_handle_share(one_in);
+            held.set_handle_cut(cut);
         }
     }
 

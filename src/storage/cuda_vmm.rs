@@ -15,8 +15,8 @@
 
 use super::loose::{self, Adopted};
 use super::{
-    DriverOps, GranuleMap, HandleSize, LooseHandle, Mapping, StorageError, StorageHandle,
-    granules_in,
+    DriverOps, GranuleMap, HandleCut, HandleSize, LooseHandle, Mapping, StorageError,
+    StorageHandle, granules_in,
 };
 use cudarc::driver::DriverError;
 use cudarc::driver::sys::{self, CUdeviceptr, CUmemGenericAllocationHandle};
@@ -140,9 +140,9 @@ impl CudaRange {
         &self.map
     }
 
-    /// Cut the handles of later maps at up to one `one_in`th of the range.
-    pub(super) fn set_handle_share(&mut self, one_in: u64) {
-        self.map.set_handle_share(one_in);
+    /// Cut the handles of later maps as `cut` says.
+    pub(super) fn set_handle_cut(&mut self, cut: HandleCut) {
+        self.map.set_handle_cut(cut);
     }
 
     /// Bytes mapped.

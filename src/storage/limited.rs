@@ -100,7 +100,7 @@ impl<S: DeviceStorage> DeviceStorage for LimitedStorage<S> {
     forward_to_inner!(inner: bytes_allocated, granule, reserve_range, unmap);
     forward_to_inner!(inner: shares_a_budget, driver_ops, drain, bytes_in_reclaim, bytes_a_map_adds);
     forward_to_inner!(inner: bytes_stranded, whole_handles, first_handle_end);
-    forward_to_inner!(inner: set_handle_share);
+    forward_to_inner!(inner: set_handle_cut);
     forward_to_inner!(inner: hold_spares, release_spares, bytes_spare);
     forward_to_inner!(inner: hand_over_spares, adopt_handles, pass_spares_on, take_passed_on);
     forward_to_inner!(inner: stream_name, fence_uses, uses_done, wait_uses);

@@ -101,9 +101,9 @@ macro_rules! forward_to_inner {
             self.$inner.whole_handles(range)
         }
     };
-    (@one $inner:ident set_handle_share) => {
-        fn set_handle_share(&mut self, one_in: u64) {
-            self.$inner.set_handle_share(one_in)
+    (@one $inner:ident set_handle_cut) => {
+        fn set_handle_cut(&mut self, cut: super::HandleCut) {
+            self.$inner.set_handle_cut(cut)
         }
     };
     (@one $inner:ident first_handle_end) => {

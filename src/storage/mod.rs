@@ -42,6 +42,7 @@ pub const DEFAULT_HANDLE_GRANULES: u64 = 16;
 #[cfg(feature = "cuda")]
 pub use cuda::{CudaStorage, cuda_available};
 pub use driver::{DriverCosts, DriverOps, DriverReport};
+pub use granules::HandleCut;
 pub(crate) use granules::{GranuleMap, HANDLE_SHARE_ONE_IN, HandleSize, Mapping, granules_in};
 #[cfg(unix)]
 pub use host::HOST_GRANULE;
@@ -312,14 +313,15 @@ pub trait DeviceStorage: Send {
         *range
     }
 
-    /// Cut the physical handles of later maps at up to one `one_in`th of
-    /// the granules their range holds (64 by default; 1 where 0 is asked),
-    /// and at most the storage's handle size: a larger share maps and
-    /// gives back the same memory in fewer driver calls, and a handle
-    /// partly in use keeps more of its range from going back. The handles
-    /// mapped already stay as they are. By default nothing (no physical
-    /// handles). `docs/memory.md`, "Physical handles".
-    fn set_handle_share(&mut self, _one_in: u64) {}
+    /// Cut the physical handles of later maps as `cut` says: at up to one
+    /// `cut.share_one_in`th of the granules their range holds (64 by
+    /// default; 1 where 0 is asked), or of the most it ever held, and at
+    /// most the storage's handle size. A larger share maps and gives back
+    /// the same memory in fewer driver calls, and a handle partly in use
+    /// keeps more of its range from going back. The handles mapped already
+    /// stay as they are. By default nothing (no physical handles).
+    /// `docs/memory.md`, "Physical handles".
+    fn set_handle_cut(&mut self, _cut: HandleCut) {}
 
     /// Where the physical handle holding the first granule of `range`
     /// (whole mapped granules of a range, such as
@@ -538,8 +540,8 @@ impl<S: DeviceStorage + ?Sized> DeviceStorage for Box<S> {
     fn first_handle_end(&self, range: &StorageHandle) -> u64 {
         (**self).first_handle_end(range)
     }
-    fn set_handle_share(&mut self, one_in: u64) {
-        (**self).set_handle_share(one_in)
+    fn set_handle_cut(&mut self, cut: HandleCut) {
+        (**self).set_handle_cut(cut)
     }
     fn resource(&mut self, handle: &StorageHandle) -> Result<Resource, StorageError> {
         (**self).resource(handle)

@@ -6,8 +6,8 @@ use super::give_back::{Batch, GiveBack, Lag, LagClock};
 use super::id_map::IdMap;
 use super::loose::{self, Adopted};
 use super::{
-    DeviceStorage, DriverOps, GranuleMap, HandleSize, LooseHandle, Resource, StorageError,
-    StorageHandle, StorageId, UseFence, UserStream, check_range,
+    DeviceStorage, DriverOps, GranuleMap, HandleCut, HandleSize, LooseHandle, Resource,
+    StorageError, StorageHandle, StorageId, UseFence, UserStream, check_range,
 };
 use crate::saturating::SaturatingSum;
 
@@ -248,10 +248,10 @@ impl DeviceStorage for VirtualStorage {
         (self.ranges.get(&range.id)).map_or(end, |map| map.first_handle_end(range))
     }
 
-    fn set_handle_share(&mut self, one_in: u64) {
-        self.handle_size = self.handle_size.with_share(one_in);
+    fn set_handle_cut(&mut self, cut: HandleCut) {
+        self.handle_size = self.handle_size.with_cut(cut);
         for map in self.ranges.values_mut() {
-            map.set_handle_share(one_in);
+            map.set_handle_cut(cut);
         }
     }
 

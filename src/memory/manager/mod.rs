@@ -445,8 +445,10 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// Return pages to the device: what each pool's period says is idle
     /// (`Periodic`, in stream order: no wait), or everything nothing
     /// holds (`Explicit`: waits for the stream, so that the memory has
-    /// gone back when it returns).
+    /// gone back when it returns). Spare handles kept for a growth go
+    /// first: none follows.
     pub fn cleanup(&mut self, cleanup: Cleanup) {
+        self.release_spares();
         self.process_releases();
         if cleanup == Cleanup::Explicit && self.log >= MemoryLogLevel::Basic {
             tracing::debug!(manager = %self.name, "explicit cleanup");
@@ -492,8 +494,10 @@ impl<S: DeviceStorage> MemoryManager<S> {
 
     /// The stream had no traffic for a while: move the clock past every
     /// pool's deallocation period and run a periodic cleanup, so pages that
-    /// sit unused go back although no reservation drives the clock.
+    /// sit unused go back although no reservation drives the clock. Spare
+    /// handles kept for a growth go first: none follows.
     pub(crate) fn cleanup_idle(&mut self) {
+        self.release_spares();
         self.process_releases();
         self.poll_users();
         self.serial = self.serial.saturating_add(self.longest_period());

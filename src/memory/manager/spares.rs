@@ -57,3 +57,39 @@ impl<S: DeviceStorage> MemoryManager<S> {
         self.storage.bytes_spare()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::memory::{Cleanup, MemoryConfig, MemoryManager, PageUpdate};
+    use crate::storage::{DeviceStorage, VirtualStorage};
+
+    /// Spares kept for a growth that did not come (a request parked for
+    /// the others' round, then a cleanup or an idle tick before its
+    /// `Retry`) go to the driver with what the cleanup gives back: no
+    /// growth follows a cleanup.
+    #[test]
+    fn a_cleanup_releases_the_spares_kept_for_a_growth() {
+        for idle in [false, true] {
+            let mut memory = MemoryManager::new(VirtualStorage::new(), MemoryConfig::default());
+            let base = memory.reserve(1 << 20, PageUpdate::Allow).unwrap();
+            drop(memory.reserve(32 << 20, PageUpdate::Allow).unwrap());
+            memory.hold_spares();
+            memory.give_back_free();
+            memory.flush();
+            assert!(memory.bytes_spare() >= 16 << 20, "idle {idle}: spares kept");
+            if idle {
+                memory.cleanup_idle();
+            } else {
+                memory.cleanup(Cleanup::Explicit);
+            }
+            memory.flush();
+            assert_eq!(memory.bytes_spare(), 0, "idle {idle}");
+            let held = memory.storage().bytes_allocated();
+            assert!(
+                held <= 2 << 20,
+                "idle {idle}: only the live granule held, not {held}"
+            );
+            drop(base);
+        }
+    }
+}

@@ -79,7 +79,7 @@ impl StreamActor {
                 memory,
                 shared,
                 device,
-                handle_share: crate::storage::HANDLE_SHARE_ONE_IN,
+                handle_cut: crate::storage::HandleCut::default(),
             },
             short: RunningShort::default(),
             timing,

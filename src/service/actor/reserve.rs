@@ -68,15 +68,26 @@ impl RunningShort {
     /// What the trim gives back stays as spare physical handles until the
     /// request is served (`DeviceStorage::hold_spares`): the growth that
     /// follows moves them where it maps, instead of creating handles for
-    /// the memory the trim just released. They go before the request is
-    /// answered or parked for the others' round (then the trim's memory
-    /// is what the device is short of).
+    /// the memory the trim just released. They go once the request is
+    /// answered. One parked for the others' round keeps them until its
+    /// `Retry` serves it (or the stream's next request, settle, idle tick
+    /// or cleanup lets them go first): its growth moves them there, beside
+    /// what the others handed over. (Released before the round, the asker
+    /// created as many handles afresh once served: on two serving streams
+    /// whose threads interleave finely, 9 % of the driver's time beyond
+    /// the peak; `docs/performance.md`.) The round's lack leaves them out
+    /// already (`Stream::headroom_lacks`).
     pub(super) fn serve_within_headroom(&mut self, stream: &mut Stream, pending: Pending) {
-        self.serve_within_headroom_holding(stream, pending);
-        stream.memory.release_spares();
+        if self.serve_within_headroom_holding(stream, pending) == Served::Answered {
+            stream.memory.release_spares();
+        }
     }
 
-    fn serve_within_headroom_holding(&mut self, stream: &mut Stream, mut pending: Pending) {
+    fn serve_within_headroom_holding(
+        &mut self,
+        stream: &mut Stream,
+        mut pending: Pending,
+    ) -> Served {
         for trimmed in [false, true] {
             if trimmed {
                 let alone = stream.alone();
@@ -92,18 +103,24 @@ impl RunningShort {
                 stream.publish();
             }
             match stream.try_reserve_held(&pending) {
-                Ok(Some(batch)) => return stream.answer_served(pending, batch, false),
+                Ok(Some(batch)) => {
+                    stream.answer_served(pending, batch, false);
+                    return Served::Answered;
+                }
                 Ok(None) => {}
-                Err(err) => return pending.answer(Err(err.into())),
+                Err(err) => {
+                    pending.answer(Err(err.into()));
+                    return Served::Answered;
+                }
             }
         }
         if self.round_out() {
             // A round for this stream is under way: its `Retry` serves this.
-            stream.memory.release_spares();
             pending.state = PendingState::ParkedForHeadroom {
                 since: stream.now(),
             };
-            return self.park_for_round(pending);
+            self.park_for_round(pending);
+            return Served::Parked;
         }
         // A round is worth its wake-ups if the others hold room they do not
         // use, however much less than the request: it comes off what the
@@ -116,17 +133,28 @@ impl RunningShort {
             && stream.over_headroom(&pending)
             && stream.device.others_excess(stream.shared.stream) >= MIN_ROUND_GAIN
         {
-            stream.memory.release_spares();
             let lacks = stream.headroom_lacks(&pending);
             pending.state = PendingState::ParkedForHeadroom {
                 since: stream.now(),
             };
             self.park_for_round(pending);
-            return self.ask_now(stream, requested, Some(lacks));
+            self.ask_now(stream, requested, Some(lacks));
+            return Served::Parked;
         }
         pending.state = stream.growth_state(&pending);
         self.serve_growing(stream, pending);
+        Served::Answered
     }
+}
+
+/// Where a request served within the headroom went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Served {
+    /// Answered (served, parked as short, or refused): the spares its trim
+    /// kept go.
+    Answered,
+    /// Parked for the others' round: the spares stay for its `Retry`.
+    Parked,
 }
 
 impl Stream {

@@ -9,7 +9,7 @@ use crate::service::error::ServiceError;
 use crate::service::events::SupervisorEvent;
 use crate::service::message::Pending;
 use crate::service::shared::{StreamShared, bump};
-use crate::storage::{DeviceStorage, StorageError};
+use crate::storage::{DeviceStorage, HandleCut, StorageError};
 use crate::sync::Arc;
 use crate::sync::atomic::Ordering;
 use std::time::Duration;
@@ -27,9 +27,8 @@ pub(crate) struct Stream {
     pub(super) shared: Arc<StreamShared>,
     /// What the device's streams share (budget, registry, coordinator).
     pub(super) device: Arc<DeviceShared>,
-    /// The share of a range its storage's physical handles are cut at
-    /// now (`fit_handle_share`).
-    pub(super) handle_share: u64,
+    /// How its storage cuts physical handles now (`fit_handle_cut`).
+    pub(super) handle_cut: HandleCut,
 }
 
 impl Stream {
@@ -57,7 +56,7 @@ impl Stream {
         }
         if reserved > published {
             // It grew: the next growth maps with the share that fits.
-            self.fit_handle_share();
+            self.fit_handle_cut();
         }
         self.shared
             .bytes_reserved
@@ -69,24 +68,29 @@ impl Stream {
         }
     }
 
-    /// Cut the storage's later physical handles at the share that fits the
-    /// device now, where the service was told one for streams that share
-    /// it (`ServiceConfig::shared_handle_share`): that one while other
-    /// streams share it, the storage's default while this one is alone.
-    /// Asked after a growth (it takes the registry's lock), so it holds
-    /// from the next.
-    fn fit_handle_share(&mut self) {
-        let Some(shared) = self.device.shared_handle_share else {
-            return;
-        };
-        let share = if self.alone() {
-            crate::storage::HANDLE_SHARE_ONE_IN
+    /// Cut the storage's later physical handles as fits the device now.
+    /// Alone, the storage's default: a share of what each range holds.
+    /// While other streams share the device, a share of the most each
+    /// range ever held (the one the service was told for such streams,
+    /// `ServiceConfig::shared_handle_share`, or the default's): memory
+    /// comes and goes between the streams there, and a cut that followed
+    /// it would cut the pieces of a later growth to other lengths than
+    /// the handles given back and handed over, which then could not be
+    /// mapped there (`docs/memory.md`, "Physical handles"). Asked after a
+    /// growth (it takes the registry's lock), so it holds from the next.
+    fn fit_handle_cut(&mut self) {
+        let cut = if self.alone() {
+            HandleCut::default()
         } else {
-            shared
+            HandleCut {
+                share_one_in: (self.device.shared_handle_share)
+                    .unwrap_or(crate::storage::HANDLE_SHARE_ONE_IN),
+                of_most_held: true,
+            }
         };
-        if share != self.handle_share {
-            self.memory.storage().set_handle_share(share);
-            self.handle_share = share;
+        if cut != self.handle_cut {
+            self.memory.storage().set_handle_cut(cut);
+            self.handle_cut = cut;
         }
     }
 
@@ -155,6 +159,9 @@ impl Stream {
     /// moves sparse pages into smaller ones.
     pub(super) fn settle(&mut self, keep: u64) {
         self.take_back_hot();
+        // Spares kept for a parked request's growth go now: what a settle
+        // gives back goes to the driver.
+        self.memory.release_spares();
         self.memory.give_back_free();
         if self.held() > keep
             && let Ok(report) =

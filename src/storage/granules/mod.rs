@@ -31,36 +31,64 @@ pub(crate) use spares::Mapping;
 
 /// By default a physical handle covers at most this fraction (one in this
 /// many) of the granules its range holds once it is mapped (`most_per_handle`;
-/// `DeviceStorage::set_handle_share` changes it). What a handle partly in use keeps from going back is
+/// `DeviceStorage::set_handle_cut` changes it). What a handle partly in use keeps from going back is
 /// bounded by it: at 16 or 32, lone streams that fragment held 1.09-1.17
 /// of live after their load fell; at 64 every trace measured stays within
 /// 1.05 (`docs/memory.md`, "Physical handles").
 pub(crate) const HANDLE_SHARE_ONE_IN: u64 = 64;
 
+/// How a storage cuts the physical handles of its later maps
+/// ([`DeviceStorage::set_handle_cut`](super::DeviceStorage::set_handle_cut)):
+/// at up to one `share_one_in`th of the granules a range holds once
+/// mapped, or of the most it ever held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HandleCut {
+    /// A handle covers at most this fraction (one in this many) of its
+    /// range's granules (64 by default; 1 where 0 is asked).
+    pub share_one_in: u64,
+    /// Of the most granules the range ever held, instead of those it holds
+    /// once the map is made: the same lengths while memory comes and goes,
+    /// so that a handle given back fits the pieces its range cuts later
+    /// (`docs/memory.md`, "Physical handles").
+    pub of_most_held: bool,
+}
+
+impl Default for HandleCut {
+    fn default() -> Self {
+        Self {
+            share_one_in: HANDLE_SHARE_ONE_IN,
+            of_most_held: false,
+        }
+    }
+}
+
 /// How large one physical handle may be: at most `most` granules (at least
 /// 1, [`DEFAULT_HANDLE_GRANULES`](super::DEFAULT_HANDLE_GRANULES) unless a
-/// storage was told otherwise, `with_handle_granules`), and at most one
-/// `share_one_in`th of the granules its range holds.
+/// storage was told otherwise, `with_handle_granules`), and at most the
+/// share `cut` says of its range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct HandleSize {
     most: u64,
-    share_one_in: u64,
+    cut: HandleCut,
 }
 
 impl HandleSize {
     /// At most `granules` granules a handle (1 where 0 is asked), and the
-    /// default share.
+    /// default cut.
     pub(crate) fn new(granules: u64) -> Self {
         Self {
             most: granules.max(1),
-            share_one_in: HANDLE_SHARE_ONE_IN,
+            cut: HandleCut::default(),
         }
     }
 
-    /// The same, at most one `one_in`th of a range (1 where 0 is asked).
-    pub(crate) fn with_share(self, one_in: u64) -> Self {
+    /// The same, cut as `cut` says.
+    pub(crate) fn with_cut(self, cut: HandleCut) -> Self {
         Self {
-            share_one_in: one_in.max(1),
+            cut: HandleCut {
+                share_one_in: cut.share_one_in.max(1),
+                ..cut
+            },
             ..self
         }
     }
@@ -103,6 +131,8 @@ pub(crate) struct GranuleMap {
     mapped: Vec<u64>,
     /// Granules mapped.
     count: u64,
+    /// The most granules mapped at once (`HandleCut::of_most_held`).
+    most_held: u64,
     /// The physical handles, by first granule: `start -> end`.
     handles: BTreeMap<u64, u64>,
     /// Granules given back but still mapped: the memory layer sees them
@@ -151,6 +181,7 @@ impl GranuleMap {
             handle_size,
             mapped,
             count: 0,
+            most_held: 0,
             handles: BTreeMap::new(),
             doomed: BTreeMap::new(),
             waiting: 0,
@@ -280,22 +311,27 @@ impl GranuleMap {
 
     /// The most granules a physical handle created for the fresh `runs`
     /// covers, each run being cut at multiples of it: the range's most
-    /// (`handle_size`) or the largest power of two no more than
-    /// [`HANDLE_SHARE_ONE_IN`]th of the granules it holds once mapped,
-    /// whichever is less. So a range that grew large maps in large
+    /// (`handle_size`) or the largest power of two no more than the cut's
+    /// share ([`HANDLE_SHARE_ONE_IN`]th by default) of the granules it
+    /// holds once mapped (or of the most it ever held, where the cut says
+    /// so), whichever is less. So a range that grew large maps in large
     /// handles, and a small one (or a large one's first granules) in small
     /// ones: a handle partly in use keeps at most about that share of its
     /// range from going back.
     fn most_per_handle(&self, runs: &[Range<u64>]) -> u64 {
-        let after = self.count + granules_in(runs);
-        let share = (after / self.handle_size.share_one_in).max(1);
+        let cut = self.handle_size.cut;
+        let mut after = self.count + granules_in(runs);
+        if cut.of_most_held {
+            after = after.max(self.most_held);
+        }
+        let share = (after / cut.share_one_in).max(1);
         self.handle_size.most.min(1 << share.ilog2())
     }
 
-    /// Cut the handles of later maps at up to one `one_in`th of the range
-    /// (those mapped already stay as they are).
-    pub(crate) fn set_handle_share(&mut self, one_in: u64) {
-        self.handle_size = self.handle_size.with_share(one_in);
+    /// Cut the handles of later maps as `cut` says (those mapped already
+    /// stay as they are).
+    pub(crate) fn set_handle_cut(&mut self, cut: HandleCut) {
+        self.handle_size = self.handle_size.with_cut(cut);
     }
 
     /// Cut `run` into handles of at most `most` granules, at multiples of it.

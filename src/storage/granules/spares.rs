@@ -175,6 +175,7 @@ impl GranuleMap {
                 None => {
                     self.set(index, true);
                     self.count += 1;
+                    self.most_held = self.most_held.max(self.count);
                 }
             }
         }

@@ -110,11 +110,43 @@ fn a_larger_share_cuts_larger_handles_from_the_next_map() {
     let created = map.map(&granules(0..256), &[]).unwrap().created;
     assert!(created.iter().all(|run| run.end - run.start == 4));
     // One in 16 of 512 is 32, so the handle size (16) bounds it.
-    map.set_handle_share(16);
+    map.set_handle_cut(HandleCut {
+        share_one_in: 16,
+        ..HandleCut::default()
+    });
     let created = map.map(&granules(256..512), &[]).unwrap().created;
     assert!(created.iter().all(|run| run.end - run.start == 16));
     // Those mapped before keep their cuts.
     assert_eq!(map.first_handle_end(&granules(0..256)), 4 * GRANULE);
+}
+
+/// Cut of the most a range held, the handles a map cuts after the range
+/// shrank have the lengths they had at its most: those given back fit
+/// them again. Cut of what it holds now, they shrink with it.
+#[test]
+fn a_cut_of_the_most_held_keeps_its_lengths_when_the_range_shrinks() {
+    for of_most_held in [false, true] {
+        let mut map = GranuleMap::new(GRANULE, 4096 * GRANULE, HandleSize::new(16)).unwrap();
+        map.set_handle_cut(HandleCut {
+            of_most_held,
+            ..HandleCut::default()
+        });
+        // 256 granules held once mapped: one in 64 is 4 a handle.
+        let created = map.map(&granules(0..256), &[]).unwrap().created;
+        assert!(created.iter().all(|run| run.end - run.start == 4));
+        // All but the first 16 go back.
+        assert!(map.doom(&granules(16..256), 1));
+        assert_eq!(map.unmap_doomed(&granules(16..256), 1, false).len(), 60);
+        assert_eq!(map.mapped_granules(), 16);
+        // 32 granules again: 48 held once mapped, one in 64 of which is
+        // less than a granule; of the most held (256), 4.
+        let created = map.map(&granules(16..48), &[]).unwrap().created;
+        let length = if of_most_held { 4 } else { 1 };
+        assert!(
+            created.iter().all(|run| run.end - run.start == length),
+            "of the most held: {of_most_held}; {created:?}"
+        );
+    }
 }
 
 #[test]

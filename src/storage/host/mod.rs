@@ -5,8 +5,8 @@ use super::give_back::{Batch, GiveBack, Lag, LagClock};
 use super::id_map::IdMap;
 use super::loose::{self, Adopted};
 use super::{
-    DeviceStorage, DriverOps, HandleSize, LooseHandle, Resource, StorageError, StorageHandle,
-    StorageId, UseFence, UserStream, check_range,
+    DeviceStorage, DriverOps, HandleCut, HandleSize, LooseHandle, Resource, StorageError,
+    StorageHandle, StorageId, UseFence, UserStream, check_range,
 };
 use crate::saturating::SaturatingSum;
 use std::alloc::{Layout, alloc_zeroed, dealloc};
@@ -475,10 +475,10 @@ impl DeviceStorage for HostStorage {
     }
 
     #[cfg(unix)]
-    fn set_handle_share(&mut self, one_in: u64) {
-        self.handle_size = self.handle_size.with_share(one_in);
+    fn set_handle_cut(&mut self, cut: HandleCut) {
+        self.handle_size = self.handle_size.with_cut(cut);
         for held in self.ranges.values_mut() {
-            held.map.set_handle_share(one_in);
+            held.map.set_handle_cut(cut);
         }
     }
 
