@@ -68,9 +68,9 @@ pub struct ServiceConfig {
     /// trace, a request) cannot spawn threads without bound.
     pub max_streams: usize,
     /// Streams that share their device cut the physical handles of their
-    /// later maps at up to one in this many granules of a range, instead
-    /// of the storage's one in 64 (`None`: every stream keeps the
-    /// storage's; a lone stream always does). A larger share moves memory
+    /// later maps at up to one in this many of the most granules a range
+    /// held, instead of one in 64 of them (`None`: 64; a lone stream
+    /// always cuts at one in 64 of what its range holds). A larger share moves memory
     /// between streams in fewer driver calls, and holds more at the peak:
     /// the free granules of a handle partly in use cannot go back
     /// (`docs/performance.md`, "Rounds that give whole handles, from the

@@ -84,10 +84,10 @@ pub(crate) struct Common {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) handle_granules: u64,
     /// Streams that share their device cut physical handles at up to one
-    /// in this many granules of a range, instead of one in 64: fewer
-    /// driver calls as memory moves between streams, more bytes held at
-    /// the peak (free granules of a handle partly in use stay). A lone
-    /// stream keeps one in 64.
+    /// in this many of the most granules a range held, instead of one in
+    /// 64: fewer driver calls as memory moves between streams, more bytes
+    /// held at the peak (free granules of a handle partly in use stay). A
+    /// lone stream keeps one in 64 of what its range holds.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) shared_handle_share: Option<u64>,
     /// The pool layout.
