@@ -73,9 +73,8 @@ impl RunningShort {
     /// `Retry` serves it (or the stream's next request, settle, idle tick
     /// or cleanup lets them go first): its growth moves them there, beside
     /// what the others handed over. (Released before the round, the asker
-    /// created as many handles afresh once served: on two serving streams
-    /// whose threads interleave finely, 9 % of the driver's time beyond
-    /// the peak; `docs/performance.md`.) The round's lack leaves them out
+    /// created as many handles afresh once served: `docs/performance.md`,
+    /// "Spares kept through a round".) The round's lack leaves them out
     /// already (`Stream::headroom_lacks`).
     pub(super) fn serve_within_headroom(&mut self, stream: &mut Stream, pending: Pending) {
         if self.serve_within_headroom_holding(stream, pending) == Served::Answered {
