@@ -74,7 +74,7 @@ impl RunningShort {
     /// or cleanup lets them go first): its growth moves them there, beside
     /// what the others handed over. (Released before the round, the asker
     /// created as many handles afresh once served: `docs/performance.md`,
-    /// "Spares kept through a round".) The round's lack leaves them out
+    /// its first section.) The round's lack leaves them out
     /// already (`Stream::headroom_lacks`).
     pub(super) fn serve_within_headroom(&mut self, stream: &mut Stream, pending: Pending) {
         if self.serve_within_headroom_holding(stream, pending) == Served::Answered {
@@ -305,11 +305,23 @@ impl Stream {
     /// pages now. The cheap half of the headroom policy (no round, no
     /// wake-up): streams that keep serving keep themselves trim, and a
     /// growing stream asks the others only for what is left. A stream alone
-    /// on its device keeps its room: nobody could use it.
+    /// on its device keeps its room: nobody could use it. So does one whose
+    /// arenas keep their peak's room mapped: what it holds free goes to the
+    /// stream that grows when that one asks (a round hands its whole
+    /// physical handles over: an unmap here and a map there), where a trim
+    /// gave it to the driver for that stream to create again (a release
+    /// here, a create there, besides). Trimming took `serve_two_streams`
+    /// 4.19 → 4.61 us per event of driver time beyond the peak once, at
+    /// 1.009 → 1.012 of live (`docs/performance.md`, its first section);
+    /// pages, which a round cannot hand over, still trim (without it the
+    /// adaptive layout's peaks rose by up to 0.05).
     pub(super) fn trim_to_headroom(&mut self) {
         let Some(headroom) = self.device.headroom else {
             return;
         };
+        if self.memory.keeps_peak_mapped() {
+            return;
+        }
         // The stream's own pools, against what its clients hold now.
         let in_use = self.shared.bytes_in_use();
         let excess = self.memory.bytes_reserved().saturating_sub(in_use);
