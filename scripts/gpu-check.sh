@@ -14,9 +14,21 @@ build)
     cp "$target/release/examples/gpu_check" "$target/release/streamalloc" .gpu/
     cargo build --release -p streamalloc-torch --features cuda
     cp "$target/release/libstreamalloc_torch.so" .gpu/
-    # The real snapshots, when the shared folder is beside the checkout.
+    # The real snapshots, when the shared folder is beside the checkout,
+    # and two of the two-stream one's threads interleaved in short bursts
+    # (scripts/reinterleave.py: memory moves between its streams at each
+    # turn, the costliest case for the driver).
     if [ -d ../shared/torch-h200 ]; then
         cp ../shared/torch-h200/*.pickle.gz .gpu/
+        two=../shared/torch-h200/serve_two_streams-default.pickle.gz
+        if [ -f "$two" ]; then
+            "$target/release/streamalloc" convert "$two" .gpu/two.jsonl --quiet
+            for seed in 1 2; do
+                python3 scripts/reinterleave.py .gpu/two.jsonl \
+                    ".gpu/serve_two_streams-bursts$seed.jsonl" bursts "$seed"
+            done
+            rm .gpu/two.jsonl
+        fi
     fi
     bin=$(cargo test --release --features cuda --test cuda --no-run --message-format=json 2>/dev/null \
         | grep -o '"executable":"[^"]*"' | cut -d'"' -f4 | grep '/cuda-' | head -1)
@@ -34,7 +46,8 @@ run)
     STREAMALLOC_TORCH_LIBRARY=.gpu/libstreamalloc_torch.so timeout 400 python3 scripts/torch-check.py || true
     echo "== real snapshots on the GPU beside the model"
     if ls .gpu/*.pickle.gz >/dev/null 2>&1; then
-        timeout 300 python3 scripts/gpu_replays.py .gpu/streamalloc .gpu/*.pickle.gz
+        timeout 360 python3 scripts/gpu_replays.py .gpu/streamalloc .gpu/*.pickle.gz \
+            $(ls .gpu/*.jsonl 2>/dev/null)
     fi
     ;;
 *)
