@@ -21,6 +21,17 @@ fn device(headroom: Option<Headroom>) -> Supervisor {
     })
 }
 
+/// A device as [`device`] makes, under a budget of 1 GiB where `budget`
+/// (far above what the tests hold: only the policies that look at it
+/// change).
+fn device_budgeted(headroom: Option<Headroom>, budget: bool) -> Supervisor {
+    Supervisor::virtual_device(ServiceConfig {
+        headroom,
+        budget: budget.then_some(1 << 30),
+        ..common::quiet()
+    })
+}
+
 /// Reserve 48 MiB in 1 MiB pieces on `stream`, drop them all, and wait for
 /// the stream to have processed the drops: 48 MiB of pages stay cached.
 fn cache_48_mib(stream: &StreamHandle) {
@@ -111,10 +122,16 @@ fn a_round_hands_the_givers_handles_to_the_asker() {
 /// the others' round holding what the trim gave back: at its `Retry` the
 /// growth maps those handles again, beside the ones the round handed
 /// over, and creates only what both lack (released before the round, it
-/// created all of its own afresh).
+/// created all of its own afresh). Under a budget it releases them first.
 #[test]
 fn an_asker_keeps_what_its_trim_gave_back_through_the_round() {
-    let device = device(Some(Headroom::default()));
+    for budget in [false, true] {
+        asker_through_a_round(budget);
+    }
+}
+
+fn asker_through_a_round(budget: bool) {
+    let device = device_budgeted(Some(Headroom::default()), budget);
     let a = device.stream(StreamId(0)).unwrap();
     let b = device.stream(StreamId(1)).unwrap();
     // 48 MiB live at once, then all of it cached: within the headroom.
@@ -134,9 +151,15 @@ fn an_asker_keeps_what_its_trim_gave_back_through_the_round() {
     let mapped_again = grew(|ops| ops.handle_granules_moved + ops.handle_granules_adopted);
     let created = grew(|ops| ops.handle_granules_created);
     assert_eq!(mapped_again + created, 28, "56 MiB mapped: {after:?}");
-    // a's 16 granules and b's 8 mapped again: 4 created.
-    assert_eq!(created, 4, "a created only what neither held: {after:?}");
-    assert_eq!(grew(|ops| ops.handle_granules_released), 0, "{after:?}");
+    if budget {
+        // a's 16 released before the round, and created again.
+        assert_eq!(created, 20, "under a budget: {after:?}");
+        assert_eq!(grew(|ops| ops.handle_granules_released), 16, "{after:?}");
+    } else {
+        // a's 16 granules and b's 8 mapped again: 4 created.
+        assert_eq!(created, 4, "a created only what neither held: {after:?}");
+        assert_eq!(grew(|ops| ops.handle_granules_released), 0, "{after:?}");
+    }
     // The device never held more than the most live, past its headroom;
     // and once served, what its streams hold.
     let stats = device.device_stats();
@@ -420,8 +443,8 @@ fn streams_that_share_a_device_map_larger_handles_when_told() {
 /// of what its range holds once mapped.
 #[test]
 fn a_stream_that_shares_its_device_keeps_its_handle_lengths() {
-    for shared in [false, true] {
-        let device = device(None);
+    for (shared, budget) in [(false, false), (true, false), (true, true)] {
+        let device = device_budgeted(None, budget);
         let a = device.stream(StreamId(0)).unwrap();
         let other = shared.then(|| device.stream(StreamId(1)).unwrap());
         let base = a.reserve(MIB).unwrap();
@@ -435,7 +458,8 @@ fn a_stream_that_shares_its_device_keeps_its_handle_lengths() {
         let handles = after.handles_created - before.handles_created;
         let granules = after.handle_granules_created - before.handle_granules_created;
         assert_eq!(granules, 32, "shared: {shared}");
-        if shared {
+        // Under a budget, the cut follows what the range holds.
+        if shared && !budget {
             assert!(handles * 3 <= granules, "{handles} handles for {granules}");
         } else {
             assert_eq!(handles, granules, "a handle a granule");
@@ -449,10 +473,10 @@ fn a_stream_that_shares_its_device_keeps_its_handle_lengths() {
 /// a reservation from the room it caches: a stream of expandable arenas
 /// keeps that room for a round to hand over when another stream grows; a
 /// stream of pages, which no round hands over, gives its empty pages back
-/// after answering (`trim_to_headroom`).
+/// after answering (`trim_to_headroom`), and so do arenas under a budget.
 #[test]
 fn arenas_keep_their_room_past_the_headroom_and_pages_trim_it() {
-    for arenas in [true, false] {
+    for (arenas, budget) in [(true, false), (false, false), (true, true)] {
         let pools = if arenas {
             MemoryConfiguration::Expandable
         } else {
@@ -464,6 +488,7 @@ fn arenas_keep_their_room_past_the_headroom_and_pages_trim_it() {
                 slack: 0,
             }),
             memory: MemoryConfig::with_pools(pools),
+            budget: budget.then_some(1 << 30),
             ..common::quiet()
         });
         let a = device.stream(StreamId(0)).unwrap();
@@ -480,7 +505,7 @@ fn arenas_keep_their_room_past_the_headroom_and_pages_trim_it() {
         let one = a.reserve(MIB).unwrap();
         a.report().unwrap();
         let kept = a.stats().bytes_reserved;
-        if arenas {
+        if arenas && !budget {
             assert_eq!(kept, cached, "arenas keep their room");
         } else {
             assert!(kept < cached / 2, "pages trim: {kept} of {cached}");

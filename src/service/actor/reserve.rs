@@ -69,15 +69,19 @@ impl RunningShort {
     /// request is served (`DeviceStorage::hold_spares`): the growth that
     /// follows moves them where it maps, instead of creating handles for
     /// the memory the trim just released. They go once the request is
-    /// answered. One parked for the others' round keeps them until its
-    /// `Retry` serves it (or the stream's next request, settle, idle tick
-    /// or cleanup lets them go first): its growth moves them there, beside
-    /// what the others handed over. (Released before the round, the asker
-    /// created as many handles afresh once served: `docs/performance.md`,
-    /// its first section.) The round's lack leaves them out
-    /// already (`Stream::headroom_lacks`).
+    /// answered. On a device without a budget, one parked for the others'
+    /// round keeps them until its `Retry` serves it (or the stream's next
+    /// request, settle, idle tick or cleanup lets them go first): its
+    /// growth moves them there, beside what the others handed over.
+    /// (Released before the round, the asker created as many handles
+    /// afresh once served: `docs/performance.md`, its first section.) The
+    /// round's lack leaves them out already (`Stream::headroom_lacks`).
+    /// Under a budget they go before the round: there they are room
+    /// another stream's grant may lack while the round runs (kept, a
+    /// held-out serving trace needed a budget 1.3 % larger to fit).
     pub(super) fn serve_within_headroom(&mut self, stream: &mut Stream, pending: Pending) {
-        if self.serve_within_headroom_holding(stream, pending) == Served::Answered {
+        let served = self.serve_within_headroom_holding(stream, pending);
+        if served == Served::Answered || stream.device.budget.is_some() {
             stream.memory.release_spares();
         }
     }
@@ -306,20 +310,24 @@ impl Stream {
     /// wake-up): streams that keep serving keep themselves trim, and a
     /// growing stream asks the others only for what is left. A stream alone
     /// on its device keeps its room: nobody could use it. So does one whose
-    /// arenas keep their peak's room mapped: what it holds free goes to the
-    /// stream that grows when that one asks (a round hands its whole
-    /// physical handles over: an unmap here and a map there), where a trim
-    /// gave it to the driver for that stream to create again (a release
-    /// here, a create there, besides). Trimming took `serve_two_streams`
-    /// 4.19 → 4.61 us per event of driver time beyond the peak once, at
-    /// 1.009 → 1.012 of live (`docs/performance.md`, its first section);
-    /// pages, which a round cannot hand over, still trim (without it the
+    /// arenas keep their peak's room mapped, on a device without a budget:
+    /// what it holds free goes to the stream that grows when that one asks
+    /// (a round hands its whole physical handles over: an unmap here and a
+    /// map there), where a trim gave it to the driver for that stream to
+    /// create again (a release here, a create there, besides). Trimming
+    /// took `serve_two_streams` 4.19 → 4.61 us per event of driver time
+    /// beyond the peak once, at 1.009 → 1.012 of live (`docs/performance.md`,
+    /// its first section). Under a budget they trim: room kept free is
+    /// reused in part later, and a handle partly in use cannot go back
+    /// when another stream's grant lacks it (without the trim,
+    /// `serve_two_streams` needed a budget 1.6 % larger to fit). Pages,
+    /// which a round cannot hand over, always trim (without it the
     /// adaptive layout's peaks rose by up to 0.05).
     pub(super) fn trim_to_headroom(&mut self) {
         let Some(headroom) = self.device.headroom else {
             return;
         };
-        if self.memory.keeps_peak_mapped() {
+        if self.memory.keeps_peak_mapped() && self.device.budget.is_none() {
             return;
         }
         // The stream's own pools, against what its clients hold now.

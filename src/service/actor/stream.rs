@@ -70,14 +70,18 @@ impl Stream {
 
     /// Cut the storage's later physical handles as fits the device now.
     /// Alone, the storage's default: a share of what each range holds.
-    /// While other streams share the device, a share of the most each
-    /// range ever held (the one the service was told for such streams,
-    /// `ServiceConfig::shared_handle_share`, or the default's): memory
-    /// comes and goes between the streams there, and a cut that followed
-    /// it would cut the pieces of a later growth to other lengths than
-    /// the handles given back and handed over, which then could not be
-    /// mapped there (`docs/memory.md`, "Physical handles"). Asked after a
-    /// growth (it takes the registry's lock), so it holds from the next.
+    /// While other streams share the device, the share the service was
+    /// told for such streams (`ServiceConfig::shared_handle_share`, or the
+    /// default's), and on a device without a budget, of the most each
+    /// range ever held: memory comes and goes between the streams there,
+    /// and a cut that followed it would cut the pieces of a later growth
+    /// to other lengths than the handles given back and handed over,
+    /// which then could not be mapped there (`docs/memory.md`, "Physical
+    /// handles"). Under a budget the cut follows what a range holds: a
+    /// handle cut at the peak's share keeps more of its free granules
+    /// from the grants of the others (a held-out serving trace needed a
+    /// budget 1.0 % larger to fit). Asked after a growth (it takes the
+    /// registry's lock), so it holds from the next.
     fn fit_handle_cut(&mut self) {
         let cut = if self.alone() {
             HandleCut::default()
@@ -85,7 +89,7 @@ impl Stream {
             HandleCut {
                 share_one_in: (self.device.shared_handle_share)
                     .unwrap_or(crate::storage::HANDLE_SHARE_ONE_IN),
-                of_most_held: true,
+                of_most_held: self.device.budget.is_none(),
             }
         };
         if cut != self.handle_cut {
