@@ -76,12 +76,11 @@ impl RunningShort {
     /// (Released before the round, the asker created as many handles
     /// afresh once served: `docs/performance.md`, its first section.) The
     /// round's lack leaves them out already (`Stream::headroom_lacks`).
-    /// Under a budget they go before the round: there they are room
-    /// another stream's grant may lack while the round runs (kept, a
-    /// held-out serving trace needed a budget 1.3 % larger to fit).
+    /// Under a budget they go at the park: there they are room another
+    /// stream's grant may lack while the round runs (kept, a held-out
+    /// serving trace needed a budget 1.3 % larger to fit).
     pub(super) fn serve_within_headroom(&mut self, stream: &mut Stream, pending: Pending) {
-        let served = self.serve_within_headroom_holding(stream, pending);
-        if served == Served::Answered || stream.device.budget.is_some() {
+        if self.serve_within_headroom_holding(stream, pending) == Served::Answered {
             stream.memory.release_spares();
         }
     }
@@ -119,6 +118,7 @@ impl RunningShort {
         }
         if self.round_out() {
             // A round for this stream is under way: its `Retry` serves this.
+            stream.park_spares();
             pending.state = PendingState::ParkedForHeadroom {
                 since: stream.now(),
             };
@@ -136,6 +136,7 @@ impl RunningShort {
             && stream.over_headroom(&pending)
             && stream.device.others_excess(stream.shared.stream) >= MIN_ROUND_GAIN
         {
+            stream.park_spares();
             let lacks = stream.headroom_lacks(&pending);
             pending.state = PendingState::ParkedForHeadroom {
                 since: stream.now(),
@@ -156,11 +157,21 @@ enum Served {
     /// Answered (served, parked as short, or refused): the spares its trim
     /// kept go.
     Answered,
-    /// Parked for the others' round: the spares stay for its `Retry`.
+    /// Parked for the others' round: the spares stay for its `Retry`
+    /// (`Stream::park_spares`).
     Parked,
 }
 
 impl Stream {
+    /// A request is parked for the others' round: the spares its trim kept
+    /// stay for its `Retry` where the device has no budget, and go now
+    /// where it has one (`serve_within_headroom`).
+    fn park_spares(&mut self) {
+        if self.device.budget.is_some() {
+            self.memory.release_spares();
+        }
+    }
+
     /// Whether the free room this stream holds is at least what `pending`
     /// asks: only then can a compaction make it fit without a growth.
     pub(super) fn room_could_fit(&self, pending: &Pending) -> bool {
