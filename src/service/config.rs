@@ -69,14 +69,14 @@ pub struct ServiceConfig {
     pub max_streams: usize,
     /// Streams that share their device cut the physical handles of their
     /// later maps at up to one in this many of the most granules a range
-    /// held, instead of one in 64 of them (`None`: 64; a lone stream
-    /// always cuts at one in 64 of what its range holds). A larger share moves memory
-    /// between streams in fewer driver calls, and holds more at the peak:
-    /// the free granules of a handle partly in use cannot go back
-    /// (`docs/performance.md`, "Rounds that give whole handles, from the
-    /// roomiest streams": at 32, `serving_contig` 1.8-32 → 0.8-21 us per
-    /// event of modeled driver time beyond the peak once, at 1.009-1.018
-    /// → 1.018-1.039 of live).
+    /// held (of what it holds, under a budget), instead of one in 64 of
+    /// them (`None`: 64; a lone stream always cuts at one in 64 of what
+    /// its range holds). A larger share moves memory between streams in
+    /// fewer driver calls, and holds more at the peak: the free granules
+    /// of a handle partly in use cannot go back (`docs/memory.md`,
+    /// "Physical handles": at 32, `serving_contig` 1.4-12.5 → 0.8-8.8 us
+    /// per event of modeled driver time beyond the peak once, at
+    /// 1.014-1.028 → 1.019-1.041 of live).
     pub shared_handle_share: Option<u64>,
 }
 
