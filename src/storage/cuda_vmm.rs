@@ -219,7 +219,7 @@ impl CudaRange {
         let mut adopting = adopting.into_iter();
         if failure.is_none() {
             for (run, loose) in mapping.adopted.iter().zip(adopting.by_ref()) {
-                match self.map_adopted(run, granule, loose.raw()) {
+                match self.map_unmapped(run, granule, loose.raw()) {
                     Ok(()) => done.push((run.clone(), loose.raw())),
                     Err(err) => {
                         failure = Some(err);
@@ -295,22 +295,17 @@ impl CudaRange {
         physical: CUmemGenericAllocationHandle,
     ) -> Result<(), DriverError> {
         let size = usize::try_from(granules(from).saturating_mul(granule)).unwrap_or(usize::MAX);
-        let at = self.address(to.start.saturating_mul(granule));
-        // SAFETY: the range's own granules: `from` mapped to `physical`
-        // and past its fence, `to` unmapped (the granule map's plan).
-        unsafe {
-            let _ = sys::cuMemUnmap(self.address(from.start.saturating_mul(granule)), size);
-            if let Err(err) = sys::cuMemMap(at, size, 0, physical, 0).result() {
-                let _ = sys::cuMemRelease(physical);
-                return Err(err);
-            }
-        }
-        Ok(())
+        // SAFETY: the range's own granules, `from` mapped to `physical`
+        // and past its fence (the granule map's plan): mapped nowhere
+        // after this.
+        let _ = unsafe { sys::cuMemUnmap(self.address(from.start.saturating_mul(granule)), size) };
+        self.map_unmapped(to, granule, physical)
     }
 
-    /// Map the adopted handle `physical` at the granules `run` (as
+    /// Map `physical`, a handle mapped nowhere (adopted from another
+    /// storage, or a spare just unmapped), at the granules `run` (as
     /// many); released where it cannot be mapped there.
-    fn map_adopted(
+    fn map_unmapped(
         &self,
         run: &Range<u64>,
         granule: u64,
@@ -321,9 +316,9 @@ impl CudaRange {
         // SAFETY: `run` is unmapped granules of this range (the granule
         // map's plan) and `physical` is exactly that long, mapped nowhere:
         // the storage that handed it over unmapped it once its stream was
-        // done with it.
+        // done with it, or `move_handle` just did.
         if let Err(err) = unsafe { sys::cuMemMap(at, size, 0, physical, 0) }.result() {
-            // SAFETY: adopted and mapped nowhere.
+            // SAFETY: mapped nowhere.
             let _ = unsafe { sys::cuMemRelease(physical) };
             return Err(err);
         }
