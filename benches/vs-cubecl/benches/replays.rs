@@ -42,10 +42,17 @@ fn corpus() -> Vec<PathBuf> {
                 .unwrap_or_else(|err| panic!("{}: {err}", dir.display()))
                 .map(|entry| entry.expect("a directory entry").path())
         })
-        .filter(|path| path.is_file())
+        // Not the generator's `.done` marker, nor any other hidden file.
+        .filter(|path| path.is_file() && !is_hidden(path))
         .collect();
     traces.sort();
     traces
+}
+
+fn is_hidden(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|name| name.to_str())
+        .is_some_and(|name| name.starts_with('.'))
 }
 
 /// The `kind` corpus of `seed`, generated once.
