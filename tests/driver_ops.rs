@@ -330,6 +330,41 @@ fn a_replay_prices_the_driver_per_device_and_per_stream_the_same_on_any_storage(
     );
 }
 
+/// A replay says apart what the driver was asked up to the trace's last
+/// event and what giving memory back after the load fell added: a stream
+/// that grows to 16 granules and then frees them keeps its peak mapped
+/// through the trace, and unmaps it only once the load has fallen.
+#[test]
+fn a_replay_prices_the_give_back_after_the_load_fell_apart() {
+    let mut events: Vec<TraceEvent> = (0..16u64)
+        .map(|id| TraceEvent::new(id * 1_000, 0, TraceAction::Alloc, id, G))
+        .collect();
+    events.extend((0..16u64).map(|id| TraceEvent::new(20_000 + id, 0, TraceAction::Free, id, G)));
+    let report = replay(&events, None, false);
+    let ops =
+        |key: &str| -> DriverOps { serde_json::from_value(report[key]["ops"].clone()).unwrap() };
+    let (total, in_trace) = (ops("driver"), ops("driver_in_trace"));
+    assert_eq!(
+        in_trace.handle_granules_created, 16,
+        "the peak, mapped once"
+    );
+    assert_eq!(in_trace.unmaps, 0, "kept mapped through the trace");
+    assert_eq!(total.handle_granules_created, 16, "nothing mapped after it");
+    assert_eq!(
+        total.handle_granules_released, 16,
+        "all of it back once the load fell"
+    );
+    let ns = |key: &str| report[key]["modeled_ns"].as_u64().unwrap();
+    assert_eq!(ns("driver_in_trace"), DriverCosts::H200.price(&in_trace));
+    assert!(ns("driver") > ns("driver_in_trace"));
+    // The same peak prices both: beyond it, the trace itself paid only
+    // what mapping it once does not (its range's reservation).
+    let peak = |key: &str| report[key]["peak_granules_mapped"].as_u64().unwrap();
+    assert_eq!(peak("driver"), peak("driver_in_trace"));
+    let beyond = |key: &str| report[key]["beyond_peak_us_per_event"].as_f64().unwrap();
+    assert!(beyond("driver_in_trace") < beyond("driver"));
+}
+
 /// Found by pricing the driver: on this ring the settles and compactions
 /// the ticks ask of three streams ran on their own threads at once, one
 /// stream's move (a map) racing another's give-back (an unmap), and the

@@ -315,8 +315,19 @@ impl<'s> Replayer<'s> {
         let elapsed = self.started.elapsed();
         let ns_per_op = elapsed.as_nanos() as f64 / self.events.max(1) as f64;
         let mut reports = Vec::new();
+        // What the driver was asked up to the last event, before the load
+        // is let fall (the same queue order on every run: a report waits
+        // for the stream's earlier requests, and no timer runs meanwhile).
+        let mut in_trace = BTreeMap::new();
+        for (&device, run) in &self.devices {
+            let mut ops = DriverOps::default();
+            for handle in &run.handles {
+                ops = ops.combine(handle.report()?.driver);
+            }
+            in_trace.insert(device, ops);
+        }
         let_load_fall(&mut self.devices, self.time)?;
-        for run in self.devices.values_mut() {
+        for (id, run) in &mut self.devices {
             let mut device_ops = DriverOps::default();
             let mut per_stream = Vec::with_capacity(run.handles.len());
             for (index, handle) in run.handles.iter().enumerate() {
@@ -354,6 +365,12 @@ impl<'s> Replayer<'s> {
             let report = &mut run.report;
             report.driver = DriverReport::new(
                 device_ops,
+                device.peak_granules_mapped,
+                report.events,
+                &self.costs,
+            );
+            report.driver_in_trace = DriverReport::new(
+                in_trace.remove(id).unwrap_or_default(),
                 device.peak_granules_mapped,
                 report.events,
                 &self.costs,

@@ -101,8 +101,16 @@ pub struct ReplayReport {
     /// With a budget: whether every allocation the trace served was served.
     pub fits: Option<bool>,
     /// What the device's driver was asked, priced (the time a real GPU
-    /// adds to `ns_per_op`, which a host replay does not pay).
+    /// adds to `ns_per_op`, which a host replay does not pay), up to the
+    /// streams' settling after the trace ended: what they gave back once
+    /// the load fell included.
     pub driver: DriverReport,
+    /// The same up to the trace's last event: `driver` less what the
+    /// streams gave back after the load fell (per event, and beyond
+    /// mapping the same peak once). A service that holds its peak
+    /// unmaps it once, at the end; how much of `driver` that is shows
+    /// here.
+    pub driver_in_trace: DriverReport,
     /// Each stream's figures (empty in the total of several devices: each
     /// device has its own).
     pub per_stream: Vec<StreamReplay>,
@@ -139,6 +147,7 @@ impl ReplayReport {
             budget,
             fits: None,
             driver: DriverReport::new(DriverOps::default(), 0, 0, &DriverCosts::FREE),
+            driver_in_trace: DriverReport::new(DriverOps::default(), 0, 0, &DriverCosts::FREE),
             per_stream: Vec::new(),
             devices: Vec::new(),
         }
@@ -195,12 +204,14 @@ impl ReplayReport {
             total.budget = sum_opt(total.budget, d.budget);
         }
         total.ns_per_op = devices.first().map_or(0.0, |d| d.ns_per_op);
-        let ops = devices
-            .iter()
-            .fold(DriverOps::default(), |ops, d| ops.combine(d.driver.ops));
+        let ops = |of: fn(&ReplayReport) -> &DriverReport| {
+            (devices.iter()).fold(DriverOps::default(), |ops, d| ops.combine(of(d).ops))
+        };
         // Devices are apart: their peaks add up.
         let peak = devices.iter().map(|d| d.driver.peak_granules_mapped).sum();
-        total.driver = DriverReport::new(ops, peak, total.events, costs);
+        total.driver = DriverReport::new(ops(|d| &d.driver), peak, total.events, costs);
+        total.driver_in_trace =
+            DriverReport::new(ops(|d| &d.driver_in_trace), peak, total.events, costs);
         total.derive();
         total.devices = devices;
         total

@@ -493,6 +493,14 @@ fn print_figures(prefix: &str, report: &ReplayReport, recorded: &str) {
         println!("{prefix}first failure: {first}");
     }
     print_driver(prefix, &report.driver);
+    let (total, in_trace) = (&report.driver, &report.driver_in_trace);
+    println!(
+        "{prefix}  of which up to the trace's last event: {:.1} us per event ({:.1} beyond mapping the peak once), granules mapped {:.2}x the peak; after the load fell: {:.3} s",
+        in_trace.modeled_us_per_event,
+        in_trace.beyond_peak_us_per_event,
+        in_trace.mapped_over_peak,
+        total.modeled_ns.saturating_sub(in_trace.modeled_ns) as f64 / 1e9,
+    );
     for stream in &report.per_stream {
         println!(
             "{prefix}stream {} (trace stream {}): {} {}, {} {}, {} {}; peak live {}, peak reserved {}",
