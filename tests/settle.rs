@@ -135,3 +135,48 @@ fn a_stream_under_steady_load_keeps_its_cache() {
     assert!(after.bytes_reserved <= stats.bytes_reserved, "{after:?}");
     device.shutdown();
 }
+
+/// A load that dips for a window and a half and comes back, four times,
+/// then falls for good: the settles the stream is told, with its window
+/// doubling at most `backoff` times.
+fn settles_over_dips(backoff: u32) -> (u64, u64) {
+    let (device, clock) = device(Some(Settle {
+        window: WINDOW,
+        backoff,
+        ..Settle::default()
+    }));
+    let stream = device.stream(StreamId(0)).unwrap();
+    device.tick().unwrap();
+    for _ in 0..4 {
+        let load = stream.reserve_many(&[MIB; 48]).unwrap();
+        pass(&device, &clock, WINDOW / 2);
+        let kept: Vec<_> = load.into_iter().step_by(12).collect();
+        pass(&device, &clock, WINDOW * 3 / 2);
+        drop(kept);
+    }
+    let during = stream.stats().settles;
+    // The load fell for good: given back within the longest window.
+    let _kept = load_then_fall(&stream);
+    pass(&device, &clock, WINDOW * (1 << backoff) + 2 * TICK);
+    let stats = stream.stats();
+    assert!(
+        stats.bytes_reserved <= Settle::default().keep(stats.bytes_in_use),
+        "{stats:?}"
+    );
+    device.shutdown();
+    (during, stats.settles - during)
+}
+
+#[test]
+fn a_stream_whose_settles_are_taken_back_waits_longer_before_the_next() {
+    // On the policy's window alone, every dip is given back and mapped
+    // again when the load comes back.
+    let (every_dip, _) = settles_over_dips(0);
+    assert_eq!(every_dip, 4);
+    // Taken back within two windows, the first settle doubles the
+    // stream's window past the dips: none of them is given back again.
+    let (dips, fall) = settles_over_dips(3);
+    assert_eq!(dips, 1);
+    // And a load that falls for good is still given back.
+    assert_eq!(fall, 1);
+}

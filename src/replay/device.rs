@@ -132,7 +132,8 @@ impl DeviceRun<'_> {
         let config = self.supervisor.config();
         config.clock.as_manual()?;
         let tick = config.supervise_tick.max(Duration::from_millis(1));
-        let window = config.settle.map_or(Duration::ZERO, |s| s.window);
+        // The longest a stream's settle window can have grown to.
+        let window = config.settle.map_or(Duration::ZERO, |s| s.longest_window());
         let idle = config.idle_tick.unwrap_or(Duration::ZERO);
         let end = time
             .saturating_add(window.max(idle))

@@ -350,6 +350,7 @@ impl Coordinator {
             return;
         };
         let mut scheduled = Vec::new();
+        let mut longest = settle.window;
         {
             let streams = self.device.registry.lock();
             self.settle_watch
@@ -367,8 +368,10 @@ impl Coordinator {
                         keep,
                     });
                 }
+                longest = longest.max(watch.window(&settle));
             }
         }
+        self.device.set_settle_window(longest);
         for event in scheduled {
             self.emit(event);
         }

@@ -14,6 +14,7 @@ use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::channel::Sender;
 use crate::sync::{Arc, Mutex};
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// What actors and the supervisor tell the coordinator.
 #[derive(Debug)]
@@ -84,6 +85,10 @@ pub(crate) struct DeviceShared {
     /// streams send the events nobody else acts on (a replay's thousands
     /// of out-of-memory answers would each wake the coordinator).
     pub(crate) watched: AtomicBool,
+    /// The longest settle window any stream has now, nanoseconds (a
+    /// stream's window grows while its settles prove early, `settle.rs`):
+    /// `Supervisor::settled` waits two of it. Written by the coordinator.
+    settle_window_ns: AtomicU64,
 }
 
 /// The device's totals across streams.
@@ -103,6 +108,18 @@ pub struct DeviceStats {
 }
 
 impl DeviceShared {
+    /// Publish the longest settle window any stream has now.
+    pub(crate) fn set_settle_window(&self, window: Duration) {
+        let nanos = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
+        self.settle_window_ns.store(nanos, Ordering::Relaxed);
+    }
+
+    /// The longest settle window any stream had when the coordinator last
+    /// looked (zero before it first did).
+    pub(crate) fn settle_window(&self) -> Duration {
+        Duration::from_nanos(self.settle_window_ns.load(Ordering::Relaxed))
+    }
+
     pub(crate) fn new(
         budget: Option<Arc<DeviceBudget>>,
         notices: Option<Sender<Notice>>,
@@ -117,6 +134,7 @@ impl DeviceShared {
             registry: Mutex::new(BTreeMap::new()),
             notices,
             notices_waiting: AtomicU64::new(0),
+            settle_window_ns: AtomicU64::new(0),
             recovery,
             live: Arc::new(LiveBytes::new()),
             headroom: None,

@@ -196,8 +196,8 @@ impl Supervisor {
         if self.config.clock.as_manual().is_some() {
             return None;
         }
-        let wait = settle
-            .window
+        // Two of the longest window any stream has now (`settle.rs`).
+        let wait = (settle.window.max(self.device.settle_window()))
             .saturating_mul(2)
             .saturating_add(self.config.supervise_tick.saturating_mul(4));
         let clock = self.config.clock.clone();
