@@ -253,6 +253,11 @@ pub fn replay_facts(report: &ReplayReport, recorded: &str) -> Vec<Fact> {
         &report.driver,
         "event",
     ));
+    facts.push(fact(
+        "driver-in-trace",
+        "of it up to the trace's last event",
+        format!("{:.1}", report.driver_in_trace.modeled_us_per_event),
+    ));
     facts
 }
 

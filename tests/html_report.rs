@@ -84,12 +84,18 @@ fn the_page_holds_the_reports_figures_and_renders() {
         let text = String::from_utf8_lossy(&out.stdout);
         let peak_live = figure(&text, "peak live");
         let peak_reserved = figure(&text, "peak reserved");
+        let in_trace = figure(&text, "of which up to the trace's last event:");
+        let in_trace = in_trace.split_whitespace().next().unwrap().to_string();
         let html = std::fs::read_to_string(&page).unwrap();
         // Self-contained: nothing fetched from anywhere.
         for external in ["src=\"http", "href=\"http", "@import", "<link"] {
             assert!(!html.contains(external), "{name}: {external}");
         }
-        for (id, value) in [("peak-live", &peak_live), ("peak-reserved", &peak_reserved)] {
+        for (id, value) in [
+            ("peak-live", &peak_live),
+            ("peak-reserved", &peak_reserved),
+            ("driver-in-trace", &in_trace),
+        ] {
             let fact = format!("id=\"fact-{id}\">{value}<");
             assert!(html.contains(&fact), "{name}: {fact} not in the page");
         }
