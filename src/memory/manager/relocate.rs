@@ -59,9 +59,9 @@ impl<S: DeviceStorage> MemoryManager<S> {
 
     /// [`relocate`](Self::relocate); at a settle with `rehome`, moving the
     /// allocations that pin free granules in the physical handles they
-    /// share, so those go back whole (`pool/expandable/rehome.rs`): what a
-    /// stream that shares its device does, whose free memory another
-    /// stream could use.
+    /// share, where that lets more whole handles go than it maps, so
+    /// those go back (`pool/expandable/rehome.rs`): what the service's
+    /// settle of every stream does.
     pub(crate) fn relocate_rehoming(
         &mut self,
         reason: RelocationReason,
