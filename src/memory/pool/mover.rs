@@ -21,8 +21,8 @@ pub(crate) struct Mover<'a> {
     /// Reservations so far (the clock of deallocation periods).
     pub(crate) serial: u64,
     /// A settle moves allocations that pin free granules in the handles
-    /// they share (`pool/expandable/rehome.rs`): set for a stream that
-    /// shares its device.
+    /// they share, where that pays (`pool/expandable/rehome.rs`): set at
+    /// the service's settle.
     pub(crate) rehome: bool,
 }
 
