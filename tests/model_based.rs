@@ -21,7 +21,7 @@ enum Op {
     Release { pick: usize },
     Bind { pick: usize, cursor: u64 },
     Cleanup { explicit: bool },
-    Relocate { compaction: bool },
+    Relocate { reason: RelocationReason },
     Guard { pick: usize },
     DropGuard,
     Pin { pick: usize },
@@ -43,7 +43,13 @@ fn op() -> impl Strategy<Value = Op> {
         5 => any::<usize>().prop_map(|pick| Op::Release { pick }),
         1 => (any::<usize>(), 0u64..100).prop_map(|(pick, cursor)| Op::Bind { pick, cursor }),
         1 => any::<bool>().prop_map(|explicit| Op::Cleanup { explicit }),
-        2 => any::<bool>().prop_map(|compaction| Op::Relocate { compaction }),
+        2 => prop_oneof![
+            Just(RelocationReason::Outdated),
+            Just(RelocationReason::Compaction),
+            // Evacuates, slides and re-homes what keeps a handle held.
+            Just(RelocationReason::Settle),
+        ]
+        .prop_map(|reason| Op::Relocate { reason }),
         1 => any::<usize>().prop_map(|pick| Op::Guard { pick }),
         1 => Just(Op::DropGuard),
         1 => any::<usize>().prop_map(|pick| Op::Pin { pick }),
@@ -220,12 +226,7 @@ fn run(preset: u8, ops: Vec<Op>) -> Result<(), TestCaseError> {
             } else {
                 Cleanup::Periodic
             }),
-            Op::Relocate { compaction } => {
-                let reason = if compaction {
-                    RelocationReason::Compaction
-                } else {
-                    RelocationReason::Outdated
-                };
+            Op::Relocate { reason } => {
                 memory
                     .relocate(reason)
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;

@@ -7,7 +7,9 @@ mod common;
 
 use common::MIB;
 use proptest::prelude::*;
-use streamalloc::memory::{Cleanup, MemoryConfig, MemoryConfiguration, MemoryManager, PageUpdate};
+use streamalloc::memory::{
+    Cleanup, MemoryConfig, MemoryConfiguration, MemoryManager, PageUpdate, RelocationReason,
+};
 use streamalloc::storage::{DeviceStorage, HostStorage, VirtualStorage};
 
 fn expandable<S: DeviceStorage>(storage: S) -> MemoryManager<S> {
@@ -67,6 +69,32 @@ fn bytes_kept_beside_a_partly_free_handle_stay_intact() {
     );
     assert_eq!(memory.bytes_stranded(), 0, "none stranded by the arena");
     assert_eq!(memory.read(&kept, 0, 4096).unwrap(), pattern);
+    drop(kept);
+    memory.cleanup(Cleanup::Explicit);
+    assert_eq!(memory.bytes_allocated(), 0);
+}
+
+#[test]
+fn a_settle_rehomes_what_keeps_a_handle_held_and_keeps_its_bytes() {
+    // Host memory: the bytes are real. The arena grew to 2 GiB in handles
+    // of 8 granules at its start (a range cuts its handles at 1/64 of what
+    // it holds) and emptied; 20 MiB kept at its start holds the first
+    // handle and 4 MiB of the second, whose other 12 MiB no cleanup can
+    // give back. A settle moves it into 20 MiB of fresh granules, and
+    // both old handles go.
+    let mut memory = expandable(HostStorage::new().with_handle_granules(16));
+    let grown = [(); 2].map(|()| memory.reserve(1024 * MIB, PageUpdate::Allow).unwrap());
+    drop(grown);
+    let kept = memory.reserve(20 * MIB, PageUpdate::Allow).unwrap();
+    let pattern: Vec<u8> = (0..20 * MIB).map(|i| (i % 253) as u8).collect();
+    memory.write(&kept, 0, &pattern).unwrap();
+    memory.cleanup(Cleanup::Explicit);
+    assert_eq!(memory.bytes_allocated(), 32 * MIB, "two handles held");
+    let report = memory.relocate(RelocationReason::Settle).unwrap();
+    memory.flush();
+    assert_eq!(report.moved, 1, "{report:?}");
+    assert_eq!(memory.bytes_allocated(), 20 * MIB, "only its own granules");
+    assert_eq!(memory.read(&kept, 0, 20 * MIB).unwrap(), pattern);
     drop(kept);
     memory.cleanup(Cleanup::Explicit);
     assert_eq!(memory.bytes_allocated(), 0);

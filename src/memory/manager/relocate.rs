@@ -45,7 +45,10 @@ impl<S: DeviceStorage> MemoryManager<S> {
     }
 
     /// Move allocations as `reason` allows and return the emptied pages to
-    /// the device.
+    /// the device. A [`RelocationReason::Settle`] also re-homes an
+    /// allocation that keeps free granules of a physical handle held,
+    /// where moving it lets more whole handles go than it maps
+    /// (`docs/memory.md`, "Re-homing at a settle").
     ///
     /// # Errors
     /// A [`RelocationError`] when a copy or a new page failed; what was
@@ -54,14 +57,11 @@ impl<S: DeviceStorage> MemoryManager<S> {
         &mut self,
         reason: RelocationReason,
     ) -> Result<RelocationReport, RelocationError> {
-        self.relocate_rehoming(reason, false)
+        self.relocate_rehoming(reason, reason == RelocationReason::Settle)
     }
 
-    /// [`relocate`](Self::relocate); at a settle with `rehome`, moving the
-    /// allocations that pin free granules in the physical handles they
-    /// share, where that lets more whole handles go than it maps, so
-    /// those go back (`pool/expandable/rehome.rs`): what the service's
-    /// settle of every stream does.
+    /// [`relocate`](Self::relocate), re-homing at a settle only with
+    /// `rehome` (`pool/expandable/rehome.rs`; its tests compare the two).
     pub(crate) fn relocate_rehoming(
         &mut self,
         reason: RelocationReason,

@@ -168,7 +168,7 @@ impl Stream {
         self.memory.release_spares();
         self.memory.give_back_free();
         if self.held() > keep
-            && let Ok(report) = (self.memory).relocate_rehoming(RelocationReason::Settle, true)
+            && let Ok(report) = (self.memory).relocate(RelocationReason::Settle)
         {
             crate::service::shared::bump(&self.shared.relocated, report.moved);
         }
