@@ -63,6 +63,14 @@ impl Settle {
     }
 }
 
+/// A tell to settle: the stream's settle count then (the settle is done
+/// once it moves on), and what the stream held.
+#[derive(Debug, Clone, Copy)]
+struct Told {
+    settles: u64,
+    held: u64,
+}
+
 /// A settle done: when, and what the stream held before and after it.
 #[derive(Debug, Clone, Copy)]
 struct GaveBack {
@@ -78,17 +86,15 @@ pub(crate) struct SettleWatch {
     samples: VecDeque<(Duration, u64)>,
     /// When the stream was first watched or last told to settle.
     since: Option<Duration>,
-    /// The stream's settle count when it was last told to settle, until a
-    /// sample shows that settle done. (A settle still not done a window
-    /// later is told again: the window, not this, spaces the tells.)
-    told_at: Option<u64>,
+    /// The stream's last tell to settle, until a sample shows that settle
+    /// done. (A settle still not done a window later is told again: the
+    /// window, not this, spaces the tells.)
+    told: Option<Told>,
     /// What the stream still held after a settle that could not bring it
     /// within what it may keep (its pages' rounding, pinned allocations):
     /// it is not told again until it holds more than that, so a steady
     /// load whose pages cannot shrink is not relocated every window.
     could_not_go_below: Option<u64>,
-    /// What the stream held when it was last told to settle.
-    held_when_told: u64,
     /// The last settle that gave something back, until it is judged: the
     /// stream takes it back within two of its windows (early: the window
     /// doubles) or does not (the window halves).
@@ -109,12 +115,14 @@ impl SettleWatch {
         let stats = stream.stats();
         // Done (or the stream was replaced and counts afresh): what it
         // holds now is what that settle could get it down to.
-        if self.told_at.is_some_and(|settles| stats.settles != settles) {
-            self.told_at = None;
+        if let Some(told) = self.told
+            && stats.settles != told.settles
+        {
+            self.told = None;
             self.could_not_go_below = Some(stats.bytes_reserved);
-            self.judging = (stats.bytes_reserved < self.held_when_told).then_some(GaveBack {
+            self.judging = (stats.bytes_reserved < told.held).then_some(GaveBack {
                 at: now,
-                before: self.held_when_told,
+                before: told.held,
                 after: stats.bytes_reserved,
             });
         }
@@ -143,8 +151,10 @@ impl SettleWatch {
             .is_some_and(|floor| stats.bytes_reserved <= floor);
         (!futile).then(|| {
             self.since = Some(now);
-            self.told_at = Some(stats.settles);
-            self.held_when_told = stats.bytes_reserved;
+            self.told = Some(Told {
+                settles: stats.settles,
+                held: stats.bytes_reserved,
+            });
             (stats.bytes_reserved, keep)
         })
     }
