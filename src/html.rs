@@ -294,6 +294,7 @@ pub fn replay_tables(report: &ReplayReport) -> Vec<Table> {
         rows: Vec::new(),
     };
     let mut pools = pool_table("Per pool, once the load fell", true);
+    let paths = path_table(&devices);
     for device in devices {
         let id = device.device.unwrap_or(0).to_string();
         for stream in &device.per_stream {
@@ -305,7 +306,43 @@ pub fn replay_tables(report: &ReplayReport) -> Vec<Table> {
             }
         }
     }
-    vec![streams, pools]
+    vec![streams, pools, paths]
+}
+
+/// The driver's modeled time by the path that asked, device by device,
+/// and how much of it came up to the trace's last event.
+fn path_table(devices: &[&ReplayReport]) -> Table {
+    let mut table = Table {
+        title: "Driver time by path".into(),
+        columns: [
+            "device",
+            "path",
+            "calls",
+            "modeled ms",
+            "us / event",
+            "up to the last event, us / event",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: Vec::new(),
+    };
+    for device in devices {
+        let id = device.device.unwrap_or(0).to_string();
+        for cost in &device.driver.by_path {
+            let in_trace = (device.driver_in_trace.by_path.iter())
+                .find(|before| before.path == cost.path)
+                .map_or(0.0, |before| before.us_per_event);
+            table.rows.push(vec![
+                id.clone(),
+                cost.path.to_string(),
+                cost.calls.to_string(),
+                format!("{:.2}", cost.modeled_ns as f64 / 1e6),
+                format!("{:.2}", cost.us_per_event),
+                format!("{in_trace:.2}"),
+            ]);
+        }
+    }
+    table
 }
 
 /// The headline figures of a simulation, worded as its text report.

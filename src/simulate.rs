@@ -6,7 +6,7 @@
 
 use crate::memory::{AllocationMode, StreamId};
 use crate::service::{DeviceStats, ServiceError, StreamHandle, Supervisor, SupervisorEvent};
-use crate::storage::{DriverCosts, DriverOps, DriverReport};
+use crate::storage::{DriverCosts, DriverPaths, DriverReport};
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use crate::timeline::Timeline;
@@ -361,11 +361,11 @@ pub fn simulate(
         .filter(|e| matches!(e, SupervisorEvent::Recovered { .. }))
         .count() as u64;
     let mut figures = Vec::new();
-    let mut device_ops = DriverOps::default();
+    let mut device_paths = DriverPaths::default();
     let mut reservations = 0;
     for (index, stream) in streams.iter().enumerate() {
         let report = stream.report()?;
-        device_ops = device_ops.combine(report.driver);
+        device_paths = device_paths.combine(report.driver_paths);
         let stats = stream.stats();
         let mut samples = latencies[index].lock().clone();
         samples.sort();
@@ -387,8 +387,8 @@ pub fn simulate(
             idle_cleanups: stats.idle_cleanups,
             relocated: stats.relocated,
             pools: report.pools().map(PoolFigures::from).collect(),
-            driver: DriverReport::new(
-                report.driver,
+            driver: DriverReport::by_path(
+                report.driver_paths,
                 report.driver.peak_granules_mapped,
                 stats.reservations,
                 &options.costs,
@@ -415,8 +415,8 @@ pub fn simulate(
         recoveries,
         settled_live_bytes: settled.bytes_in_use,
         settled_reserved_bytes: settled.bytes_reserved,
-        driver: DriverReport::new(
-            device_ops,
+        driver: DriverReport::by_path(
+            device_paths,
             device.peak_granules_mapped,
             reservations,
             &options.costs,

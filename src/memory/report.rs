@@ -1,7 +1,7 @@
 //! What the pools hold: usage per pool, peaks, a total, and a human form.
 
 use super::config::PoolKind;
-use crate::storage::DriverOps;
+use crate::storage::{DriverOps, DriverPaths};
 use std::fmt;
 
 /// Bytes in a human unit (B, KiB, MiB, GiB).
@@ -198,6 +198,8 @@ pub struct MemoryReport {
     pub peak_bytes_in_use: u64,
     /// What the storage asked of the device's driver so far.
     pub driver: DriverOps,
+    /// The same, by the path that asked.
+    pub driver_paths: DriverPaths,
 }
 
 impl MemoryReport {

@@ -35,7 +35,7 @@ mod report;
 mod samples;
 mod timeline;
 
-use crate::storage::{DriverCosts, DriverOps, DriverReport};
+use crate::storage::{DriverCosts, DriverPaths, DriverReport};
 use device::{Device, DeviceRun, device_run, let_load_fall};
 use report::failure_reason;
 pub use report::{ReplayReport, StreamReplay};
@@ -320,20 +320,19 @@ impl<'s> Replayer<'s> {
         // for the stream's earlier requests, and no timer runs meanwhile).
         let mut in_trace = BTreeMap::new();
         for (&device, run) in &self.devices {
-            let mut ops = DriverOps::default();
+            let mut paths = DriverPaths::default();
             for handle in &run.handles {
-                ops = ops.combine(handle.report()?.driver);
+                paths = paths.combine(handle.report()?.driver_paths);
             }
-            in_trace.insert(device, ops);
+            in_trace.insert(device, paths);
         }
         let_load_fall(&mut self.devices, self.time)?;
         for (id, run) in &mut self.devices {
-            let mut device_ops = DriverOps::default();
+            let mut device_paths = DriverPaths::default();
             let mut per_stream = Vec::with_capacity(run.handles.len());
             for (index, handle) in run.handles.iter().enumerate() {
                 let memory = handle.report()?;
-                let ops = memory.driver;
-                device_ops = device_ops.combine(ops);
+                device_paths = device_paths.combine(memory.driver_paths);
                 let tally = &run.per_stream[index];
                 let stats = handle.stats();
                 per_stream.push(StreamReplay {
@@ -353,9 +352,9 @@ impl<'s> Replayer<'s> {
                         .pools()
                         .map(crate::simulate::PoolFigures::from)
                         .collect(),
-                    driver: DriverReport::new(
-                        ops,
-                        ops.peak_granules_mapped,
+                    driver: DriverReport::by_path(
+                        memory.driver_paths,
+                        memory.driver.peak_granules_mapped,
                         tally.events,
                         &self.costs,
                     ),
@@ -363,13 +362,13 @@ impl<'s> Replayer<'s> {
             }
             let device = run.supervisor.device_stats();
             let report = &mut run.report;
-            report.driver = DriverReport::new(
-                device_ops,
+            report.driver = DriverReport::by_path(
+                device_paths,
                 device.peak_granules_mapped,
                 report.events,
                 &self.costs,
             );
-            report.driver_in_trace = DriverReport::new(
+            report.driver_in_trace = DriverReport::by_path(
                 in_trace.remove(id).unwrap_or_default(),
                 device.peak_granules_mapped,
                 report.events,

@@ -1,7 +1,7 @@
 //! What a replay reports, per device and in total.
 
 use crate::service::ServiceError;
-use crate::storage::{DriverCosts, DriverOps, DriverReport};
+use crate::storage::{DriverCosts, DriverOps, DriverPaths, DriverReport};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -204,14 +204,16 @@ impl ReplayReport {
             total.budget = sum_opt(total.budget, d.budget);
         }
         total.ns_per_op = devices.first().map_or(0.0, |d| d.ns_per_op);
-        let ops = |of: fn(&ReplayReport) -> &DriverReport| {
-            (devices.iter()).fold(DriverOps::default(), |ops, d| ops.combine(of(d).ops))
+        let paths = |of: fn(&ReplayReport) -> &DriverReport| {
+            (devices.iter()).fold(DriverPaths::default(), |paths, d| {
+                paths.combine(of(d).paths)
+            })
         };
         // Devices are apart: their peaks add up.
         let peak = devices.iter().map(|d| d.driver.peak_granules_mapped).sum();
-        total.driver = DriverReport::new(ops(|d| &d.driver), peak, total.events, costs);
+        total.driver = DriverReport::by_path(paths(|d| &d.driver), peak, total.events, costs);
         total.driver_in_trace =
-            DriverReport::new(ops(|d| &d.driver_in_trace), peak, total.events, costs);
+            DriverReport::by_path(paths(|d| &d.driver_in_trace), peak, total.events, costs);
         total.derive();
         total.devices = devices;
         total

@@ -9,8 +9,8 @@ use super::give_back::GiveBack;
 use super::id_map::IdMap;
 use super::loose::Adopted;
 use super::{
-    DeviceStorage, DriverOps, HandleCut, HandleSize, LooseHandle, Mapping, Resource, StorageError,
-    StorageHandle, StorageId, UseFence, UserStream, check_range,
+    DeviceStorage, DriverOps, HandleCut, HandleSize, LooseHandle, Mapping, PathLedger, Resource,
+    StorageError, StorageHandle, StorageId, UseFence, UserStream, check_range,
 };
 use crate::saturating::SaturatingSum;
 use crate::sync::foreign::Arc;
@@ -57,6 +57,8 @@ pub struct CudaStorage {
     give_back: GiveBack<CudaFence>,
     /// The driver calls made so far (`driver.rs`).
     ops: DriverOps,
+    /// The operations by the path that asked for them.
+    paths: PathLedger,
     /// Work on this storage's memory is queued on streams it does not
     /// know (a PyTorch program's): before memory goes back, wait for the
     /// whole device, not this storage's stream.
@@ -150,6 +152,7 @@ impl CudaStorage {
             ranges: IdMap::default(),
             give_back: GiveBack::default(),
             ops: DriverOps::default(),
+            paths: PathLedger::default(),
             foreign_streams: false,
             hold_spares: false,
             adopted: Adopted::default(),
@@ -510,9 +513,7 @@ impl DeviceStorage for CudaStorage {
         self.give_back.unmap(handle, known);
     }
 
-    fn driver_ops(&self) -> DriverOps {
-        self.ops
-    }
+    counts_driver_ops!();
 
     fn stream_name(&self) -> Option<UserStream> {
         Some(UserStream(self.stream.cu_stream() as u64))

@@ -11,6 +11,7 @@
 // Counts and costs are summed and multiplied: saturating, never wrapping.
 #![allow(clippy::arithmetic_side_effects)]
 
+use super::driver_paths::{DriverPaths, PathCost};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 
@@ -131,57 +132,71 @@ impl DriverOps {
         .fold(0, u64::saturating_add)
     }
 
+    /// What was counted since `earlier` (a count of the same storage
+    /// taken before): each count's difference. The peak is not a count,
+    /// and is 0.
+    pub fn since(&self, earlier: &Self) -> Self {
+        Self {
+            peak_granules_mapped: 0,
+            ..self.zip(earlier, u64::saturating_sub)
+        }
+    }
+
     /// The counts of two storages together. The peak is the sum of the
     /// two peaks: an upper bound, since they need not peak together (a
     /// device's own peak is metered where its storages meet:
     /// [`DeviceBudget::peak_granules_mapped`](super::DeviceBudget::peak_granules_mapped)).
     pub fn combine(self, other: Self) -> Self {
-        let add = u64::saturating_add;
+        self.zip(&other, u64::saturating_add)
+    }
+
+    /// Every field of `self` and `other` put together by `with`.
+    fn zip(&self, other: &Self, with: impl Fn(u64, u64) -> u64) -> Self {
         Self {
-            handles_created: add(self.handles_created, other.handles_created),
-            handles_moved: add(self.handles_moved, other.handles_moved),
-            handle_granules_moved: add(self.handle_granules_moved, other.handle_granules_moved),
-            handles_adopted: add(self.handles_adopted, other.handles_adopted),
-            handle_granules_adopted: add(
-                self.handle_granules_adopted,
-                other.handle_granules_adopted,
-            ),
-            handles_handed_over: add(self.handles_handed_over, other.handles_handed_over),
-            handle_granules_released_unmapped: add(
-                self.handle_granules_released_unmapped,
-                other.handle_granules_released_unmapped,
-            ),
-            handle_granules_handed_over: add(
-                self.handle_granules_handed_over,
-                other.handle_granules_handed_over,
-            ),
-            handle_granules_created: add(
+            handles_created: with(self.handles_created, other.handles_created),
+            handle_granules_created: with(
                 self.handle_granules_created,
                 other.handle_granules_created,
             ),
-            handles_released: add(self.handles_released, other.handles_released),
-            handle_granules_released: add(
+            handles_released: with(self.handles_released, other.handles_released),
+            handle_granules_released: with(
                 self.handle_granules_released,
                 other.handle_granules_released,
             ),
-            maps: add(self.maps, other.maps),
-            access_grants: add(self.access_grants, other.access_grants),
-            unmaps: add(self.unmaps, other.unmaps),
-            ranges_reserved: add(self.ranges_reserved, other.ranges_reserved),
-            ranges_freed: add(self.ranges_freed, other.ranges_freed),
-            pages_allocated: add(self.pages_allocated, other.pages_allocated),
-            page_granules_allocated: add(
+            handles_moved: with(self.handles_moved, other.handles_moved),
+            handle_granules_moved: with(self.handle_granules_moved, other.handle_granules_moved),
+            handles_adopted: with(self.handles_adopted, other.handles_adopted),
+            handle_granules_adopted: with(
+                self.handle_granules_adopted,
+                other.handle_granules_adopted,
+            ),
+            handles_handed_over: with(self.handles_handed_over, other.handles_handed_over),
+            handle_granules_handed_over: with(
+                self.handle_granules_handed_over,
+                other.handle_granules_handed_over,
+            ),
+            handle_granules_released_unmapped: with(
+                self.handle_granules_released_unmapped,
+                other.handle_granules_released_unmapped,
+            ),
+            maps: with(self.maps, other.maps),
+            access_grants: with(self.access_grants, other.access_grants),
+            unmaps: with(self.unmaps, other.unmaps),
+            ranges_reserved: with(self.ranges_reserved, other.ranges_reserved),
+            ranges_freed: with(self.ranges_freed, other.ranges_freed),
+            pages_allocated: with(self.pages_allocated, other.pages_allocated),
+            page_granules_allocated: with(
                 self.page_granules_allocated,
                 other.page_granules_allocated,
             ),
-            pages_freed: add(self.pages_freed, other.pages_freed),
-            page_granules_freed: add(self.page_granules_freed, other.page_granules_freed),
-            events_recorded: add(self.events_recorded, other.events_recorded),
-            events_queried: add(self.events_queried, other.events_queried),
-            stream_waits: add(self.stream_waits, other.stream_waits),
-            copies: add(self.copies, other.copies),
-            bytes_copied: add(self.bytes_copied, other.bytes_copied),
-            peak_granules_mapped: add(self.peak_granules_mapped, other.peak_granules_mapped),
+            pages_freed: with(self.pages_freed, other.pages_freed),
+            page_granules_freed: with(self.page_granules_freed, other.page_granules_freed),
+            events_recorded: with(self.events_recorded, other.events_recorded),
+            events_queried: with(self.events_queried, other.events_queried),
+            stream_waits: with(self.stream_waits, other.stream_waits),
+            copies: with(self.copies, other.copies),
+            bytes_copied: with(self.bytes_copied, other.bytes_copied),
+            peak_granules_mapped: with(self.peak_granules_mapped, other.peak_granules_mapped),
         }
     }
 
@@ -537,9 +552,33 @@ pub struct DriverReport {
     pub mapped_over_peak: f64,
     /// Times the host waited for a stream.
     pub stream_waits: u64,
+    /// The modeled time by the path that asked (a growth, a round, a
+    /// settle...: [`DriverPath`](super::DriverPath)), those that asked
+    /// nothing left out; empty where the paths were not kept.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub by_path: Vec<PathCost>,
+    /// The operations by path that `by_path` prices (kept to add up
+    /// reports of several devices).
+    #[serde(skip)]
+    pub paths: DriverPaths,
 }
 
 impl DriverReport {
+    /// [`new`](Self::new) of the operations `paths` counted, with their
+    /// time by path.
+    pub fn by_path(
+        paths: DriverPaths,
+        peak_granules: u64,
+        events: u64,
+        costs: &DriverCosts,
+    ) -> Self {
+        Self {
+            by_path: paths.priced(events, costs),
+            paths,
+            ..Self::new(paths.total(), peak_granules, events, costs)
+        }
+    }
+
     /// `ops` over `events` events, whose storages together had at most
     /// `peak_granules` mapped at once, priced by `costs`.
     pub fn new(mut ops: DriverOps, peak_granules: u64, events: u64, costs: &DriverCosts) -> Self {
@@ -565,6 +604,8 @@ impl DriverReport {
                 granules_mapped as f64 / peak_granules as f64
             },
             stream_waits: ops.stream_waits,
+            by_path: Vec::new(),
+            paths: DriverPaths::default(),
         }
     }
 }

@@ -173,6 +173,12 @@ macro_rules! forward_to_inner {
         fn driver_ops(&self) -> DriverOps {
             self.$inner.driver_ops()
         }
+        fn set_driver_path(&mut self, path: super::DriverPath) -> super::DriverPath {
+            self.$inner.set_driver_path(path)
+        }
+        fn driver_paths(&self) -> super::DriverPaths {
+            self.$inner.driver_paths()
+        }
     };
 }
 
@@ -221,6 +227,25 @@ macro_rules! uses_lagged_by_clock {
 
         fn wait_uses(&mut self, fence: UseFence) {
             super::uses::wait_lagged(&self.clock, fence, &mut self.ops);
+        }
+    };
+}
+
+/// Implement `driver_ops`, `set_driver_path` and `driver_paths` for a
+/// storage that counts its operations in `self.ops` and keeps them by path
+/// in `self.paths` (a [`PathLedger`](super::PathLedger)).
+macro_rules! counts_driver_ops {
+    () => {
+        fn driver_ops(&self) -> DriverOps {
+            self.ops
+        }
+
+        fn set_driver_path(&mut self, path: super::DriverPath) -> super::DriverPath {
+            self.paths.switch(&self.ops, path)
+        }
+
+        fn driver_paths(&self) -> super::DriverPaths {
+            self.paths.paths(&self.ops)
         }
     };
 }

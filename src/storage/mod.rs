@@ -21,6 +21,7 @@ mod cuda_fence;
 #[cfg(feature = "cuda")]
 mod cuda_vmm;
 mod driver;
+mod driver_paths;
 mod give_back;
 mod granules;
 mod host;
@@ -42,6 +43,8 @@ pub const DEFAULT_HANDLE_GRANULES: u64 = 16;
 #[cfg(feature = "cuda")]
 pub use cuda::{CudaStorage, cuda_available};
 pub use driver::{DriverCosts, DriverOps, DriverReport};
+pub(crate) use driver_paths::PathLedger;
+pub use driver_paths::{DriverPath, DriverPaths, PathCost};
 pub use granules::HandleCut;
 pub(crate) use granules::{GranuleMap, HANDLE_SHARE_ONE_IN, HandleSize, Mapping, granules_in};
 #[cfg(unix)]
@@ -454,6 +457,20 @@ pub trait DeviceStorage: Send {
         DriverOps::default()
     }
 
+    /// Count the operations from now on for `path` (see [`DriverPaths`]),
+    /// and return the path that was on, for the caller to switch back to.
+    /// A storage that counts nothing keeps no paths.
+    fn set_driver_path(&mut self, path: DriverPath) -> DriverPath {
+        let _ = path;
+        DriverPath::Serve
+    }
+
+    /// [`driver_ops`](Self::driver_ops), by the path that asked for each
+    /// operation. By default all on [`DriverPath::Serve`].
+    fn driver_paths(&self) -> DriverPaths {
+        DriverPaths::all_on(DriverPath::Serve, self.driver_ops())
+    }
+
     /// The stream this storage orders its work on, as other storages of
     /// the device name it when its work uses their memory
     /// ([`fence_uses`](Self::fence_uses)); `None` where it has none of its
@@ -584,6 +601,12 @@ impl<S: DeviceStorage + ?Sized> DeviceStorage for Box<S> {
     }
     fn driver_ops(&self) -> DriverOps {
         (**self).driver_ops()
+    }
+    fn set_driver_path(&mut self, path: DriverPath) -> DriverPath {
+        (**self).set_driver_path(path)
+    }
+    fn driver_paths(&self) -> DriverPaths {
+        (**self).driver_paths()
     }
     fn stream_name(&self) -> Option<UserStream> {
         (**self).stream_name()

@@ -6,7 +6,7 @@ use super::give_back::{Batch, GiveBack, Lag, LagClock};
 use super::id_map::IdMap;
 use super::loose::{self, Adopted};
 use super::{
-    DeviceStorage, DriverOps, GranuleMap, HandleCut, HandleSize, LooseHandle, Resource,
+    DeviceStorage, DriverOps, GranuleMap, HandleCut, HandleSize, LooseHandle, PathLedger, Resource,
     StorageError, StorageHandle, StorageId, UseFence, UserStream, check_range,
 };
 use crate::saturating::SaturatingSum;
@@ -62,6 +62,8 @@ pub struct VirtualStorage {
 
     /// What a CUDA device's driver would have been asked (`driver.rs`).
     ops: DriverOps,
+    /// The operations by the path that asked for them.
+    paths: PathLedger,
 }
 
 impl Default for VirtualStorage {
@@ -88,6 +90,7 @@ impl VirtualStorage {
             hold_spares: false,
             adopted: Adopted::default(),
             ops: DriverOps::default(),
+            paths: PathLedger::default(),
         }
     }
 
@@ -289,9 +292,7 @@ impl DeviceStorage for VirtualStorage {
         self.bytes
     }
 
-    fn driver_ops(&self) -> DriverOps {
-        self.ops
-    }
+    counts_driver_ops!();
 
     uses_lagged_by_clock!();
 

@@ -291,6 +291,12 @@ pub(crate) fn print_driver(prefix: &str, driver: &DriverReport) {
         ops.copies,
         Bytes(ops.bytes_copied),
     );
+    if !driver.by_path.is_empty() {
+        let paths: Vec<String> = (driver.by_path.iter())
+            .map(|cost| format!("{} {:.2}", cost.path, cost.us_per_event))
+            .collect();
+        println!("{prefix}  by path, us per event: {}", paths.join(", "));
+    }
 }
 
 pub(crate) fn service_config(common: &Common, device: DeviceProperties) -> ServiceConfig {

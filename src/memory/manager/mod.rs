@@ -16,7 +16,7 @@ use super::release::{Release, ReleaseInbox};
 use super::report::MemoryReport;
 use super::slot::{Live, PinWord, SlotKey, SlotTable};
 use super::taint::{ErrorGraph, TaintRanges};
-use crate::storage::DeviceStorage;
+use crate::storage::{DeviceStorage, DriverPath};
 use crate::sync::Arc;
 use crate::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::fmt;
@@ -448,6 +448,15 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// gone back when it returns). Spare handles kept for a growth go
     /// first: none follows.
     pub fn cleanup(&mut self, cleanup: Cleanup) {
+        match cleanup {
+            Cleanup::Periodic => self.cleanup_on_path(cleanup),
+            Cleanup::Explicit => self.on_driver_path(DriverPath::Cleanup, |memory| {
+                memory.cleanup_on_path(cleanup)
+            }),
+        }
+    }
+
+    fn cleanup_on_path(&mut self, cleanup: Cleanup) {
         self.release_spares();
         self.process_releases();
         if cleanup == Cleanup::Explicit && self.log >= MemoryLogLevel::Basic {
@@ -497,14 +506,30 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// sit unused go back although no reservation drives the clock. Spare
     /// handles kept for a growth go first: none follows.
     pub(crate) fn cleanup_idle(&mut self) {
-        self.release_spares();
-        self.process_releases();
-        self.poll_users();
-        self.serial = self.serial.saturating_add(self.longest_period());
-        self.sweep_pools(Sweep::Idle {
-            serial: self.serial,
-            quiet: true,
-        });
+        self.on_driver_path(DriverPath::Idle, |memory| {
+            memory.release_spares();
+            memory.process_releases();
+            memory.poll_users();
+            memory.serial = memory.serial.saturating_add(memory.longest_period());
+            memory.sweep_pools(Sweep::Idle {
+                serial: memory.serial,
+                quiet: true,
+            });
+        })
+    }
+
+    /// Run `f` with the storage counting the driver's operations for
+    /// `path` (`storage::DriverPaths`), then switch back to the path that
+    /// was on.
+    pub(crate) fn on_driver_path<R>(
+        &mut self,
+        path: DriverPath,
+        f: impl FnOnce(&mut Self) -> R,
+    ) -> R {
+        let was = self.storage.set_driver_path(path);
+        let result = f(self);
+        self.storage.set_driver_path(was);
+        result
     }
 
     fn longest_period(&self) -> u64 {
@@ -599,6 +624,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
             peak_bytes_reserved: self.peak_reserved,
             peak_bytes_in_use: self.peak_in_use,
             driver: self.storage.driver_ops(),
+            driver_paths: self.storage.driver_paths(),
         }
     }
 

@@ -10,7 +10,7 @@ use crate::memory::pool::Pool;
 use crate::memory::relocation::{
     RelocationError, RelocationNeed, RelocationReason, RelocationReport,
 };
-use crate::storage::DeviceStorage;
+use crate::storage::{DeviceStorage, DriverPath};
 
 impl<S: DeviceStorage> MemoryManager<S> {
     /// Whether a relocation is wanted: outdated pages that still hold
@@ -57,7 +57,16 @@ impl<S: DeviceStorage> MemoryManager<S> {
         &mut self,
         reason: RelocationReason,
     ) -> Result<RelocationReport, RelocationError> {
-        self.relocate_rehoming(reason, reason == RelocationReason::Settle)
+        // A stream short of memory relocates on the path that found it
+        // short (a trim past the headroom, a round, a device's budget).
+        let path = match reason {
+            RelocationReason::Settle => DriverPath::Settle,
+            RelocationReason::Short => return self.relocate_rehoming(reason, false),
+            _ => DriverPath::Compaction,
+        };
+        self.on_driver_path(path, |memory| {
+            memory.relocate_rehoming(reason, reason == RelocationReason::Settle)
+        })
     }
 
     /// [`relocate`](Self::relocate), re-homing at a settle only with

@@ -23,7 +23,7 @@ use super::error::MemoryError;
 use super::policy::PageUpdate;
 use super::relocation::{RelocationReason, RelocationReport};
 use super::report::PoolReport;
-use crate::storage::{DeviceStorage, StorageError, StorageHandle};
+use crate::storage::{DeviceStorage, DriverPath, StorageError, StorageHandle};
 use mover::{Mover, Pages};
 
 /// One pool.
@@ -128,14 +128,17 @@ impl Pool {
         growth: Growth,
         lazy: bool,
     ) -> Result<Placement, StorageError> {
-        match self {
+        let was = mover.storage.set_driver_path(DriverPath::Growth);
+        let grown = match self {
             Pool::Sliced(pool) => pool.reserve_new_page(mover.storage, wanted, lazy, growth),
             // One allocation per page: its page is its size already.
             Pool::Whole(pool) => pool.reserve_new_page(mover.storage, wanted, lazy),
             // Maps just the granules it needs, whatever the growth (and
             // backs them now: address space costs nothing to hold lazily).
             Pool::Expandable(pool) => pool.grow(mover, wanted, update),
-        }
+        };
+        mover.storage.set_driver_path(was);
+        grown
     }
 
     /// Give back free memory in whole physical handles, the longest idle

@@ -9,6 +9,7 @@ use crate::memory::{RelocationNeed, RelocationReason};
 use crate::service::device::Notice;
 use crate::service::protocol::Control;
 use crate::service::shared::bump;
+use crate::storage::DriverPath;
 
 /// A stream that gives back for another growing past the headroom gives
 /// this many times what the other lacks, when it holds that much free:
@@ -32,7 +33,14 @@ impl StreamActor {
                 episode,
                 short,
                 wanted,
-            } => stream.give_back(episode, short, wanted),
+            } => {
+                let path = if short {
+                    DriverPath::Short
+                } else {
+                    DriverPath::Round
+                };
+                stream.on_driver_path(path, |stream| stream.give_back(episode, short, wanted));
+            }
             Control::Retry => {
                 // What the givers passed on maps where this growth would
                 // create handles; what it leaves is released once served.
@@ -40,8 +48,10 @@ impl StreamActor {
                 self.short.round_over(stream);
                 stream.memory.release_spares();
             }
-            Control::Settle { keep } => stream.settle(keep),
-            Control::Idle => stream.idle_tick(),
+            Control::Settle { keep } => {
+                stream.on_driver_path(DriverPath::Settle, |stream| stream.settle(keep));
+            }
+            Control::Idle => stream.on_driver_path(DriverPath::Idle, Stream::idle_tick),
             // The coordinator reads the stream's totals; where the pools
             // keep their peak's room mapped, they decide (that room is no
             // fragmentation, and a compaction would give it back).

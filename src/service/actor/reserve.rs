@@ -10,6 +10,7 @@ use crate::service::headroom::MIN_ROUND_GAIN;
 use crate::service::message::{Pending, PendingState};
 use crate::service::protocol::Allocations;
 use crate::service::shared::bump;
+use crate::storage::DriverPath;
 
 impl RunningShort {
     /// Serve a reservation, or park it if the device is short.
@@ -38,9 +39,11 @@ impl RunningShort {
         }
         // Our own cached pages (and our clients' hot allocations) and
         // fragmentation first.
-        stream.take_back_hot();
-        stream.memory.give_back_free();
-        let _ = stream.memory.relocate(RelocationReason::Short);
+        stream.on_driver_path(DriverPath::Short, |stream| {
+            stream.take_back_hot();
+            stream.memory.give_back_free();
+            let _ = stream.memory.relocate(RelocationReason::Short);
+        });
         match stream.try_reserve(&pending) {
             Ok(batch) => stream.answer_served(pending, batch, false),
             Err(err) if is_out_of_memory(&err) => self.park(stream, pending),
@@ -96,12 +99,14 @@ impl RunningShort {
                 if alone && !stream.room_could_fit(&pending) {
                     break;
                 }
-                stream.memory.hold_spares();
-                stream.memory.give_back_free();
-                if !alone {
-                    let _ = stream.memory.relocate(RelocationReason::Short);
-                }
-                stream.memory.flush();
+                stream.on_driver_path(DriverPath::Trim, |stream| {
+                    stream.memory.hold_spares();
+                    stream.memory.give_back_free();
+                    if !alone {
+                        let _ = stream.memory.relocate(RelocationReason::Short);
+                    }
+                    stream.memory.flush();
+                });
                 stream.publish();
             }
             match stream.try_reserve_held(&pending) {
@@ -347,9 +352,11 @@ impl Stream {
         if excess < headroom.share(in_use) || !self.device.over_headroom(0, 0, 0) || self.alone() {
             return;
         }
-        self.take_back_hot();
-        self.memory.give_back_free();
-        self.memory.flush();
+        self.on_driver_path(DriverPath::Trim, |stream| {
+            stream.take_back_hot();
+            stream.memory.give_back_free();
+            stream.memory.flush();
+        });
         self.publish();
     }
 }

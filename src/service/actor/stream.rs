@@ -9,7 +9,7 @@ use crate::service::error::ServiceError;
 use crate::service::events::SupervisorEvent;
 use crate::service::message::Pending;
 use crate::service::shared::{StreamShared, bump};
-use crate::storage::{DeviceStorage, HandleCut, StorageError};
+use crate::storage::{DeviceStorage, DriverPath, HandleCut, StorageError};
 use crate::sync::Arc;
 use crate::sync::atomic::Ordering;
 use std::time::Duration;
@@ -96,6 +96,21 @@ impl Stream {
             self.memory.storage().set_handle_cut(cut);
             self.handle_cut = cut;
         }
+    }
+
+    /// Run `f` with the storage counting the driver's operations for
+    /// `path` (`storage::DriverPaths`), then switch back: what the actor
+    /// does for a settle, a round, a trim past the headroom... is priced
+    /// apart in the reports.
+    pub(super) fn on_driver_path<R>(
+        &mut self,
+        path: DriverPath,
+        f: impl FnOnce(&mut Self) -> R,
+    ) -> R {
+        let was = self.memory.storage().set_driver_path(path);
+        let result = f(self);
+        self.memory.storage().set_driver_path(was);
+        result
     }
 
     /// Whether no other stream shares the device: then what this one gives

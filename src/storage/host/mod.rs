@@ -5,8 +5,8 @@ use super::give_back::{Batch, GiveBack, Lag, LagClock};
 use super::id_map::IdMap;
 use super::loose::{self, Adopted};
 use super::{
-    DeviceStorage, DriverOps, HandleCut, HandleSize, LooseHandle, Resource, StorageError,
-    StorageHandle, StorageId, UseFence, UserStream, check_range,
+    DeviceStorage, DriverOps, HandleCut, HandleSize, LooseHandle, PathLedger, Resource,
+    StorageError, StorageHandle, StorageId, UseFence, UserStream, check_range,
 };
 use crate::saturating::SaturatingSum;
 use std::alloc::{Layout, alloc_zeroed, dealloc};
@@ -147,6 +147,8 @@ pub struct HostStorage {
     /// What a CUDA device's driver would have been asked for the same
     /// calls (`driver.rs`): the same counts a `VirtualStorage` keeps.
     ops: DriverOps,
+    /// The operations by the path that asked for them.
+    paths: PathLedger,
     /// The most granules one physical handle covers.
     handle_size: HandleSize,
     /// Whether handles given back are kept as spares (`hold_spares`).
@@ -348,9 +350,7 @@ impl DeviceStorage for HostStorage {
         self.bytes
     }
 
-    fn driver_ops(&self) -> DriverOps {
-        self.ops
-    }
+    counts_driver_ops!();
 
     uses_lagged_by_clock!();
 

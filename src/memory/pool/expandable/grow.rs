@@ -9,7 +9,7 @@ use super::compact::Evacuate;
 use crate::memory::policy::PageUpdate;
 use crate::memory::pool::mover::Mover;
 use crate::memory::pool::page::{Placement, Wanted};
-use crate::storage::{DeviceStorage, StorageError};
+use crate::storage::{DeviceStorage, DriverPath, StorageError};
 
 impl ExpandablePool {
     /// Serve `aligned` bytes for `slot` that the mapped room did not hold:
@@ -40,12 +40,20 @@ impl ExpandablePool {
         wanted: Wanted,
         update: PageUpdate,
     ) -> Result<Placement, StorageError> {
+        // What the growth gives back first is a trim, and what it moves
+        // to spare a growth a compaction (`DriverPaths`): only the maps of
+        // new memory are the growth's own.
+        let growth = mover.storage.set_driver_path(DriverPath::Trim);
         self.unmap_before_growth(mover.storage, wanted.aligned);
-        if update == PageUpdate::Allow
-            && let Some(placement) = self.make_room(mover, wanted)
-        {
-            return Ok(placement);
+        if update == PageUpdate::Allow {
+            mover.storage.set_driver_path(DriverPath::Compaction);
+            let room = self.make_room(mover, wanted);
+            mover.storage.set_driver_path(growth);
+            if let Some(placement) = room {
+                return Ok(placement);
+            }
         }
+        mover.storage.set_driver_path(growth);
         self.reserve_new_page(mover.storage, wanted)
     }
 
