@@ -473,14 +473,27 @@ impl Library {
                         })
                     })
                     .collect();
-                let driver = dev
-                    .streams
-                    .lock()
-                    .values()
+                let reports: Vec<_> = (dev.streams.lock().values())
                     .filter_map(|handle| handle.report().ok())
+                    .collect();
+                let driver = (reports.iter())
                     .fold(streamalloc::storage::DriverOps::default(), |ops, r| {
                         ops.combine(r.driver)
                     });
+                // What each path (growth, round, settle...) asked, priced
+                // as an H200 would charge it (`docs/trace.md`, "The driver,
+                // by path").
+                let by_path: serde_json::Map<String, Value> = (reports.iter())
+                    .fold(streamalloc::storage::DriverPaths::default(), |paths, r| {
+                        paths.combine(r.driver_paths)
+                    })
+                    .priced(1, &streamalloc::storage::DriverCosts::H200)
+                    .into_iter()
+                    .map(|cost| {
+                        let figures = json!({"calls": cost.calls, "modeled_ns": cost.modeled_ns});
+                        (cost.path.to_string(), figures)
+                    })
+                    .collect();
                 json!({
                     "device": id,
                     "live_allocations": live.len(),
@@ -491,6 +504,7 @@ impl Library {
                     "budget": dev.supervisor.budget().map(|b| b.limit()),
                     "streams": streams,
                     "driver": driver,
+                    "driver_by_path": by_path,
                 })
             })
             .collect();

@@ -129,6 +129,17 @@ fn eight_threads_of_calls_with_every_bad_call_mixed_in_leave_nothing_behind() {
         assert!(refusals[kind].as_u64().unwrap() > 0, "{kind}: {refusals}");
     }
     assert_eq!(refusals["panic"], 0);
+    // The driver's calls, by the path that asked, add up to them all; the
+    // empty cache's give-back is the cleanup's.
+    let by_path = dev["driver_by_path"].as_object().unwrap();
+    let ops: streamalloc::storage::DriverOps =
+        serde_json::from_value(dev["driver"].clone()).unwrap();
+    let calls: u64 = by_path.values().map(|p| p["calls"].as_u64().unwrap()).sum();
+    assert_eq!(calls, ops.calls(), "{by_path:?}");
+    assert!(
+        by_path.contains_key("growth") && by_path.contains_key("cleanup"),
+        "{by_path:?}"
+    );
     // The dumped trace replays to the same peak live bytes.
     let path = std::env::temp_dir().join(format!("streamalloc-torch-{}.jsonl", std::process::id()));
     let c_path = CString::new(path.to_str().unwrap()).unwrap();
