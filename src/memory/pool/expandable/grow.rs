@@ -45,16 +45,15 @@ impl ExpandablePool {
         // new memory are the growth's own.
         let growth = mover.storage.set_driver_path(DriverPath::Trim);
         self.unmap_before_growth(mover.storage, wanted.aligned);
-        if update == PageUpdate::Allow {
+        let room = (update == PageUpdate::Allow).then(|| {
             mover.storage.set_driver_path(DriverPath::Compaction);
-            let room = self.make_room(mover, wanted);
-            mover.storage.set_driver_path(growth);
-            if let Some(placement) = room {
-                return Ok(placement);
-            }
-        }
+            self.make_room(mover, wanted)
+        });
         mover.storage.set_driver_path(growth);
-        self.reserve_new_page(mover.storage, wanted)
+        match room.flatten() {
+            Some(placement) => Ok(placement),
+            None => self.reserve_new_page(mover.storage, wanted),
+        }
     }
 
     /// Room for `aligned` bytes by moving allocations, in the order that
