@@ -99,6 +99,22 @@ fn the_page_holds_the_reports_figures_and_renders() {
             let fact = format!("id=\"fact-{id}\">{value}<");
             assert!(html.contains(&fact), "{name}: {fact} not in the page");
         }
+        // The driver's time by path: the text report's (first) device's
+        // line, row by row in the page's table.
+        let by_path = text
+            .lines()
+            .find_map(|line| Some(line.split_once("by path, us per event: ")?.1))
+            .unwrap_or_else(|| panic!("{name}: no by-path line"));
+        let table = &html[html.find("Driver time by path").expect("the by-path table")..];
+        for cost in by_path.split(", ") {
+            let (path, value) = cost.split_once(' ').unwrap();
+            let row = &table[table.find(&format!("<td>{path}</td>")).unwrap()..];
+            let row = &row[..row.find("</tr>").unwrap()];
+            assert!(
+                row.contains(&format!("<td>{value}</td>")),
+                "{name}: {path} {value} in {row}"
+            );
+        }
         let Some(browser) = browser else { continue };
         let dom = Command::new(browser)
             .args([
