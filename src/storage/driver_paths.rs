@@ -132,18 +132,33 @@ impl DriverPaths {
     }
 
     /// Each path's calls and modeled time over `events` events, priced by
-    /// `costs`, leaving out the paths that asked nothing.
+    /// `costs`, leaving out the paths that asked nothing. They add up to
+    /// the price of the whole: copy time is rounded down to the
+    /// nanosecond, and what the paths' roundings leave over goes to the
+    /// path that copied most.
     pub fn priced(&self, events: u64, costs: &DriverCosts) -> Vec<PathCost> {
-        self.iter()
+        let mut priced: Vec<(PathCost, u64)> = self
+            .iter()
             .filter(|(_, ops)| ops.calls() > 0)
             .map(|(path, ops)| {
-                let modeled_ns = costs.price(ops);
-                PathCost {
+                let cost = PathCost {
                     path,
                     calls: ops.calls(),
-                    modeled_ns,
-                    us_per_event: modeled_ns as f64 / 1000.0 / events.max(1) as f64,
-                }
+                    modeled_ns: costs.price(ops),
+                    us_per_event: 0.0,
+                };
+                (cost, ops.bytes_copied)
+            })
+            .collect();
+        let summed: u64 = priced.iter().map(|(cost, _)| cost.modeled_ns).sum();
+        let left = costs.price(&self.total()).saturating_sub(summed);
+        if let Some((cost, _)) = priced.iter_mut().max_by_key(|(_, copied)| *copied) {
+            cost.modeled_ns += left;
+        }
+        (priced.into_iter())
+            .map(|(cost, _)| PathCost {
+                us_per_event: cost.modeled_ns as f64 / 1000.0 / events.max(1) as f64,
+                ..cost
             })
             .collect()
     }
@@ -226,6 +241,26 @@ mod tests {
                 ..ops
             }
         );
+    }
+
+    #[test]
+    fn the_paths_prices_add_up_to_the_wholes_whatever_the_copies_round_to() {
+        // Three bytes copied on each of two paths: 1.5 ns each at 2 bytes
+        // a nanosecond, 3 in all, which each path alone rounds down to 1.
+        let costs = DriverCosts {
+            copy_bytes_per_us: 2_000,
+            ..DriverCosts::FREE
+        };
+        let mut ops = DriverOps::default();
+        let mut ledger = PathLedger::default();
+        ops.copied(3);
+        ledger.switch(&ops, DriverPath::Compaction);
+        ops.copied(3);
+        let paths = ledger.paths(&ops);
+        let priced = paths.priced(1, &costs);
+        let total: u64 = priced.iter().map(|cost| cost.modeled_ns).sum();
+        assert_eq!(total, costs.price(&paths.total()));
+        assert_eq!(total, 3);
     }
 
     #[test]
