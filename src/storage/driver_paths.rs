@@ -150,10 +150,12 @@ impl DriverPaths {
                 (cost, ops.bytes_copied)
             })
             .collect();
-        let summed: u64 = priced.iter().map(|(cost, _)| cost.modeled_ns).sum();
+        let summed = (priced.iter()).fold(0, |sum, (cost, _)| {
+            u64::saturating_add(sum, cost.modeled_ns)
+        });
         let left = costs.price(&self.total()).saturating_sub(summed);
         if let Some((cost, _)) = priced.iter_mut().max_by_key(|(_, copied)| *copied) {
-            cost.modeled_ns += left;
+            cost.modeled_ns = cost.modeled_ns.saturating_add(left);
         }
         (priced.into_iter())
             .map(|(cost, _)| PathCost {
@@ -258,7 +260,7 @@ mod tests {
         ops.copied(3);
         let paths = ledger.paths(&ops);
         let priced = paths.priced(1, &costs);
-        let total: u64 = priced.iter().map(|cost| cost.modeled_ns).sum();
+        let total = (priced.iter()).fold(0, |sum, cost| sum + cost.modeled_ns);
         assert_eq!(total, costs.price(&paths.total()));
         assert_eq!(total, 3);
     }
