@@ -38,14 +38,16 @@ pub enum DriverPath {
     /// Memory given back for another stream's growth (a round past the
     /// headroom): handles unmapped, handed over or released.
     Round,
-    /// Memory given back because the device is short of its budget.
+    /// Memory given back because the device is short of its budget, or
+    /// before a request that ran out parks.
     Short,
     /// A stream whose load fell gives back the excess (`Settle`), its
     /// compaction and re-homing included.
     Settle,
     /// An idle stream's cleanup.
     Idle,
-    /// An explicit cleanup, a drain, or the last try before running out.
+    /// An explicit cleanup (`Cleanup::Explicit`: the service's `cleanup`,
+    /// PyTorch's empty cache) and the drain it ends with.
     Cleanup,
 }
 
