@@ -218,6 +218,17 @@ mod tests {
         memory
     }
 
+    /// Settle `memory` (re-homing or not) and flush what went: the
+    /// allocations moved.
+    fn settle(memory: &mut MemoryManager<VirtualStorage>, rehome: bool) -> u64 {
+        let moved = memory
+            .relocate_rehoming(RelocationReason::Settle, rehome)
+            .unwrap()
+            .moved;
+        memory.flush();
+        moved
+    }
+
     /// A pool grown to 2 GiB (physical handles of 8 granules at its
     /// start), emptied, then holding one allocation of 10 granules at its
     /// start (the second handle 2 granules used, 6 free), settled:
@@ -225,11 +236,7 @@ mod tests {
     fn settled(rehome: bool) -> (u64, u64) {
         let mut memory = grown_and_emptied();
         let kept = memory.reserve(10 * G, PageUpdate::Allow).unwrap();
-        let report = memory
-            .relocate_rehoming(RelocationReason::Settle, rehome)
-            .unwrap();
-        assert_eq!(report.moved, u64::from(rehome));
-        memory.flush();
+        assert_eq!(settle(&mut memory, rehome), u64::from(rehome));
         drop(kept);
         (
             memory.bytes_allocated(),
@@ -259,21 +266,13 @@ mod tests {
         let below = memory.reserve(10 * G, PageUpdate::Allow).unwrap();
         let kept = memory.reserve(14 * G, PageUpdate::Allow).unwrap();
         drop(below);
-        let before = memory
-            .relocate_rehoming(RelocationReason::Settle, false)
-            .unwrap();
-        assert_eq!(before.moved, 0);
-        memory.flush();
+        assert_eq!(settle(&mut memory, false), 0);
         assert_eq!(
             memory.bytes_allocated(),
             16 * G,
             "granules 8 and 9 share a handle with it"
         );
-        let report = memory
-            .relocate_rehoming(RelocationReason::Settle, true)
-            .unwrap();
-        assert_eq!(report.moved, 1);
-        memory.flush();
+        assert_eq!(settle(&mut memory, true), 1);
         assert_eq!(memory.bytes_allocated(), 14 * G, "moved above, no pin left");
         drop(kept);
     }
@@ -289,11 +288,7 @@ mod tests {
         let large = memory.reserve(9 * G, PageUpdate::Allow).unwrap();
         let small = memory.reserve(G / 4, PageUpdate::Allow).unwrap();
         let pin = memory.pin(&large).unwrap();
-        let report = memory
-            .relocate_rehoming(RelocationReason::Settle, true)
-            .unwrap();
-        assert_eq!(report.moved, 0);
-        memory.flush();
+        assert_eq!(settle(&mut memory, true), 0);
         assert_eq!(memory.bytes_allocated(), 16 * G, "no granule added");
         drop((pin, small, large));
     }
@@ -307,11 +302,11 @@ mod tests {
         let mut memory = grown_and_emptied();
         let large = memory.reserve(14 * G, PageUpdate::Allow).unwrap();
         let small = memory.reserve(G / 4, PageUpdate::Allow).unwrap();
-        let report = memory
-            .relocate_rehoming(RelocationReason::Settle, true)
-            .unwrap();
-        assert_eq!(report.moved, 2, "the small one, then the large one");
-        memory.flush();
+        assert_eq!(
+            settle(&mut memory, true),
+            2,
+            "the small one, then the large one"
+        );
         assert_eq!(
             memory.bytes_allocated(),
             15 * G,
