@@ -362,19 +362,19 @@ impl fmt::Display for PoolKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Sliced { page_size } => {
-                write!(f, "sliced ({} pages)", super::report::Bytes(*page_size))
+                write!(f, "sliced ({} pages)", super::bytes::Bytes(*page_size))
             }
             Self::Adaptive { min_page_size } => {
                 write!(
                     f,
                     "adaptive (from {} pages)",
-                    super::report::Bytes(*min_page_size)
+                    super::bytes::Bytes(*min_page_size)
                 )
             }
             Self::Expandable { range_size } => write!(
                 f,
                 "expandable ({} ranges)",
-                super::report::Bytes(*range_size)
+                super::bytes::Bytes(*range_size)
             ),
             Self::ExclusivePages => f.write_str("exclusive pages"),
             Self::Persistent => f.write_str("persistent"),

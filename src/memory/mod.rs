@@ -2,6 +2,7 @@
 //! relocation, guards, pins, taint and reports. Nothing here starts a
 //! thread; the `service` layer wraps one manager per stream actor.
 
+mod bytes;
 mod config;
 mod error;
 mod handle;
@@ -17,6 +18,7 @@ mod report;
 mod slot;
 mod taint;
 
+pub use bytes::Bytes;
 pub(crate) use config::{ADAPTIVE_MIN_PAGE_SIZE, DEFAULT_COMPACTION_THRESHOLD};
 pub use config::{
     AllocationMode, ConfigError, DeviceProperties, ENV_MEMORY_LOG, ENV_PERSISTENT_MEMORY,
@@ -32,5 +34,5 @@ pub use manager::{MAX_USER_STREAMS, MemoryManager};
 pub use observer::MemoryObserver;
 pub use policy::{Cleanup, PageUpdate};
 pub use relocation::{RelocationError, RelocationNeed, RelocationReason, RelocationReport};
-pub use report::{Bytes, MemoryReport, MemoryUsage, PoolReport};
+pub use report::{MemoryReport, MemoryUsage, PoolReport};
 pub use taint::{ErrorGraph, FailureId};

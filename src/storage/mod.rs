@@ -22,6 +22,7 @@ mod cuda_fence;
 mod cuda_vmm;
 mod driver;
 mod driver_paths;
+mod driver_report;
 mod give_back;
 mod granules;
 mod host;
@@ -42,9 +43,10 @@ pub use budget::{BudgetedStorage, DeviceBudget};
 pub const DEFAULT_HANDLE_GRANULES: u64 = 16;
 #[cfg(feature = "cuda")]
 pub use cuda::{CudaStorage, cuda_available};
-pub use driver::{DriverCosts, DriverOps, DriverReport};
+pub use driver::{DriverCosts, DriverOps};
 pub(crate) use driver_paths::PathLedger;
 pub use driver_paths::{DriverPath, DriverPaths, PathCost};
+pub use driver_report::DriverReport;
 pub use granules::HandleCut;
 pub(crate) use granules::{GranuleMap, HANDLE_SHARE_ONE_IN, HandleSize, Mapping, granules_in};
 #[cfg(unix)]

@@ -1,15 +1,15 @@
-//! The command line: argument parsing and the three subcommands.
+//! The command line's arguments, and what the subcommands share: the
+//! storage and service they build, the driver's pricing, progress, plots
+//! and pages, the words of their reports.
 
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
-use std::process::ExitCode;
-use std::time::Duration;
 use streamalloc::memory::{Bytes, DeviceProperties, MemoryConfig, MemoryConfiguration};
-use streamalloc::plot::{Timeline, check_output, write_svg};
-use streamalloc::service::{Calls, Headroom, ServiceConfig, Settle, StorageFactory, Supervisor};
+use streamalloc::plot::{Timeline, write_svg};
+use streamalloc::service::{Calls, Headroom, ServiceConfig, Settle, StorageFactory};
 use streamalloc::storage::{DeviceStorage, DriverCosts, DriverReport, HostStorage, VirtualStorage};
-use streamalloc::trace::{TraceFormat, TraceRecorder};
+use streamalloc::trace::TraceFormat;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -17,13 +17,13 @@ use streamalloc::trace::{TraceFormat, TraceRecorder};
     version,
     about = "A device-memory manager for multi-stream inference servers"
 )]
-struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
-    command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Subcommand, Debug)]
-enum Command {
+pub(crate) enum Command {
     /// Run an in-process multi-stream inference server on the allocator
     /// service and report memory and latency per stream and pool.
     Simulate(SimulateArgs),
@@ -56,7 +56,7 @@ pub(crate) enum Preset {
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
-enum Model {
+pub(crate) enum Model {
     /// A small decoder: hidden 768, intermediate 3072, 12 layers.
     Small,
     /// A 7B-class decoder: hidden 4096, intermediate 11008, 32 layers.
@@ -141,38 +141,38 @@ pub(crate) struct Common {
 }
 
 #[derive(clap::Args, Debug)]
-struct SimulateArgs {
+pub(crate) struct SimulateArgs {
     #[command(flatten)]
-    common: Common,
+    pub(crate) common: Common,
     /// The model whose shapes the server uses.
     #[arg(long, value_enum, default_value = "small")]
-    model: Model,
+    pub(crate) model: Model,
     /// Multiply the model's widths by this (a number above 0).
     #[arg(long, default_value_t = 1.0, value_parser = parse_scale)]
-    scale: f64,
+    pub(crate) scale: f64,
     /// Device streams (one allocator actor each; at most 256, what a
     /// device runs).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=256))]
-    streams: u32,
+    pub(crate) streams: u32,
     /// Client threads submitting requests.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
-    clients: u32,
+    pub(crate) clients: u32,
     /// Requests in all.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
-    requests: u32,
+    pub(crate) requests: u32,
     /// Longest prompt, tokens.
     #[arg(long, default_value_t = 512)]
-    max_prompt: u64,
+    pub(crate) max_prompt: u64,
     /// Most generated tokens per request.
     #[arg(long, default_value_t = 64)]
-    max_new_tokens: u64,
+    pub(crate) max_new_tokens: u64,
     /// Seed of the request lengths (same seed, same requests).
     #[arg(long, default_value_t = 42)]
-    seed: u64,
+    pub(crate) seed: u64,
     /// Record every reservation and free to this JSON Lines trace (for
     /// `replay`, or to feed another allocator the same sequence).
     #[arg(long)]
-    record: Option<PathBuf>,
+    pub(crate) record: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -424,150 +424,6 @@ pub(crate) fn write_page(
     Ok(())
 }
 
-fn simulate(args: SimulateArgs) -> Result<(), String> {
-    if let Some(path) = &args.common.plot {
-        check_output(path)?;
-    }
-    if let Some(path) = &args.common.html {
-        crate::replay_cmd::check_html(path)?;
-    }
-    let model = match args.model {
-        Model::Small => streamalloc::simulate::ModelShape::SMALL,
-        Model::Llama7b => streamalloc::simulate::ModelShape::LLAMA_7B,
-    }
-    .scaled(args.scale);
-    let kind = args.common.storage.unwrap_or(StorageKind::Host);
-    let mut config = service_config(&args.common, DeviceProperties::new(4 << 30, 256));
-    let recorder = match &args.record {
-        Some(path) => {
-            Some(TraceRecorder::to_file(path).map_err(|e| format!("{}: {e}", path.display()))?)
-        }
-        None => None,
-    };
-    config.recorder = recorder.clone();
-    let supervisor = Supervisor::new(config, factory(kind, &args.common)?);
-    let options = streamalloc::simulate::SimulateOptions {
-        model,
-        streams: args.streams,
-        clients: args.clients,
-        requests: args.requests,
-        max_prompt: args.max_prompt,
-        max_new_tokens: args.max_new_tokens,
-        seed: args.seed,
-        sample_every: Some(Duration::from_millis(20)),
-        costs: driver_costs(&args.common)?,
-    };
-    let bar = progress_bar(
-        u64::from(args.requests),
-        "requests",
-        args.common.json || args.common.quiet,
-    );
-    let mut timeline = Timeline::default();
-    let report = streamalloc::simulate::simulate(
-        &supervisor,
-        &options,
-        || bar.inc(1),
-        (args.common.plot.is_some() || args.common.html.is_some()).then_some(&mut timeline),
-    )
-    .map_err(|e| e.to_string())?;
-    bar.finish_and_clear();
-    if let (Some(recorder), Some(path)) = (&recorder, &args.record) {
-        supervisor.shutdown();
-        recorder
-            .flush()
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-    }
-    plot(
-        &args.common.plot,
-        &timeline,
-        &format!(
-            "simulate: {} model, {} {}",
-            model.name,
-            args.streams,
-            crate::replay_cmd::plural(args.streams, "stream")
-        ),
-        args.record.as_deref(),
-        args.common.quiet || args.common.json,
-    )?;
-    if let Some(path) = &args.common.html {
-        let page = streamalloc::html::Page {
-            title: format!(
-                "streamalloc simulate: {} model, {} {}",
-                model.name,
-                args.streams,
-                crate::replay_cmd::plural(args.streams, "stream")
-            ),
-            facts: streamalloc::html::simulation_facts(&report),
-            timeline: &timeline,
-            samples: None,
-            stacks: &[],
-            tables: streamalloc::html::simulation_tables(&report),
-            notes: vec![format!(
-                "{} requests from {} clients on the wall clock ({:.2} s); which allocations were live at a moment comes from a trace: record one (--record run.jsonl) and replay it with --html.",
-                report.requests, args.clients, report.seconds
-            )],
-        };
-        write_page(
-            path,
-            &page,
-            args.record.as_deref(),
-            args.common.quiet || args.common.json,
-        )?;
-    }
-    if args.common.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
-        );
-        return Ok(());
-    }
-    println!(
-        "simulated {} requests on a {} model (hidden {}, intermediate {}, {} layers) in {:.2} s; weights {}",
-        report.requests,
-        model.name,
-        model.hidden,
-        model.intermediate,
-        model.layers,
-        report.seconds,
-        Bytes(report.weight_bytes)
-    );
-    println!(
-        "device: peak live {}, peak reserved {} ({:.3}x); failed requests {}; cross-stream recoveries {}",
-        Bytes(report.peak_live_bytes),
-        Bytes(report.peak_reserved_bytes),
-        report.peak_reserved_bytes as f64 / report.peak_live_bytes.max(1) as f64,
-        report.failed_requests,
-        report.recoveries
-    );
-    println!(
-        "after the load fell: live {} (the weights), reserved {} ({:.3}x, no explicit cleanup)",
-        Bytes(report.settled_live_bytes),
-        Bytes(report.settled_reserved_bytes),
-        report.settled_reserved_bytes as f64 / report.settled_live_bytes.max(1) as f64,
-    );
-    for stream in &report.streams {
-        println!(
-            "stream {}: peak live {}, peak reserved {} ({:.3}x), {} reservations ({:.0}/s), reserve_many p50 {:.1} us p99 {:.1} us, {} idle cleanups, {} relocated",
-            stream.stream,
-            Bytes(stream.peak_live_bytes),
-            Bytes(stream.peak_reserved_bytes),
-            stream.reserved_over_live,
-            stream.reservations,
-            stream.reservations_per_second,
-            stream.round_trip_p50_us,
-            stream.round_trip_p99_us,
-            stream.idle_cleanups,
-            stream.relocated
-        );
-        print_driver("    ", &stream.driver);
-        for pool in &stream.pools {
-            println!("    {pool}");
-        }
-    }
-    print_driver("device: ", &report.driver);
-    Ok(())
-}
-
 /// What a command came to: done, or a replay that did not fit its budget.
 pub(crate) enum Outcome {
     /// It ran and its answer is the good one.
@@ -579,19 +435,27 @@ pub(crate) enum Outcome {
 /// The exit code of a replay whose trace does not fit its budget.
 pub(crate) const EXIT_DOES_NOT_FIT: u8 = 3;
 
-pub(crate) fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Simulate(args) => simulate(args).map(|()| Outcome::Done),
-        Command::Replay(args) => crate::replay_cmd::replay(args),
-        Command::Convert(args) => crate::replay_cmd::convert(args).map(|()| Outcome::Done),
-    };
-    match result {
-        Ok(Outcome::Done) => ExitCode::SUCCESS,
-        Ok(Outcome::DoesNotFit) => ExitCode::from(EXIT_DOES_NOT_FIT),
-        Err(message) => {
-            eprintln!("error: {message}");
-            ExitCode::FAILURE
-        }
+/// An HTML page's name: `.html` or `.htm`, in a directory that exists.
+pub(crate) fn check_html(path: &std::path::Path) -> Result<(), String> {
+    let html = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("html") || e.eq_ignore_ascii_case("htm"));
+    if !html {
+        return Err(format!(
+            "{}: the report is an HTML page: name it with .html",
+            path.display()
+        ));
+    }
+    streamalloc::plot::check_directory(path, "the page")?;
+    Ok(())
+}
+
+/// `word`, with an s unless there is one.
+pub(crate) fn plural(count: impl Into<u64>, word: &str) -> String {
+    if count.into() == 1 {
+        word.to_string()
+    } else {
+        format!("{word}s")
     }
 }

@@ -2,8 +2,8 @@
 //! supervisor per device, report beside the recorded allocator's figures.
 
 use crate::cli::{
-    ConvertArgs, Outcome, ReplayArgs, StorageKind, driver_costs, factory, plot, print_driver,
-    service_config,
+    ConvertArgs, Outcome, ReplayArgs, StorageKind, check_html, driver_costs, factory, plot, plural,
+    print_driver, service_config,
 };
 use crate::output::Output;
 use crate::progress::Progress;
@@ -564,29 +564,4 @@ pub(crate) fn convert(args: ConvertArgs) -> Result<(), String> {
         );
     }
     Ok(())
-}
-
-/// An HTML page's name: `.html` or `.htm`, in a directory that exists.
-pub(crate) fn check_html(path: &std::path::Path) -> Result<(), String> {
-    let html = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| e.eq_ignore_ascii_case("html") || e.eq_ignore_ascii_case("htm"));
-    if !html {
-        return Err(format!(
-            "{}: the report is an HTML page: name it with .html",
-            path.display()
-        ));
-    }
-    streamalloc::plot::check_directory(path, "the page")?;
-    Ok(())
-}
-
-/// `word`, with an s unless there is one.
-pub(crate) fn plural(count: impl Into<u64>, word: &str) -> String {
-    if count.into() == 1 {
-        word.to_string()
-    } else {
-        format!("{word}s")
-    }
 }
