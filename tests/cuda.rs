@@ -1,7 +1,9 @@
 //! The CUDA storage on a real device: bytes round-trip, relocation keeps
 //! them, running out of device memory is a typed error, a page used on
-//! another stream waits for its work, and the service runs over it. Each test
-//! prints one skip line and passes where no driver or device exists.
+//! another stream waits for its work, memory goes back in stream order on
+//! a stream of its own and on the default stream, and the service runs
+//! over it. Each test prints one skip line and passes where no driver or
+//! device exists.
 
 #![cfg(feature = "cuda")]
 
@@ -251,6 +253,41 @@ fn pages_go_back_in_stream_order_without_a_wait() {
     storage.flush();
     // Let go without a wait: an event on the stream, the bytes counted
     // until it has passed.
+    assert_eq!(storage.driver_ops().stream_waits, waits, "the flush waited");
+    assert_eq!(storage.driver_ops().events_recorded, 1);
+    storage.synchronize().unwrap();
+    storage.flush();
+    assert_eq!(
+        storage.bytes_allocated(),
+        2 * big,
+        "freed once the event passed"
+    );
+    assert_eq!(storage.driver_ops().pages_freed, 1);
+}
+
+/// A storage on the legacy default stream (PyTorch's default stream,
+/// through `streamalloc-torch`) lets memory go as one on its own stream
+/// does: an event recorded after the work queued before the free, no
+/// wait, the bytes gone once it has passed.
+#[test]
+fn the_default_stream_gives_memory_back_without_a_wait() {
+    let Ok(context) = CudaStorage::context(0) else {
+        eprintln!("skipped: no CUDA device");
+        return;
+    };
+    let mut storage = CudaStorage::on_default_stream(context).unwrap();
+    let big = 512 << 20;
+    let (a, b) = (
+        storage.allocate(big).unwrap(),
+        storage.allocate(big).unwrap(),
+    );
+    let page = storage.allocate(1 << 20).unwrap();
+    for _ in 0..8 {
+        storage.copy(&a, &b).unwrap();
+    }
+    let waits = storage.driver_ops().stream_waits;
+    storage.deallocate(page.id);
+    storage.flush();
     assert_eq!(storage.driver_ops().stream_waits, waits, "the flush waited");
     assert_eq!(storage.driver_ops().events_recorded, 1);
     storage.synchronize().unwrap();

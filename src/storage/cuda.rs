@@ -135,6 +135,19 @@ impl CudaStorage {
         Self::on_stream(context, stream)
     }
 
+    /// A storage that orders its work on `context`'s legacy default stream
+    /// (the null stream, which a PyTorch program's default stream is).
+    /// Memory goes back once an event recorded there after its last use
+    /// has passed, as on any stream: nothing waits. The legacy stream runs
+    /// an operation only after the earlier work of every blocking stream,
+    /// so the event covers those too; work on non-blocking streams (the
+    /// ones PyTorch's pools make) that uses this memory is declared with
+    /// `record_use` (PyTorch's `record_stream`), as for any other stream.
+    pub fn on_default_stream(context: Arc<CudaContext>) -> Result<Self, StorageError> {
+        let stream = context.default_stream();
+        Self::on_stream(context, stream)
+    }
+
     fn on_stream(context: Arc<CudaContext>, stream: Arc<CudaStream>) -> Result<Self, StorageError> {
         context.bind_to_thread().map_err(driver)?;
         let ordinal = i32::try_from(context.ordinal())
@@ -163,10 +176,13 @@ impl CudaStorage {
     }
 
     /// A storage on `context` whose memory other code uses on streams this
-    /// storage does not know (PyTorch's, through `streamalloc-torch`):
-    /// correct, and slow where memory goes back often, since every flush
-    /// that lets memory go waits for the whole device (`cuCtxSynchronize`)
-    /// until stream-ordered reclaim replaces it (issue 43).
+    /// storage is never told of: correct whatever the streams, and slow
+    /// where memory goes back often, since every flush that lets memory go
+    /// waits for the whole device (`cuCtxSynchronize`). Code that says
+    /// which streams use what (`record_use`) wants
+    /// [`on_borrowed_stream`](Self::on_borrowed_stream) or
+    /// [`on_default_stream`](Self::on_default_stream) instead: nothing
+    /// waits there.
     pub fn for_foreign_streams(context: Arc<CudaContext>) -> Result<Self, StorageError> {
         let mut storage = Self::on_context(context)?;
         storage.foreign_streams = true;

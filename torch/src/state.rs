@@ -558,9 +558,10 @@ impl Library {
 /// Each streamalloc stream orders its work on the CUDA stream PyTorch
 /// passed for it (`cuda_streams`, by stream id), borrowed: memory goes
 /// back once that stream is done with it, and frees that other streams
-/// used wait for them first (`uses.rs`). PyTorch's default stream (null)
-/// orders with every blocking stream, so its storage waits for the whole
-/// device instead.
+/// used wait for them first (`uses.rs`). PyTorch's default stream is the
+/// legacy null stream: its storage orders on it the same way
+/// (`CudaStorage::on_default_stream`), an event there passing only after
+/// the earlier work of every blocking stream too.
 #[cfg(feature = "cuda")]
 fn cuda_supervisor(
     device: i32,
@@ -575,7 +576,7 @@ fn cuda_supervisor(
         Box::new(move |id| {
             let stream = cuda_streams.lock().get(&id.0).copied().unwrap_or(0);
             let storage = if stream == 0 {
-                CudaStorage::for_foreign_streams(context.clone())
+                CudaStorage::on_default_stream(context.clone())
             } else {
                 // SAFETY: PyTorch passed this stream for allocations it
                 // orders on it, and keeps its streams for the life of the
