@@ -10,6 +10,11 @@ median step time beside PyTorch's.
 
 usage: STREAMALLOC_TORCH_LIBRARY=.gpu/libstreamalloc_torch.so python3 scripts/torch-check.py
 (the library built here: cargo build --release -p streamalloc-torch --features cuda)
+
+streamalloc runs once per layout in LAYOUTS (the library's default,
+adaptive pages, and expandable arenas), each row with the host's waits for
+a stream that the library counted (issue 43: none on the paths that
+reserve, release, trim, settle or give back).
 """
 import json
 import os
@@ -20,6 +25,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = ("mlp_train", "conv_train", "decode_two_streams", "record_stream")
+LAYOUTS = ("adaptive", "expandable")
 TOLERANCE = 1e-4
 
 
@@ -128,21 +134,28 @@ def workload(name):
 
 
 def child(name, mode):
+    # "native", or "streamalloc:LAYOUT" (read once, at the library's first use).
+    streamalloc = mode.startswith("streamalloc")
+    if streamalloc:
+        os.environ["STREAMALLOC_TORCH_CONFIG"] = mode.split(":", 1)[1]
     import torch
 
-    if mode == "streamalloc":
+    if streamalloc:
         sys.path.insert(0, os.path.join(HERE, "..", "python"))
         import streamalloc_torch
 
         streamalloc_torch.enable()
     result, steps = workload(name)
     torch.cuda.synchronize()
-    if mode == "streamalloc":
+    if streamalloc:
         import streamalloc_torch
 
         stats = streamalloc_torch.stats()
         peak = max(d["peak_bytes_reserved"] for d in stats["devices"])
-        extra = {"refusals": {k: v for k, v in stats["refusals"].items() if v}}
+        extra = {
+            "refusals": {k: v for k, v in stats["refusals"].items() if v},
+            "stream_waits": sum(d["driver"]["stream_waits"] for d in stats["devices"]),
+        }
     else:
         peak = torch.cuda.max_memory_reserved()
         extra = {}
@@ -152,29 +165,36 @@ def child(name, mode):
 def main():
     if len(sys.argv) == 3:
         return child(sys.argv[1], sys.argv[2])
-    print("| workload | outputs equal (rel. tol. 1e-4) | peak reserved, streamalloc / PyTorch (MiB) | median step, streamalloc / PyTorch (ms) | refusals |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| workload | layout | outputs equal (rel. tol. 1e-4) | peak reserved, streamalloc / PyTorch (MiB) | median step, streamalloc / PyTorch (ms) | stream waits | refusals |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     failed = False
+
+    def run(name, mode):
+        out = subprocess.run([sys.executable, __file__, name, mode], capture_output=True, text=True, timeout=300)
+        if out.returncode != 0:
+            print(f"| {name} | {mode} | failed: {out.stderr.strip().splitlines()[-1:]} | | | | |")
+            return None
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    mib = 1 << 20
     for name in WORKLOADS:
-        runs = {}
-        for mode in ("native", "streamalloc"):
-            out = subprocess.run([sys.executable, __file__, name, mode], capture_output=True, text=True, timeout=300)
-            if out.returncode != 0:
-                print(f"| {name} | {mode} failed: {out.stderr.strip().splitlines()[-1:]} | | | |")
-                failed = True
-                break
-            runs[mode] = json.loads(out.stdout.strip().splitlines()[-1])
-        if len(runs) < 2:
+        a = run(name, "native")
+        if a is None:
+            failed = True
             continue
-        a, b = runs["native"], runs["streamalloc"]
-        equal = abs(a["result"] - b["result"]) <= TOLERANCE * max(1.0, abs(a["result"]))
-        failed |= not equal
-        mib = 1 << 20
-        print(
-            f"| {name} | {equal} ({b['result']:.6g} vs {a['result']:.6g}) | "
-            f"{b['peak_reserved'] / mib:.1f} / {a['peak_reserved'] / mib:.1f} ({b['peak_reserved'] / max(a['peak_reserved'], 1):.2f}x) | "
-            f"{b['step_ms']:.2f} / {a['step_ms']:.2f} ({b['step_ms'] / max(a['step_ms'], 1e-9):.2f}x) | {b.get('refusals', {})} |"
-        )
+        for layout in LAYOUTS:
+            b = run(name, f"streamalloc:{layout}")
+            if b is None:
+                failed = True
+                continue
+            equal = abs(a["result"] - b["result"]) <= TOLERANCE * max(1.0, abs(a["result"]))
+            failed |= not equal
+            print(
+                f"| {name} | {layout} | {equal} ({b['result']:.6g} vs {a['result']:.6g}) | "
+                f"{b['peak_reserved'] / mib:.1f} / {a['peak_reserved'] / mib:.1f} ({b['peak_reserved'] / max(a['peak_reserved'], 1):.2f}x) | "
+                f"{b['step_ms']:.2f} / {a['step_ms']:.2f} ({b['step_ms'] / max(a['step_ms'], 1e-9):.2f}x) | "
+                f"{b['stream_waits']} | {b.get('refusals', {})} |"
+            )
     return 1 if failed else 0
 
 
