@@ -18,6 +18,8 @@
 #![warn(missing_docs)]
 
 pub mod config;
+mod fork;
+mod ptr_hash;
 mod refusal;
 mod state;
 #[cfg(feature = "cuda")]

@@ -5,6 +5,8 @@
 //! never a crash.
 
 use crate::config::{Config, StorageChoice};
+use crate::fork::Process;
+use crate::ptr_hash::PtrMap;
 use crate::refusal::Refusal;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -40,8 +42,11 @@ struct Device {
     /// The CUDA stream each stream being made orders its work on (its
     /// storage borrows it): filled before `Supervisor::stream`.
     cuda_streams: Arc<Mutex<HashMap<u32, usize>>>,
-    streams: Mutex<HashMap<usize, StreamHandle>>,
-    live: Mutex<HashMap<usize, Held>>,
+    /// One handle per CUDA stream, shared by every thread that calls on
+    /// it (a handle takes concurrent calls; a clone per call was a new
+    /// client, its reply cell and hot cache made and dropped each time).
+    streams: Mutex<PtrMap<usize, Arc<StreamHandle>>>,
+    live: Mutex<PtrMap<usize, Held>>,
     /// The GPU's context, where memory is the GPU's.
     #[cfg(feature = "cuda")]
     context: Option<std::sync::Arc<cudarc::driver::CudaContext>>,
@@ -81,9 +86,9 @@ impl Device {
 /// The library's state in this process.
 pub struct Library {
     /// The process that made it: a child after `fork` is refused.
-    pid: u32,
+    process: Process,
     config: Result<Config, String>,
-    devices: Mutex<HashMap<i32, Arc<Device>>>,
+    devices: Mutex<PtrMap<i32, Arc<Device>>>,
     /// Memory fractions PyTorch set, applied at each device's first use.
     fractions: Mutex<HashMap<i32, f64>>,
     shut: AtomicBool,
@@ -110,9 +115,9 @@ impl Library {
     /// The library, configured from `config` (or the reason it is not).
     pub fn new(config: Result<Config, String>, record: bool) -> Self {
         Self {
-            pid: std::process::id(),
+            process: Process::this(),
             config,
-            devices: Mutex::new(HashMap::new()),
+            devices: Mutex::new(PtrMap::default()),
             fractions: Mutex::new(HashMap::new()),
             shut: AtomicBool::new(false),
             refusals: Mutex::new(HashMap::new()),
@@ -151,7 +156,7 @@ impl Library {
     /// Whether this call may act at all: not after shutdown, not in a
     /// forked child.
     fn usable(&self) -> bool {
-        if std::process::id() != self.pid {
+        if !self.process.is_current() {
             self.refuse(Refusal::ForkedChild, || {
                 "a call in a child process after fork: the parent's device memory is not the child's".into()
             });
@@ -217,8 +222,8 @@ impl Library {
         let made = Arc::new(Device {
             supervisor,
             cuda_streams,
-            streams: Mutex::new(HashMap::new()),
-            live: Mutex::new(HashMap::new()),
+            streams: Mutex::new(PtrMap::default()),
+            live: Mutex::new(PtrMap::default()),
             #[cfg(feature = "cuda")]
             context,
             #[cfg(feature = "cuda")]
@@ -229,7 +234,7 @@ impl Library {
     }
 
     /// The streamalloc stream of CUDA stream `stream` on `device`.
-    fn stream(&self, device: &Device, stream: usize) -> Option<StreamHandle> {
+    fn stream(&self, device: &Device, stream: usize) -> Option<Arc<StreamHandle>> {
         let mut streams = device.streams.lock();
         if let Some(found) = streams.get(&stream) {
             return Some(found.clone());
@@ -238,6 +243,7 @@ impl Library {
         device.cuda_streams.lock().insert(id.0, stream);
         match device.supervisor.stream(id) {
             Ok(handle) => {
+                let handle = Arc::new(handle);
                 streams.insert(stream, handle.clone());
                 Some(handle)
             }
@@ -381,7 +387,7 @@ impl Library {
         }
         let devices: Vec<Arc<Device>> = self.devices.lock().values().cloned().collect();
         for dev in devices {
-            let streams: Vec<StreamHandle> = dev.streams.lock().values().cloned().collect();
+            let streams: Vec<Arc<StreamHandle>> = dev.streams.lock().values().cloned().collect();
             for stream in streams {
                 let _ = stream.cleanup(Cleanup::Explicit);
             }
@@ -441,7 +447,7 @@ impl Library {
     /// Every device's figures, as JSON (in a forked child, the counts
     /// alone: the devices' threads stayed in the parent).
     pub fn stats(&self) -> Value {
-        let forked = std::process::id() != self.pid;
+        let forked = !self.process.is_current();
         let devices: Vec<(i32, Arc<Device>)> = if forked {
             Vec::new()
         } else {
