@@ -187,9 +187,12 @@ impl Pending {
         }
     }
 
-    /// The actor starts serving it at `now`: its wait runs from here.
-    pub(crate) fn start(&mut self, now: Duration) {
-        self.deadline = self.wait.map(|wait| crate::clock::deadline(now, wait));
+    /// The actor starts serving it at `now`: its wait runs from here. The
+    /// clock is read only for a request that waits a bounded time (most
+    /// wait as long as it takes: a clock read each was a twentieth of a
+    /// served reservation).
+    pub(crate) fn start(&mut self, now: impl FnOnce() -> Duration) {
+        self.deadline = self.wait.map(|wait| crate::clock::deadline(now(), wait));
     }
 }
 

@@ -123,7 +123,7 @@ impl StreamActor {
         }
         match request {
             Request::ReserveMany(mut pending) => {
-                pending.start(self.stream.now());
+                pending.start(|| self.stream.now());
                 self.short.serve_reserve(&mut self.stream, pending);
             }
             Request::Run(job) => job.run(Ok(self)),
