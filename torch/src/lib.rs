@@ -18,7 +18,10 @@
 #![warn(missing_docs)]
 
 pub mod config;
+mod devices;
 mod fork;
+mod ledger;
+mod live;
 mod ptr_hash;
 mod refusal;
 mod state;

@@ -5,7 +5,10 @@
 //! never a crash.
 
 use crate::config::{Config, StorageChoice};
+use crate::devices::Devices;
 use crate::fork::Process;
+use crate::ledger::Ledger;
+use crate::live::LiveMap;
 use crate::ptr_hash::PtrMap;
 use crate::refusal::Refusal;
 use parking_lot::Mutex;
@@ -22,7 +25,7 @@ use streamalloc::trace::{TraceAction, TraceEvent, TraceMeta, write_trace_jsonl};
 const LOGGED_PER_KIND: u64 = 8;
 
 /// The most devices the library serves (CUDA ordinals are small).
-const MAX_DEVICES: i32 = 64;
+const MAX_DEVICES: usize = 64;
 
 /// One pointer handed out.
 struct Held {
@@ -46,7 +49,7 @@ struct Device {
     /// it (a handle takes concurrent calls; a clone per call was a new
     /// client, its reply cell and hot cache made and dropped each time).
     streams: Mutex<PtrMap<usize, Arc<StreamHandle>>>,
-    live: Mutex<PtrMap<usize, Held>>,
+    live: LiveMap<Held>,
     /// The GPU's context, where memory is the GPU's.
     #[cfg(feature = "cuda")]
     context: Option<std::sync::Arc<cudarc::driver::CudaContext>>,
@@ -88,27 +91,17 @@ pub struct Library {
     /// The process that made it: a child after `fork` is refused.
     process: Process,
     config: Result<Config, String>,
-    devices: Mutex<PtrMap<i32, Arc<Device>>>,
+    devices: Devices<Device, MAX_DEVICES>,
     /// Memory fractions PyTorch set, applied at each device's first use.
     fractions: Mutex<HashMap<i32, f64>>,
     shut: AtomicBool,
     refusals: Mutex<HashMap<Refusal, u64>>,
     allocations: AtomicU64,
     frees: AtomicU64,
-    /// Bytes handed out and not freed, their peak, and the trace: one
-    /// lock, so the trace's order is the order these were counted in and
-    /// its replay finds the same peak.
-    ledger: Mutex<Ledger>,
+    /// Bytes handed out and not freed, their peak, and the trace
+    /// (`ledger.rs`).
+    ledger: Ledger,
     started: Instant,
-}
-
-/// What the library has handed out, in the order it counted it.
-#[derive(Default)]
-struct Ledger {
-    live: u64,
-    peak: u64,
-    /// Every allocation and free since recording began, when it is on.
-    trace: Option<Vec<TraceEvent>>,
 }
 
 impl Library {
@@ -117,16 +110,13 @@ impl Library {
         Self {
             process: Process::this(),
             config,
-            devices: Mutex::new(PtrMap::default()),
+            devices: Devices::default(),
             fractions: Mutex::new(HashMap::new()),
             shut: AtomicBool::new(false),
             refusals: Mutex::new(HashMap::new()),
             allocations: AtomicU64::new(0),
             frees: AtomicU64::new(0),
-            ledger: Mutex::new(Ledger {
-                trace: record.then(Vec::new),
-                ..Ledger::default()
-            }),
+            ledger: Ledger::new(record),
             started: Instant::now(),
         }
     }
@@ -180,8 +170,8 @@ impl Library {
     }
 
     /// The device `device`, made on first use.
-    fn device(&self, device: i32) -> Option<Arc<Device>> {
-        if !(0..MAX_DEVICES).contains(&device) {
+    fn device(&self, device: i32) -> Option<&Device> {
+        let Some(index) = usize::try_from(device).ok().filter(|&i| i < MAX_DEVICES) else {
             self.refuse(Refusal::BadDevice, || {
                 format!(
                     "device {device} (this library serves devices 0 to {})",
@@ -189,12 +179,19 @@ impl Library {
                 )
             });
             return None;
+        };
+        if let Some(made) = self.devices.get(index) {
+            return Some(made);
         }
         let config = self.config()?;
-        let mut devices = self.devices.lock();
-        if let Some(found) = devices.get(&device) {
-            return Some(found.clone());
-        }
+        self.devices
+            .get_or_make(index, || self.make_device(device, config))
+    }
+
+    /// Device `device`'s supervisor and tables, its budget from the
+    /// memory fraction set for it, if any (`None`, refused, where its
+    /// storage cannot be had).
+    fn make_device(&self, device: i32, config: &Config) -> Option<Device> {
         let budget = match self.fractions.lock().get(&device) {
             Some(fraction) => Some((config.device_bytes as f64 * fraction) as u64),
             None => config.budget,
@@ -219,18 +216,16 @@ impl Library {
                 .and_then(|ordinal| streamalloc::storage::CudaStorage::context(ordinal).ok()),
             _ => None,
         };
-        let made = Arc::new(Device {
+        Some(Device {
             supervisor,
             cuda_streams,
             streams: Mutex::new(PtrMap::default()),
-            live: Mutex::new(PtrMap::default()),
+            live: LiveMap::default(),
             #[cfg(feature = "cuda")]
             context,
             #[cfg(feature = "cuda")]
             waiting: Mutex::new(Vec::new()),
-        });
-        devices.insert(device, made.clone());
-        Some(made)
+        })
     }
 
     /// The streamalloc stream of CUDA stream `stream` on `device`.
@@ -258,19 +253,12 @@ impl Library {
 
     /// Count an allocation or a free (and trace it, when recording).
     fn count(&self, device: i32, stream: usize, action: TraceAction, ptr: usize, size: u64) {
-        let mut ledger = self.ledger.lock();
-        if action == TraceAction::Alloc {
-            ledger.live += size;
-            ledger.peak = ledger.peak.max(ledger.live);
-        } else {
-            ledger.live -= size;
-        }
-        if let Some(events) = ledger.trace.as_mut() {
+        self.ledger.count(action, size, || {
             let time = u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
             let mut event = TraceEvent::new(time, stream as u64, action, ptr as u64, size);
             event.device = u32::try_from(device).unwrap_or(0);
-            events.push(event);
-        }
+            event
+        });
     }
 
     /// PyTorch's allocate: a pointer to `size` bytes on `device`, ordered
@@ -284,7 +272,7 @@ impl Library {
             return 0;
         };
         dev.release_finished();
-        let Some(handle) = self.stream(&dev, stream) else {
+        let Some(handle) = self.stream(dev, stream) else {
             return 0;
         };
         let size = size as u64;
@@ -310,7 +298,7 @@ impl Library {
         // allocation.
         self.count(device, stream, TraceAction::Alloc, ptr, size);
         self.allocations.fetch_add(1, Ordering::Relaxed);
-        dev.live.lock().insert(
+        dev.live.insert(
             ptr,
             Held {
                 _pinned: pinned,
@@ -328,8 +316,10 @@ impl Library {
         if ptr == 0 || !self.usable() {
             return;
         }
-        let dev = self.devices.lock().get(&device).cloned();
-        let held = dev.as_ref().and_then(|dev| dev.live.lock().remove(&ptr));
+        let dev = usize::try_from(device)
+            .ok()
+            .and_then(|index| self.devices.get(index));
+        let held = dev.as_ref().and_then(|dev| dev.live.remove(ptr));
         let (Some(dev), Some(held)) = (dev, held) else {
             self.refuse(Refusal::UnknownFree, || {
                 format!("free of {ptr:#x} on device {device}: not handed out by this library, or freed already")
@@ -360,17 +350,13 @@ impl Library {
         if !self.usable() {
             return;
         }
-        let known = self.devices.lock().values().any(|dev| {
-            let mut live = dev.live.lock();
-            match live.get_mut(&ptr) {
-                Some(held) => {
-                    if held.stream != stream && !held.used_on.contains(&stream) {
-                        held.used_on.push(stream);
-                    }
-                    true
+        let known = self.devices.made().any(|(_, dev)| {
+            let recorded = dev.live.with_mut(ptr, |held| {
+                if held.stream != stream && !held.used_on.contains(&stream) {
+                    held.used_on.push(stream);
                 }
-                None => false,
-            }
+            });
+            recorded.is_some()
         });
         if !known {
             self.refuse(Refusal::UnknownRecord, || {
@@ -385,8 +371,7 @@ impl Library {
         if !self.usable() {
             return;
         }
-        let devices: Vec<Arc<Device>> = self.devices.lock().values().cloned().collect();
-        for dev in devices {
+        for (_, dev) in self.devices.made() {
             let streams: Vec<Arc<StreamHandle>> = dev.streams.lock().values().cloned().collect();
             for stream in streams {
                 let _ = stream.cleanup(Cleanup::Explicit);
@@ -400,25 +385,25 @@ impl Library {
         if !self.usable() {
             return;
         }
-        if !(fraction > 0.0 && fraction <= 1.0) || self.devices.lock().contains_key(&device) {
+        let unused = usize::try_from(device).is_ok_and(|index| {
+            fraction > 0.0
+                && fraction <= 1.0
+                && self.devices.unless_made(index, || {
+                    self.fractions.lock().insert(device, fraction);
+                })
+        });
+        if !unused {
             self.refuse(Refusal::BadFraction, || {
                 format!(
                     "memory fraction {fraction} on device {device}: a fraction in (0, 1], set before the device's first allocation"
                 )
             });
-            return;
         }
-        self.fractions.lock().insert(device, fraction);
     }
 
     /// Start or stop recording the process's trace.
     pub fn set_recording(&self, on: bool) {
-        let mut ledger = self.ledger.lock();
-        match (on, ledger.trace.is_some()) {
-            (true, false) => ledger.trace = Some(Vec::new()),
-            (false, true) => ledger.trace = None,
-            _ => {}
-        }
+        self.ledger.set_recording(on);
     }
 
     /// Write the trace recorded so far as JSON Lines (`streamalloc replay`
@@ -426,9 +411,7 @@ impl Library {
     pub fn dump_trace(&self, path: &std::path::Path) -> Result<u64, String> {
         let events = self
             .ledger
-            .lock()
-            .trace
-            .clone()
+            .trace()
             .ok_or("no trace is being recorded (STREAMALLOC_TORCH_RECORD=1, or streamalloc_set_recording(1))")?;
         let meta = TraceMeta {
             source: "streamalloc-torch".into(),
@@ -448,23 +431,17 @@ impl Library {
     /// alone: the devices' threads stayed in the parent).
     pub fn stats(&self) -> Value {
         let forked = !self.process.is_current();
-        let devices: Vec<(i32, Arc<Device>)> = if forked {
+        // A forked child's devices are its parent's; a shut library's are
+        // shut.
+        let devices: Vec<(usize, &Device)> = if forked || self.shut.load(Ordering::Acquire) {
             Vec::new()
         } else {
-            let mut all: Vec<_> = self
-                .devices
-                .lock()
-                .iter()
-                .map(|(id, dev)| (*id, dev.clone()))
-                .collect();
-            all.sort_by_key(|(id, _)| *id);
-            all
+            self.devices.made().collect()
         };
         let per_device: Vec<Value> = devices
             .iter()
             .map(|(id, dev)| {
                 let stats = dev.supervisor.device_stats();
-                let live = dev.live.lock();
                 let streams: Vec<Value> = dev
                     .supervisor
                     .stats()
@@ -502,7 +479,7 @@ impl Library {
                     .collect();
                 json!({
                     "device": id,
-                    "live_allocations": live.len(),
+                    "live_allocations": dev.live.len(),
                     "bytes_in_use": stats.bytes_in_use,
                     "peak_bytes_in_use": stats.peak_bytes_in_use,
                     "bytes_reserved": stats.bytes_reserved,
@@ -526,14 +503,13 @@ impl Library {
                 })
                 .collect()
         };
-        let ledger = self.ledger.lock();
         json!({
             "allocations": self.allocations.load(Ordering::Relaxed),
             "frees": self.frees.load(Ordering::Relaxed),
-            "live_bytes": ledger.live,
-            "peak_live_bytes": ledger.peak,
+            "live_bytes": self.ledger.live(),
+            "peak_live_bytes": self.ledger.peak(),
             "refusals": refusals,
-            "recording": ledger.trace.is_some(),
+            "recording": self.ledger.recording(),
             "devices": per_device,
         })
     }
@@ -543,15 +519,14 @@ impl Library {
         if self.shut.swap(true, Ordering::AcqRel) {
             return;
         }
-        let devices: Vec<Arc<Device>> = self.devices.lock().drain().map(|(_, d)| d).collect();
-        for dev in devices {
+        for (_, dev) in self.devices.made() {
             #[cfg(feature = "cuda")]
             if let Some(context) = &dev.context {
                 // What waits for other streams: they finish first.
                 let _ = context.synchronize();
                 dev.waiting.lock().clear();
             }
-            dev.live.lock().clear();
+            dev.live.clear();
             dev.streams.lock().clear();
             dev.supervisor.shutdown();
         }
