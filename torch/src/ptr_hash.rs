@@ -1,14 +1,14 @@
-//! The hasher of the library's maps keyed by pointers and small ids: a
-//! multiply and a rotation. The standard SipHash, built to resist keys an
-//! attacker picks, cost a malloc and free through the library two lookups'
-//! worth of hashing; these keys come from PyTorch. Pointers are aligned, so
-//! the low bits of a product are zeros: the rotation brings its mixed high
-//! bits down to where the table picks a bucket.
+//! The hasher of the library's maps keyed by pointers: a multiply and a
+//! rotation. The standard SipHash resists keys an attacker picks, at a
+//! cost every malloc and every free paid; these keys come from PyTorch.
+//! Pointers are aligned, so the low bits of a product are zeros: the
+//! rotation brings its mixed high bits down to where the table picks a
+//! bucket.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-/// A map keyed by pointers or ids.
+/// A map keyed by pointers.
 pub(crate) type PtrMap<K, V> = HashMap<K, V, BuildHasherDefault<PtrHasher>>;
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -31,14 +31,6 @@ impl Hasher for PtrHasher {
 
     fn write_usize(&mut self, value: usize) {
         self.write_u64(value as u64);
-    }
-
-    fn write_u32(&mut self, value: u32) {
-        self.write_u64(u64::from(value));
-    }
-
-    fn write_i32(&mut self, value: i32) {
-        self.write_u64(u64::from(value as u32));
     }
 }
 
