@@ -16,48 +16,51 @@ use streamalloc_torch::{streamalloc_free, streamalloc_malloc};
 
 const LIVE: usize = 32;
 
-/// `calls` steps of the ring on CUDA stream `stream`, everything freed
-/// at the end.
-fn ring_on(stream: usize, calls: u64) {
-    let stream = stream as *mut c_void;
-    let mut held: VecDeque<(*mut c_void, usize)> = VecDeque::new();
-    for step in 0..calls {
-        let size = 512 << (step % 12);
-        let ptr = streamalloc_malloc(size, 0, stream);
-        assert!(!ptr.is_null());
-        held.push_back((black_box(ptr), size));
-        if held.len() > LIVE
-            && let Some((old, old_size)) = held.pop_front()
-        {
-            streamalloc_free(old, old_size, 0, stream);
+/// The live pointers of one CUDA stream: each step allocates the next
+/// size and frees the oldest past [`LIVE`]; what is left goes at the end.
+struct Ring {
+    stream: *mut c_void,
+    held: VecDeque<(*mut c_void, usize)>,
+    steps: usize,
+}
+
+impl Ring {
+    fn on(stream: usize) -> Self {
+        Self {
+            stream: stream as *mut c_void,
+            held: VecDeque::with_capacity(LIVE + 1),
+            steps: 0,
         }
     }
-    for (ptr, size) in held {
-        streamalloc_free(ptr, size, 0, stream);
+
+    fn step(&mut self) {
+        let size = 512 << (self.steps % 12);
+        self.steps = self.steps.wrapping_add(1);
+        let ptr = streamalloc_malloc(size, 0, self.stream);
+        assert!(!ptr.is_null());
+        self.held.push_back((black_box(ptr), size));
+        if self.held.len() > LIVE
+            && let Some((old, old_size)) = self.held.pop_front()
+        {
+            streamalloc_free(old, old_size, 0, self.stream);
+        }
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        for (ptr, size) in self.held.drain(..) {
+            streamalloc_free(ptr, size, 0, self.stream);
+        }
     }
 }
 
 fn ring(c: &mut Criterion) {
-    let stream = std::ptr::null_mut::<c_void>();
-    let sizes: Vec<usize> = (0..64).map(|i| 512 << (i % 12)).collect();
-    let mut held: VecDeque<(*mut c_void, usize)> = VecDeque::new();
-    let mut step = 0usize;
     let mut group = c.benchmark_group("c_api");
     group.throughput(Throughput::Elements(1));
-    group.bench_function("malloc_and_free_32_live", |b| {
-        b.iter(|| {
-            let size = sizes[step % sizes.len()];
-            step = step.wrapping_add(1);
-            let ptr = streamalloc_malloc(size, 0, stream);
-            assert!(!ptr.is_null());
-            held.push_back((black_box(ptr), size));
-            if held.len() > LIVE
-                && let Some((old, old_size)) = held.pop_front()
-            {
-                streamalloc_free(old, old_size, 0, stream);
-            }
-        });
-    });
+    let mut one = Ring::on(0);
+    group.bench_function("malloc_and_free_32_live", |b| b.iter(|| one.step()));
+    drop(one);
     // Two threads, each on a stream of its own: the time per call of
     // either (the wall time of both over the calls of both).
     group.bench_function("malloc_and_free_2_threads", |b| {
@@ -65,7 +68,12 @@ fn ring(c: &mut Criterion) {
             let each = iters.div_ceil(2).max(1);
             let start = Instant::now();
             let threads: Vec<_> = (1..=2)
-                .map(|stream| std::thread::spawn(move || ring_on(stream * 0x1000, each)))
+                .map(|stream| {
+                    std::thread::spawn(move || {
+                        let mut ring = Ring::on(stream * 0x1000);
+                        (0..each).for_each(|_| ring.step());
+                    })
+                })
                 .collect();
             for thread in threads {
                 thread.join().unwrap();
@@ -75,9 +83,6 @@ fn ring(c: &mut Criterion) {
         });
     });
     group.finish();
-    for (ptr, size) in held.drain(..) {
-        streamalloc_free(ptr, size, 0, stream);
-    }
 }
 
 criterion_group! {
