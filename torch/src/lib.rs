@@ -25,6 +25,7 @@ mod live;
 mod ptr_hash;
 mod refusal;
 mod state;
+mod streams;
 #[cfg(feature = "cuda")]
 mod uses;
 

@@ -9,8 +9,8 @@ use crate::devices::Devices;
 use crate::fork::Process;
 use crate::ledger::Ledger;
 use crate::live::LiveMap;
-use crate::ptr_hash::PtrMap;
 use crate::refusal::Refusal;
+use crate::streams::Streams;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -48,7 +48,7 @@ struct Device {
     /// One handle per CUDA stream, shared by every thread that calls on
     /// it (a handle takes concurrent calls; a clone per call was a new
     /// client, its reply cell and hot cache made and dropped each time).
-    streams: Mutex<PtrMap<usize, Arc<StreamHandle>>>,
+    streams: Streams,
     live: LiveMap<Held>,
     /// The GPU's context, where memory is the GPU's.
     #[cfg(feature = "cuda")]
@@ -197,6 +197,7 @@ impl Library {
             None => config.budget,
         };
         let service = config.service(budget);
+        let most_streams = service.max_streams;
         let cuda_streams = Arc::new(Mutex::new(HashMap::new()));
         let supervisor = match config.storage {
             StorageChoice::Host => Supervisor::host(service),
@@ -219,7 +220,7 @@ impl Library {
         Some(Device {
             supervisor,
             cuda_streams,
-            streams: Mutex::new(PtrMap::default()),
+            streams: Streams::new(most_streams),
             live: LiveMap::default(),
             #[cfg(feature = "cuda")]
             context,
@@ -228,23 +229,19 @@ impl Library {
         })
     }
 
-    /// The streamalloc stream of CUDA stream `stream` on `device`.
-    fn stream(&self, device: &Device, stream: usize) -> Option<Arc<StreamHandle>> {
-        let mut streams = device.streams.lock();
-        if let Some(found) = streams.get(&stream) {
-            return Some(found.clone());
-        }
-        let id = StreamId(u32::try_from(streams.len()).unwrap_or(u32::MAX));
-        device.cuda_streams.lock().insert(id.0, stream);
-        match device.supervisor.stream(id) {
-            Ok(handle) => {
-                let handle = Arc::new(handle);
-                streams.insert(stream, handle.clone());
-                Some(handle)
-            }
-            Err(err) => {
+    /// The streamalloc stream of CUDA stream `stream` on `device`, made
+    /// on its first call.
+    fn stream<'a>(&self, device: &'a Device, stream: usize) -> Option<&'a StreamHandle> {
+        let made = device.streams.get_or_make(stream, |id| {
+            // Its storage orders on this CUDA stream: known before it is made.
+            device.cuda_streams.lock().insert(id, stream);
+            (device.supervisor.stream(StreamId(id))).map_err(|err| err.to_string())
+        });
+        match made {
+            Ok(handle) => Some(handle),
+            Err(message) => {
                 self.refuse(Refusal::TooManyStreams, || {
-                    format!("CUDA stream {stream:#x}: {err}")
+                    format!("CUDA stream {stream:#x}: {message}")
                 });
                 None
             }
@@ -372,8 +369,7 @@ impl Library {
             return;
         }
         for (_, dev) in self.devices.made() {
-            let streams: Vec<Arc<StreamHandle>> = dev.streams.lock().values().cloned().collect();
-            for stream in streams {
+            for stream in dev.streams.iter() {
                 let _ = stream.cleanup(Cleanup::Explicit);
             }
         }
@@ -456,7 +452,7 @@ impl Library {
                         })
                     })
                     .collect();
-                let reports: Vec<_> = (dev.streams.lock().values())
+                let reports: Vec<_> = (dev.streams.iter())
                     .filter_map(|handle| handle.report().ok())
                     .collect();
                 let driver = (reports.iter())
@@ -527,7 +523,8 @@ impl Library {
                 dev.waiting.lock().clear();
             }
             dev.live.clear();
-            dev.streams.lock().clear();
+            // Its handles stay, answering `StreamStopped` (no call gets
+            // past `usable` from now on).
             dev.supervisor.shutdown();
         }
     }
