@@ -1,5 +1,6 @@
-//! What the library has handed out, in bytes, and its peak, counted by
-//! every call; and the trace of the calls while one is recorded.
+//! What the library has handed out, in calls and bytes, and its peak,
+//! counted by every call; and the trace of the calls while one is
+//! recorded.
 //!
 //! Counting takes no lock: two atomics, so that threads calling at once
 //! (a program's main thread and its autograd thread) do not queue behind
@@ -13,8 +14,14 @@ use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use streamalloc::trace::{TraceAction, TraceEvent};
 
+/// The counts every call writes, on a cache line of their own: beside the
+/// library's fields that every call only reads (its process, whether it
+/// is shut), each write would take those from the other threads' caches.
 #[derive(Debug, Default)]
+#[repr(align(64))]
 pub(crate) struct Ledger {
+    allocations: AtomicU64,
+    frees: AtomicU64,
     live: AtomicU64,
     peak: AtomicU64,
     /// Whether `trace` is `Some` (read without its lock).
@@ -48,6 +55,7 @@ impl Ledger {
 
     fn tally(&self, action: TraceAction, size: u64) {
         if action == TraceAction::Alloc {
+            self.allocations.fetch_add(1, Ordering::Relaxed);
             // An allocation is counted before its pointer is returned, so
             // a free (after it, on any thread) never takes off more than
             // was added.
@@ -57,8 +65,17 @@ impl Ledger {
                 .saturating_add(size);
             self.peak.fetch_max(live, Ordering::AcqRel);
         } else {
+            self.frees.fetch_add(1, Ordering::Relaxed);
             self.live.fetch_sub(size, Ordering::AcqRel);
         }
+    }
+
+    /// Allocations and frees counted.
+    pub(crate) fn calls(&self) -> (u64, u64) {
+        (
+            self.allocations.load(Ordering::Relaxed),
+            self.frees.load(Ordering::Relaxed),
+        )
     }
 
     /// Bytes handed out and not freed.

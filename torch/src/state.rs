@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use streamalloc::memory::{Allocation, Bytes, Cleanup, Pinned, StreamId};
 use streamalloc::service::{ServiceError, StreamHandle, Supervisor};
@@ -96,8 +96,6 @@ pub struct Library {
     fractions: Mutex<HashMap<i32, f64>>,
     shut: AtomicBool,
     refusals: Mutex<HashMap<Refusal, u64>>,
-    allocations: AtomicU64,
-    frees: AtomicU64,
     /// Bytes handed out and not freed, their peak, and the trace
     /// (`ledger.rs`).
     ledger: Ledger,
@@ -114,8 +112,6 @@ impl Library {
             fractions: Mutex::new(HashMap::new()),
             shut: AtomicBool::new(false),
             refusals: Mutex::new(HashMap::new()),
-            allocations: AtomicU64::new(0),
-            frees: AtomicU64::new(0),
             ledger: Ledger::new(record),
             started: Instant::now(),
         }
@@ -294,7 +290,6 @@ impl Library {
         // another thread): the ledger never counts a free before its
         // allocation.
         self.count(device, stream, TraceAction::Alloc, ptr, size);
-        self.allocations.fetch_add(1, Ordering::Relaxed);
         dev.live.insert(
             ptr,
             Held {
@@ -333,7 +328,6 @@ impl Library {
         }
         let _ = stream;
         self.count(device, held.stream, TraceAction::Free, ptr, held.size);
-        self.frees.fetch_add(1, Ordering::Relaxed);
         // The pin goes, then the handle: the memory goes back to its
         // stream (once other streams that used it are done).
         dev.release(held);
@@ -500,8 +494,8 @@ impl Library {
                 .collect()
         };
         json!({
-            "allocations": self.allocations.load(Ordering::Relaxed),
-            "frees": self.frees.load(Ordering::Relaxed),
+            "allocations": self.ledger.calls().0,
+            "frees": self.ledger.calls().1,
             "live_bytes": self.ledger.live(),
             "peak_live_bytes": self.ledger.peak(),
             "refusals": refusals,
