@@ -24,7 +24,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WORKLOADS = ("mlp_train", "conv_train", "decode_two_streams", "record_stream")
+WORKLOADS = ("mlp_train", "conv_train", "decode_two_streams", "record_stream", "alloc_free")
 LAYOUTS = ("adaptive", "expandable")
 TOLERANCE = 1e-4
 
@@ -83,6 +83,20 @@ def workload(name):
 
             out = timed(step)
         result = out.item()
+    elif name == "alloc_free":
+        # The allocator's own time, no kernel: 1,000 tensors of 16 KiB made
+        # and dropped at once, a step each (the README of
+        # shared/torch-h200 measured 2.3-3.7 ms on PyTorch's allocator).
+        kept = torch.empty(1 << 20, device=dev)  # the device in use first
+        for _ in range(20):
+            def step():
+                for _ in range(1000):
+                    t = torch.empty(4096, device=dev)
+                    del t
+                return None
+
+            timed(step)
+        result = float(kept.numel())
     elif name == "record_stream":
         # Memory made on one stream, read by long work on another
         # (x.record_stream), freed, and the next allocation filled at once:
