@@ -55,7 +55,7 @@ struct Device {
     context: Option<std::sync::Arc<cudarc::driver::CudaContext>>,
     /// Frees waiting for other streams that used the memory.
     #[cfg(feature = "cuda")]
-    waiting: Mutex<Vec<(crate::uses::Uses, Held)>>,
+    waiting: crate::uses::Waiting<Held>,
 }
 
 impl Device {
@@ -63,7 +63,7 @@ impl Device {
     fn release_finished(&self) {
         #[cfg(feature = "cuda")]
         if let Some(context) = &self.context {
-            self.waiting.lock().retain(|(uses, _)| !uses.done(context));
+            self.waiting.release_finished(context);
         }
     }
 
@@ -74,7 +74,7 @@ impl Device {
             && !held.used_on.is_empty()
         {
             match crate::uses::Uses::record(context, &held.used_on) {
-                Ok(uses) => self.waiting.lock().push((uses, held)),
+                Ok(uses) => self.waiting.push(held.used_on[0], uses, held),
                 // No event to wait on: wait for the device instead.
                 Err(_) => {
                     let _ = context.synchronize();
@@ -221,7 +221,7 @@ impl Library {
             #[cfg(feature = "cuda")]
             context,
             #[cfg(feature = "cuda")]
-            waiting: Mutex::new(Vec::new()),
+            waiting: crate::uses::Waiting::default(),
         })
     }
 
@@ -514,7 +514,7 @@ impl Library {
             if let Some(context) = &dev.context {
                 // What waits for other streams: they finish first.
                 let _ = context.synchronize();
-                dev.waiting.lock().clear();
+                dev.waiting.clear();
             }
             dev.live.clear();
             // Its handles stay, answering `StreamStopped` (no call gets
