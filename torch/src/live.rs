@@ -3,7 +3,7 @@
 //! rarely meet on one (one map behind one lock made two threads slower
 //! together than one alone).
 
-use crate::ptr_hash::PtrMap;
+use crate::ptr_hash::{self, PtrMap};
 use parking_lot::Mutex;
 
 const SHARDS: usize = 16;
@@ -27,8 +27,9 @@ impl<V> Default for LiveMap<V> {
 
 impl<V> LiveMap<V> {
     fn shard(&self, ptr: usize) -> &Mutex<PtrMap<usize, V>> {
-        // The pointer's high product bits: aligned pointers differ there.
-        let at = (ptr as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 60;
+        // The top bits of the spread pointer (aligned pointers differ
+        // there), apart from the bits the shard's table picks buckets by.
+        let at = ptr_hash::spread(ptr as u64) >> 60;
         &self.shards[at as usize % SHARDS].0
     }
 

@@ -14,9 +14,15 @@ pub(crate) type PtrMap<K, V> = HashMap<K, V, BuildHasherDefault<PtrHasher>>;
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct PtrHasher(u64);
 
+/// A key's bits spread by a multiply (Fibonacci hashing): its high bits
+/// depend on every bit of the key.
+pub(crate) fn spread(key: u64) -> u64 {
+    key.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
 impl Hasher for PtrHasher {
     fn finish(&self) -> u64 {
-        self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(26)
+        spread(self.0).rotate_left(26)
     }
 
     fn write(&mut self, bytes: &[u8]) {

@@ -176,12 +176,10 @@ impl Library {
             });
             return None;
         };
-        if let Some(made) = self.devices.get(index) {
-            return Some(made);
-        }
-        let config = self.config()?;
-        self.devices
-            .get_or_make(index, || self.make_device(device, config))
+        self.devices.get_or_make(index, || {
+            let config = self.config()?;
+            self.make_device(device, config)
+        })
     }
 
     /// Device `device`'s supervisor and tables, its budget from the
@@ -493,9 +491,10 @@ impl Library {
                 })
                 .collect()
         };
+        let (allocations, frees) = self.ledger.calls();
         json!({
-            "allocations": self.ledger.calls().0,
-            "frees": self.ledger.calls().1,
+            "allocations": allocations,
+            "frees": frees,
             "live_bytes": self.ledger.live(),
             "peak_live_bytes": self.ledger.peak(),
             "refusals": refusals,

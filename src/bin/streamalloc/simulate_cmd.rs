@@ -9,6 +9,9 @@ use streamalloc::memory::{Bytes, DeviceProperties};
 use streamalloc::plot::{Timeline, check_output};
 use streamalloc::service::Supervisor;
 use streamalloc::trace::TraceRecorder;
+
+/// Run the server `args` describe and report it (and plot, page and
+/// record it where asked).
 pub(crate) fn simulate(args: SimulateArgs) -> Result<(), String> {
     if let Some(path) = &args.common.plot {
         check_output(path)?;
