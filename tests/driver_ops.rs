@@ -140,6 +140,10 @@ fn a_map_moves_the_handles_held_as_spares_in_place_of_new_ones() {
     assert_eq!(virtual_.handles_released, 0);
     assert_eq!(virtual_.maps, 10);
     assert_eq!(virtual_.unmaps, 3);
+    // Moved spares were unmapped where they lay: 10 mapped, 3 of them
+    // unmapped, 7 mapped now.
+    assert_eq!(virtual_.granules_unmapped(), 3);
+    assert_eq!(virtual_.granules_mapped(), 7);
     // A move saves a handle's create and release.
     let costs = DriverCosts::H200;
     let moved = costs.price(&virtual_);
@@ -439,6 +443,12 @@ fn handles_passed_on_are_mapped_by_another_stream_with_none_created_or_released(
     assert_eq!((asker.maps, asker.access_grants), (6, 6));
     assert_eq!(asker.handles_released, 0);
     assert_eq!((giver.granules_mapped(), asker.granules_mapped()), (4, 6));
+    // What was mapped and is no more: the giver's four handed over, none
+    // of the asker's.
+    assert_eq!(
+        (giver.granules_unmapped(), asker.granules_unmapped()),
+        (4, 0)
+    );
     // Against the giver releasing and the asker creating: a create and a
     // release saved a handle.
     let costs = DriverCosts::H200;
@@ -484,6 +494,7 @@ fn handles_passed_on_that_no_map_uses_are_released_once_and_metered_back() {
         "never mapped here"
     );
     assert_eq!(ops.granules_mapped(), 0);
+    assert_eq!(ops.granules_unmapped(), 0, "released, never mapped here");
     assert_eq!(budget.held(), 0);
     // Passed on and never taken: the storage that drops while they wait
     // takes them with it.

@@ -110,6 +110,15 @@ impl DriverOps {
             .saturating_sub(self.handle_granules_handed_over)
     }
 
+    /// Granules unmapped: those of handles released from a mapping, handed
+    /// over to another stream, or moved elsewhere (each mapped once before).
+    pub fn granules_unmapped(&self) -> u64 {
+        self.handle_granules_released
+            .saturating_sub(self.handle_granules_released_unmapped)
+            .saturating_add(self.handle_granules_handed_over)
+            .saturating_add(self.handle_granules_moved)
+    }
+
     /// Every driver call counted, of every kind.
     pub fn calls(&self) -> u64 {
         [

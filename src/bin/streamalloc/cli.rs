@@ -280,11 +280,12 @@ pub(crate) fn print_driver(prefix: &str, driver: &DriverReport) {
         driver.modeled_ns as f64 / 1e9,
     );
     println!(
-        "{prefix}granules mapped {} over a peak of {} at once ({:.2}x), unmapped {}; pages allocated {}, freed {}; stream waits {}; copies {} ({})",
-        ops.handle_granules_created,
+        "{prefix}granules mapped {} over a peak of {} at once ({:.2}x; {} in new handles), unmapped {}; pages allocated {}, freed {}; stream waits {}; copies {} ({})",
+        driver.granules_mapped,
         driver.peak_granules_mapped,
         driver.mapped_over_peak,
-        ops.handle_granules_released,
+        ops.handle_granules_created,
+        ops.granules_unmapped(),
         ops.pages_allocated,
         ops.pages_freed,
         driver.stream_waits,
