@@ -251,7 +251,7 @@ fn random_load(events: u64) -> Vec<TraceEvent> {
 /// Replay `events` (and, if `other`, one allocation of 1 MiB on a second
 /// stream first, held to the end); its report.
 fn replay(events: &[TraceEvent], other: bool) -> ReplayReport {
-    replay_sharing_handles(events, other, None)
+    replay_cutting_handles(events, other, Shares::default())
 }
 
 /// A stream past the headroom whose free room could hold its request once
@@ -389,13 +389,22 @@ fn a_round_wins_back_room_smaller_than_the_request() {
     drop((held, grown));
 }
 
-/// [`replay`], with the streams that share a device cutting their physical
-/// handles at up to one `share`th of a range where told.
-fn replay_sharing_handles(events: &[TraceEvent], other: bool, share: Option<u64>) -> ReplayReport {
+/// The shares of a range physical handles are cut at: every stream's,
+/// and that of streams that share a device.
+#[derive(Clone, Copy, Default)]
+struct Shares {
+    alone: Option<u64>,
+    shared: Option<u64>,
+}
+
+/// [`replay`], with the streams cutting their physical handles as
+/// `shares` say.
+fn replay_cutting_handles(events: &[TraceEvent], other: bool, shares: Shares) -> ReplayReport {
     let mut replayer = Replayer::new(|_| {
         Supervisor::virtual_device(ServiceConfig {
             clock: ManualClock::shared(),
-            shared_handle_share: share,
+            handle_share: shares.alone,
+            shared_handle_share: shares.shared,
             ..ServiceConfig::default()
         })
     });
@@ -419,21 +428,68 @@ fn streams_that_share_a_device_map_larger_handles_when_told() {
         let ops = report.driver.ops;
         ops.handle_granules_created as f64 / ops.handles_created as f64
     };
-    let shared = replay_sharing_handles(&events, true, None);
-    let larger = replay_sharing_handles(&events, true, Some(8));
+    let shared = replay_cutting_handles(&events, true, Shares::default());
+    let told = Shares {
+        shared: Some(8),
+        ..Shares::default()
+    };
+    let larger = replay_cutting_handles(&events, true, told);
     assert!(
         per_handle(&larger) > 1.3 * per_handle(&shared),
         "{:.2} granules a handle, against {:.2}",
         per_handle(&larger),
         per_handle(&shared)
     );
-    let alone = replay_sharing_handles(&events, false, None);
-    let told = replay_sharing_handles(&events, false, Some(8));
+    let alone = replay_cutting_handles(&events, false, Shares::default());
+    let told = replay_cutting_handles(&events, false, told);
     assert_eq!(
         told.driver.ops, alone.driver.ops,
         "a lone stream keeps its handles"
     );
     assert_eq!(told.peak_reserved_bytes, alone.peak_reserved_bytes);
+}
+
+/// `ServiceConfig::handle_share`: every stream maps in larger physical
+/// handles, from its first map, and gives them back in fewer driver
+/// calls; streams that share the device take it too unless told their
+/// own.
+#[test]
+fn streams_map_larger_handles_when_told() {
+    let events = random_load(6_000);
+    let per_handle = |report: &ReplayReport| {
+        let ops = report.driver.ops;
+        ops.handle_granules_created as f64 / ops.handles_created as f64
+    };
+    let every = Shares {
+        alone: Some(8),
+        ..Shares::default()
+    };
+    for other in [false, true] {
+        let default = replay_cutting_handles(&events, other, Shares::default());
+        let larger = replay_cutting_handles(&events, other, every);
+        assert!(
+            per_handle(&larger) > 1.3 * per_handle(&default),
+            "another stream: {other}; {:.2} granules a handle, against {:.2}",
+            per_handle(&larger),
+            per_handle(&default)
+        );
+        assert!(
+            larger.driver.ops.handles_released < default.driver.ops.handles_released,
+            "fewer handles given back"
+        );
+        assert!(larger.driver.modeled_ns < default.driver.modeled_ns);
+    }
+    // Told their own, streams that share the device keep it.
+    let both = Shares {
+        alone: Some(8),
+        shared: Some(64),
+    };
+    assert_eq!(
+        replay_cutting_handles(&events, true, both).driver.ops,
+        replay_cutting_handles(&events, true, Shares::default())
+            .driver
+            .ops,
+    );
 }
 
 /// A stream that shares its device cuts its physical handles at a share

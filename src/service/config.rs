@@ -67,11 +67,23 @@ pub struct ServiceConfig {
     /// [`ServiceError::TooManyStreams`](super::ServiceError::TooManyStreams), so an id from untrusted input (a
     /// trace, a request) cannot spawn threads without bound.
     pub max_streams: usize,
+    /// Streams cut the physical handles of their maps at up to one in this
+    /// many of the granules a range holds once mapped (`None`: 64). A
+    /// larger share (a smaller number) maps and gives back in fewer driver
+    /// calls, and holds more bytes: the free granules of a handle partly
+    /// in use cannot go back, and after a load falls the top handle of
+    /// what stays live keeps its free part (`docs/memory.md`, "Physical
+    /// handles": at 16, the H200 snapshots' driver time beyond the peak
+    /// once falls to a third or less at peaks within 1.02 of live;
+    /// synthetic loads whose allocations outlive their neighbours held up
+    /// to 1.11 of live at the peak and 1.16 after their fall). Streams
+    /// that share a device take
+    /// [`shared_handle_share`](Self::shared_handle_share) where it is set.
+    pub handle_share: Option<u64>,
     /// Streams that share their device cut the physical handles of their
     /// later maps at up to one in this many of the most granules a range
-    /// held (of what it holds, under a budget), instead of one in 64 of
-    /// them (`None`: 64; a lone stream always cuts at one in 64 of what
-    /// its range holds). A larger share moves memory between streams in
+    /// held (of what it holds, under a budget), instead of
+    /// [`handle_share`](Self::handle_share)'s (64 by default). A larger share moves memory between streams in
     /// fewer driver calls, and holds more at the peak: the free granules
     /// of a handle partly in use cannot go back (`docs/memory.md`,
     /// "Physical handles": at 32, `serving_contig` 1.4-12.5 → 0.8-8.8 us
@@ -97,6 +109,7 @@ impl Default for ServiceConfig {
             settle: Some(Settle::default()),
             recorder: None,
             max_streams: 256,
+            handle_share: None,
             shared_handle_share: None,
         }
     }

@@ -9,7 +9,7 @@ use super::registry::{Registry, StreamEntry};
 use crate::clock::{ManualClock, SharedClock};
 use crate::memory::{LiveBytes, StreamId};
 use crate::saturating::SaturatingSum;
-use crate::storage::DeviceBudget;
+use crate::storage::{DeviceBudget, HandleCut};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::channel::Sender;
 use crate::sync::{Arc, Mutex};
@@ -76,8 +76,11 @@ pub(crate) struct DeviceShared {
     pub(crate) live: Arc<LiveBytes>,
     /// How far reserved may run ahead of live before growth trims first.
     pub(crate) headroom: Option<Headroom>,
-    /// The share of a range the physical handles of streams that share the
-    /// device are cut at (`ServiceConfig::shared_handle_share`).
+    /// The share of a range the physical handles of its streams are cut at
+    /// (`ServiceConfig::handle_share`).
+    pub(crate) handle_share: Option<u64>,
+    /// The same for streams that share the device
+    /// (`ServiceConfig::shared_handle_share`).
     pub(crate) shared_handle_share: Option<u64>,
     /// The clock every time-driven policy reads (`clock.rs`).
     pub(crate) clock: SharedClock,
@@ -138,6 +141,7 @@ impl DeviceShared {
             recovery,
             live: Arc::new(LiveBytes::new()),
             headroom: None,
+            handle_share: None,
             shared_handle_share: None,
             clock: ManualClock::shared(),
             watched: AtomicBool::new(false),
@@ -156,11 +160,27 @@ impl DeviceShared {
         self
     }
 
-    /// The same, the physical handles of streams that share it cut at up
-    /// to one `one_in`th of a range (`None`: the storages' own).
-    pub(crate) fn with_shared_handle_share(mut self, one_in: Option<u64>) -> Self {
-        self.shared_handle_share = one_in;
+    /// The same, the physical handles of its streams cut at up to one
+    /// `alone`th of a range, and of those that share it one `shared`th
+    /// (`alone`'s where `None`; the storages' own where both are).
+    pub(crate) fn with_handle_shares(mut self, alone: Option<u64>, shared: Option<u64>) -> Self {
+        self.handle_share = alone;
+        self.shared_handle_share = shared;
         self
+    }
+
+    /// How a stream of this device cuts its later physical handles, alone
+    /// on it or not (`Stream::fit_handle_cut` says why).
+    pub(crate) fn handle_cut(&self, alone: bool) -> HandleCut {
+        let share = if alone {
+            self.handle_share
+        } else {
+            self.shared_handle_share.or(self.handle_share)
+        };
+        HandleCut {
+            share_one_in: share.unwrap_or(crate::storage::HANDLE_SHARE_ONE_IN),
+            of_most_held: !alone && self.budget.is_none(),
+        }
     }
 
     /// Whether taking `page` bytes of new pages for `requested` bytes now

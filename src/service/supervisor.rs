@@ -73,7 +73,7 @@ impl Supervisor {
             Arc::new(
                 DeviceShared::new(budget.clone(), notices, config.cross_stream_cleanup)
                     .with_headroom(config.headroom)
-                    .with_shared_handle_share(config.shared_handle_share)
+                    .with_handle_shares(config.handle_share, config.shared_handle_share)
                     .with_clock(config.clock.clone()),
             )
         };

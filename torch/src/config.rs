@@ -39,6 +39,10 @@ pub struct Config {
     /// `STREAMALLOC_TORCH_DEVICE_BYTES`: the largest allocation a device
     /// serves (1 TiB by default).
     pub device_bytes: u64,
+    /// `STREAMALLOC_TORCH_HANDLE_SHARE`: expandable arenas cut physical
+    /// handles at up to one in this many of the granules a range holds
+    /// ([`ServiceConfig::handle_share`]; 64 by default).
+    pub handle_share: Option<u64>,
 }
 
 /// A value the environment gave that means nothing.
@@ -97,6 +101,16 @@ impl Config {
         };
         let budget = bytes("STREAMALLOC_TORCH_BUDGET")?;
         let device_bytes = bytes("STREAMALLOC_TORCH_DEVICE_BYTES")?.unwrap_or(1 << 40);
+        let handle_share = get("STREAMALLOC_TORCH_HANDLE_SHARE")
+            .map(|value| match value.parse::<u64>() {
+                Ok(one_in) if one_in > 0 => Ok(one_in),
+                _ => Err(bad(
+                    "STREAMALLOC_TORCH_HANDLE_SHARE",
+                    &value,
+                    "a whole number of at least 1",
+                )),
+            })
+            .transpose()?;
         let number_or_off = |name: &str, least: f64| -> Result<Option<Option<f64>>, ConfigError> {
             match get(name) {
                 None => Ok(None),
@@ -133,6 +147,7 @@ impl Config {
             headroom,
             settle,
             device_bytes,
+            handle_share,
         })
     }
 
@@ -148,6 +163,7 @@ impl Config {
             budget,
             headroom: self.headroom,
             settle: self.settle,
+            handle_share: self.handle_share,
             ..ServiceConfig::default()
         }
     }
@@ -172,12 +188,15 @@ mod tests {
         assert_eq!(config.storage, StorageChoice::Host);
         assert_eq!(config.pools, MemoryConfiguration::Adaptive);
         assert_eq!(config.budget, None);
+        assert_eq!(config.service(None).handle_share, None);
         let config = read(&[
             ("STREAMALLOC_TORCH_STORAGE", "virtual"),
             ("STREAMALLOC_TORCH_BUDGET", "512M"),
             ("STREAMALLOC_TORCH_HEADROOM", "off"),
+            ("STREAMALLOC_TORCH_HANDLE_SHARE", "16"),
         ])
         .unwrap();
+        assert_eq!(config.service(None).handle_share, Some(16));
         assert_eq!(config.storage, StorageChoice::Virtual);
         assert_eq!(config.budget, Some(512 << 20));
         assert!(config.headroom.is_none());
@@ -186,6 +205,8 @@ mod tests {
             ("STREAMALLOC_TORCH_BUDGET", "lots"),
             ("STREAMALLOC_TORCH_SETTLE", "0.5"),
             ("STREAMALLOC_TORCH_CONFIG", "x"),
+            ("STREAMALLOC_TORCH_HANDLE_SHARE", "0"),
+            ("STREAMALLOC_TORCH_HANDLE_SHARE", "a lot"),
         ] {
             let err = read(&[(name, value)]).unwrap_err();
             assert!(err.0.contains(name), "{err}");

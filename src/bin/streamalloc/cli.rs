@@ -83,11 +83,16 @@ pub(crate) struct Common {
     #[arg(long, default_value_t = streamalloc::storage::DEFAULT_HANDLE_GRANULES,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) handle_granules: u64,
+    /// Streams cut physical handles at up to one in this many of the
+    /// granules a range holds (64 by default): fewer driver calls, more
+    /// bytes held (free granules of a handle partly in use stay, at the
+    /// peak and after the load falls).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) handle_share: Option<u64>,
     /// Streams that share their device cut physical handles at up to one
-    /// in this many of the most granules a range held, instead of one in
-    /// 64: fewer driver calls as memory moves between streams, more bytes
-    /// held at the peak (free granules of a handle partly in use stay). A
-    /// lone stream keeps one in 64 of what its range holds.
+    /// in this many of the most granules a range held, instead of
+    /// `--handle-share`'s: fewer driver calls as memory moves between
+    /// streams, more bytes held at the peak.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) shared_handle_share: Option<u64>,
     /// The pool layout.
@@ -320,6 +325,7 @@ pub(crate) fn service_config(common: &Common, device: DeviceProperties) -> Servi
         memory,
         budget: common.budget,
         settle: common.settle.0,
+        handle_share: common.handle_share,
         shared_handle_share: common.shared_handle_share,
         calls: Calls {
             hot_cache: common.hot_cache,

@@ -74,12 +74,18 @@ impl StreamActor {
         control: Receiver<Control>,
     ) -> Self {
         memory.set_cache_share(super::hot::HOT_SHARE);
+        // Alone until the registry says otherwise (after its first growth):
+        // its first maps are cut as a lone stream's.
+        let handle_cut = device.handle_cut(true);
+        if handle_cut != crate::storage::HandleCut::default() {
+            memory.storage().set_handle_cut(handle_cut);
+        }
         Self {
             stream: Stream {
                 memory,
                 shared,
                 device,
-                handle_cut: crate::storage::HandleCut::default(),
+                handle_cut,
             },
             short: RunningShort::default(),
             timing,

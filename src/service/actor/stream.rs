@@ -69,10 +69,10 @@ impl Stream {
     }
 
     /// Cut the storage's later physical handles as fits the device now.
-    /// Alone, the storage's default: a share of what each range holds.
-    /// While other streams share the device, the share the service was
-    /// told for such streams (`ServiceConfig::shared_handle_share`, or the
-    /// default's), and on a device without a budget, of the most each
+    /// Alone, a share of what each range holds (`ServiceConfig::handle_share`,
+    /// or the storage's default). While other streams share the device,
+    /// the share the service was told for such streams
+    /// (`ServiceConfig::shared_handle_share`, or the same), and on a device without a budget, of the most each
     /// range ever held: memory comes and goes between the streams there,
     /// and a cut that followed it would cut the pieces of a later growth
     /// to other lengths than the handles given back and handed over,
@@ -83,15 +83,7 @@ impl Stream {
     /// budget 1.0 % larger to fit). Asked after a growth (it takes the
     /// registry's lock), so it holds from the next.
     fn fit_handle_cut(&mut self) {
-        let cut = if self.alone() {
-            HandleCut::default()
-        } else {
-            HandleCut {
-                share_one_in: (self.device.shared_handle_share)
-                    .unwrap_or(crate::storage::HANDLE_SHARE_ONE_IN),
-                of_most_held: self.device.budget.is_none(),
-            }
-        };
+        let cut = self.device.handle_cut(self.alone());
         if cut != self.handle_cut {
             self.memory.storage().set_handle_cut(cut);
             self.handle_cut = cut;
