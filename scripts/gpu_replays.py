@@ -16,8 +16,14 @@ import sys
 import tempfile
 
 
-def replay(binary, path, storage, handle_granules=None):
-    extra = [] if handle_granules is None else ["--handle-granules", str(handle_granules)]
+# Each snapshot runs as the default cuts its physical handles, with the
+# larger handles of `--handle-share 16` (docs/performance.md, "Larger
+# handles, as an option"), and with a granule a handle (what the driver
+# cost before handles grew).
+VARIANTS = (("default", []), ("share 16", ["--handle-share", "16"]), ("1 granule", ["--handle-granules", "1"]))
+
+
+def replay(binary, path, storage, extra):
     out = subprocess.run(
         [binary, "replay", path, "--json", "--quiet", "--storage", storage] + extra,
         check=True, capture_output=True, text=True,
@@ -27,7 +33,7 @@ def replay(binary, path, storage, handle_granules=None):
 
 def main():
     binary, snapshots = sys.argv[1], sys.argv[2:]
-    print("| snapshot | handle granules | events | cuda us/event (wall) | virtual us/event (wall) | modeled driver us/event | modeled + virtual / cuda | driver counts equal | granules mapped / peak | stream waits |")
+    print("| snapshot | handles | events | cuda us/event (wall) | virtual us/event (wall) | modeled driver us/event | modeled + virtual / cuda | driver counts equal | granules mapped / peak | stream waits |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as tmp:
         for snapshot in snapshots:
@@ -36,16 +42,16 @@ def main():
                 path = os.path.join(tmp, os.path.basename(snapshot)[:-3])
                 with gzip.open(snapshot, "rb") as src, open(path, "wb") as dst:
                     shutil.copyfileobj(src, dst)
-            for handle_granules in (None, 1):
-                row(binary, path, handle_granules)
+            for label, extra in VARIANTS:
+                row(binary, path, label, extra)
     return 0
 
 
-def row(binary, path, handle_granules):
-    """One snapshot on the GPU and on virtual storage, with physical
-    handles of the default size (None) or of one granule each."""
-    cuda = replay(binary, path, "cuda", handle_granules)
-    virt = replay(binary, path, "virtual", handle_granules)
+def row(binary, path, label, extra):
+    """One snapshot on the GPU and on virtual storage, its physical
+    handles cut as `extra` says."""
+    cuda = replay(binary, path, "cuda", extra)
+    virt = replay(binary, path, "virtual", extra)
     same = cuda["driver"]["ops"] == virt["driver"]["ops"]
     if not same:
         diff = {k: (cuda["driver"]["ops"][k], v) for k, v in virt["driver"]["ops"].items() if cuda["driver"]["ops"][k] != v}
@@ -53,8 +59,7 @@ def row(binary, path, handle_granules):
     modeled = virt["driver"]["modeled_us_per_event"]
     cuda_us = cuda["ns_per_op"] / 1000
     virt_us = virt["ns_per_op"] / 1000
-    size = "default" if handle_granules is None else handle_granules
-    print(f"| {os.path.basename(path)} | {size} | {virt['events']} | {cuda_us:.1f} | {virt_us:.2f} | {modeled:.1f} | {(modeled + virt_us) / cuda_us:.2f} | {same} | {virt['driver']['mapped_over_peak']:.2f} | {virt['driver']['stream_waits']} |")
+    print(f"| {os.path.basename(path)} | {label} | {virt['events']} | {cuda_us:.1f} | {virt_us:.2f} | {modeled:.1f} | {(modeled + virt_us) / cuda_us:.2f} | {same} | {virt['driver']['mapped_over_peak']:.2f} | {virt['driver']['stream_waits']} |")
 
 
 if __name__ == "__main__":
