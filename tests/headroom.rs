@@ -418,16 +418,18 @@ fn replay_cutting_handles(events: &[TraceEvent], other: bool, shares: Shares) ->
     replayer.finish().unwrap()
 }
 
+/// Granules a physical handle the replay created covered, on average.
+fn granules_per_handle(report: &ReplayReport) -> f64 {
+    let ops = report.driver.ops;
+    ops.handle_granules_created as f64 / ops.handles_created as f64
+}
+
 /// `ServiceConfig::shared_handle_share`: a stream that shares its device
 /// maps its memory in larger physical handles (fewer driver calls for the
 /// granules it maps); a lone stream keeps the storage's own.
 #[test]
 fn streams_that_share_a_device_map_larger_handles_when_told() {
     let events = random_load(6_000);
-    let per_handle = |report: &ReplayReport| {
-        let ops = report.driver.ops;
-        ops.handle_granules_created as f64 / ops.handles_created as f64
-    };
     let shared = replay_cutting_handles(&events, true, Shares::default());
     let told = Shares {
         shared: Some(8),
@@ -435,10 +437,10 @@ fn streams_that_share_a_device_map_larger_handles_when_told() {
     };
     let larger = replay_cutting_handles(&events, true, told);
     assert!(
-        per_handle(&larger) > 1.3 * per_handle(&shared),
+        granules_per_handle(&larger) > 1.3 * granules_per_handle(&shared),
         "{:.2} granules a handle, against {:.2}",
-        per_handle(&larger),
-        per_handle(&shared)
+        granules_per_handle(&larger),
+        granules_per_handle(&shared)
     );
     let alone = replay_cutting_handles(&events, false, Shares::default());
     let told = replay_cutting_handles(&events, false, told);
@@ -456,10 +458,6 @@ fn streams_that_share_a_device_map_larger_handles_when_told() {
 #[test]
 fn streams_map_larger_handles_when_told() {
     let events = random_load(6_000);
-    let per_handle = |report: &ReplayReport| {
-        let ops = report.driver.ops;
-        ops.handle_granules_created as f64 / ops.handles_created as f64
-    };
     let every = Shares {
         alone: Some(8),
         ..Shares::default()
@@ -468,10 +466,10 @@ fn streams_map_larger_handles_when_told() {
         let default = replay_cutting_handles(&events, other, Shares::default());
         let larger = replay_cutting_handles(&events, other, every);
         assert!(
-            per_handle(&larger) > 1.3 * per_handle(&default),
+            granules_per_handle(&larger) > 1.3 * granules_per_handle(&default),
             "another stream: {other}; {:.2} granules a handle, against {:.2}",
-            per_handle(&larger),
-            per_handle(&default)
+            granules_per_handle(&larger),
+            granules_per_handle(&default)
         );
         assert!(
             larger.driver.ops.handles_released < default.driver.ops.handles_released,
