@@ -12,9 +12,12 @@ usage: STREAMALLOC_TORCH_LIBRARY=.gpu/libstreamalloc_torch.so python3 scripts/to
 (the library built here: cargo build --release -p streamalloc-torch --features cuda)
 
 streamalloc runs once per layout in LAYOUTS (the library's default,
-adaptive pages, and expandable arenas), each row with the host's waits for
-a stream that the library counted (issue 43: none on the paths that
-reserve, release, trim, settle or give back).
+adaptive pages; expandable arenas; and expandable arenas whose physical
+handles are cut at up to 1/16 of a range, STREAMALLOC_TORCH_HANDLE_SHARE),
+each row with the host's waits for a stream that the library counted
+(issue 43: none on the paths that reserve, release, trim, settle or give
+back). Rows print as they come, every workload's layout before the next
+layout, so a run cut short keeps what it measured.
 """
 import json
 import os
@@ -25,7 +28,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = ("mlp_train", "conv_train", "decode_two_streams", "record_stream", "alloc_free")
-LAYOUTS = ("adaptive", "expandable")
+# A layout, and the share its physical handles are cut at ("" for the default).
+LAYOUTS = (("adaptive", ""), ("expandable", ""), ("expandable", "16"))
 TOLERANCE = 1e-4
 
 
@@ -148,10 +152,14 @@ def workload(name):
 
 
 def child(name, mode):
-    # "native", or "streamalloc:LAYOUT" (read once, at the library's first use).
+    # "native", or "streamalloc:LAYOUT:SHARE" (read once, at the library's
+    # first use).
     streamalloc = mode.startswith("streamalloc")
     if streamalloc:
-        os.environ["STREAMALLOC_TORCH_CONFIG"] = mode.split(":", 1)[1]
+        _, layout, share = mode.split(":")
+        os.environ["STREAMALLOC_TORCH_CONFIG"] = layout
+        if share:
+            os.environ["STREAMALLOC_TORCH_HANDLE_SHARE"] = share
     import torch
 
     if streamalloc:
@@ -179,35 +187,38 @@ def child(name, mode):
 def main():
     if len(sys.argv) == 3:
         return child(sys.argv[1], sys.argv[2])
-    print("| workload | layout | outputs equal (rel. tol. 1e-4) | peak reserved, streamalloc / PyTorch (MiB) | median step, streamalloc / PyTorch (ms) | stream waits | refusals |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| workload | layout | outputs equal (rel. tol. 1e-4) | peak reserved, streamalloc / PyTorch (MiB) | median step, streamalloc / PyTorch (ms) | stream waits | refusals |", flush=True)
+    print("| --- | --- | --- | --- | --- | --- | --- |", flush=True)
     failed = False
 
     def run(name, mode):
         out = subprocess.run([sys.executable, __file__, name, mode], capture_output=True, text=True, timeout=300)
         if out.returncode != 0:
-            print(f"| {name} | {mode} | failed: {out.stderr.strip().splitlines()[-1:]} | | | | |")
+            print(f"| {name} | {mode} | failed: {out.stderr.strip().splitlines()[-1:]} | | | | |", flush=True)
             return None
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     mib = 1 << 20
-    for name in WORKLOADS:
-        a = run(name, "native")
-        if a is None:
-            failed = True
-            continue
-        for layout in LAYOUTS:
-            b = run(name, f"streamalloc:{layout}")
+    native = {name: run(name, "native") for name in WORKLOADS}
+    failed = any(a is None for a in native.values())
+    for layout, share in LAYOUTS:
+        label = layout + (f", handles 1/{share}" if share else "")
+        for name in WORKLOADS:
+            a = native[name]
+            if a is None:
+                continue
+            b = run(name, f"streamalloc:{layout}:{share}")
             if b is None:
                 failed = True
                 continue
             equal = abs(a["result"] - b["result"]) <= TOLERANCE * max(1.0, abs(a["result"]))
             failed |= not equal
             print(
-                f"| {name} | {layout} | {equal} ({b['result']:.6g} vs {a['result']:.6g}) | "
+                f"| {name} | {label} | {equal} ({b['result']:.6g} vs {a['result']:.6g}) | "
                 f"{b['peak_reserved'] / mib:.1f} / {a['peak_reserved'] / mib:.1f} ({b['peak_reserved'] / max(a['peak_reserved'], 1):.2f}x) | "
                 f"{b['step_ms']:.2f} / {a['step_ms']:.2f} ({b['step_ms'] / max(a['step_ms'], 1e-9):.2f}x) | "
-                f"{b['stream_waits']} | {b.get('refusals', {})} |"
+                f"{b['stream_waits']} | {b.get('refusals', {})} |",
+                flush=True,
             )
     return 1 if failed else 0
 
