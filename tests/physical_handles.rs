@@ -100,6 +100,45 @@ fn a_settle_rehomes_what_keeps_a_handle_held_and_keeps_its_bytes() {
     assert_eq!(memory.bytes_allocated(), 0);
 }
 
+#[test]
+fn a_settle_rehomes_a_group_that_keeps_a_handle_held_and_keeps_their_bytes() {
+    // The same 2 GiB arena, emptied: 16 MiB kept at its start, pinned by a
+    // client, fills the first handle (granules 0..8); three allocations
+    // of 1 MiB right after it hold the second handle (8..16), whose other
+    // 13 MiB no cleanup can give back. No one of the three frees the
+    // handle by moving (the others stay), and the island's move would
+    // need the pinned one: the three move together, packed into two
+    // fresh granules, and the handle goes.
+    let mut memory = expandable(HostStorage::new().with_handle_granules(16));
+    let grown = [(); 2].map(|()| memory.reserve(1024 * MIB, PageUpdate::Allow).unwrap());
+    drop(grown);
+    let first = memory.reserve(16 * MIB, PageUpdate::Allow).unwrap();
+    let pin = memory.pin(&first).unwrap();
+    let group = [(); 3].map(|()| memory.reserve(MIB, PageUpdate::Allow).unwrap());
+    let patterns: Vec<Vec<u8>> = (0..3u8)
+        .map(|k| (0..MIB).map(|i| (i % 251) as u8 ^ k).collect())
+        .collect();
+    for (allocation, pattern) in group.iter().zip(&patterns) {
+        memory.write(allocation, 0, pattern).unwrap();
+    }
+    memory.cleanup(Cleanup::Explicit);
+    assert_eq!(memory.bytes_allocated(), 32 * MIB, "two handles held");
+    let report = memory.relocate(RelocationReason::Settle).unwrap();
+    memory.flush();
+    assert_eq!(report.moved, 3, "{report:?}");
+    assert_eq!(
+        memory.bytes_allocated(),
+        20 * MIB,
+        "the first handle, and the group's 3 MiB in two granules"
+    );
+    for (allocation, pattern) in group.iter().zip(&patterns) {
+        assert_eq!(&memory.read(allocation, 0, MIB).unwrap(), pattern);
+    }
+    drop((pin, first, group));
+    memory.cleanup(Cleanup::Explicit);
+    assert_eq!(memory.bytes_allocated(), 0);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 

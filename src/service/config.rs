@@ -76,7 +76,7 @@ pub struct ServiceConfig {
     /// handles": at 16, the H200 snapshots' driver time beyond the peak
     /// once falls to a third or less at peaks within 1.02 of live;
     /// synthetic loads whose allocations outlive their neighbours held up
-    /// to 1.11 of live at the peak and 1.16 after their fall). Streams
+    /// to 1.11 of live at the peak and 1.09 after their fall). Streams
     /// that share a device take
     /// [`shared_handle_share`](Self::shared_handle_share) where it is set.
     pub handle_share: Option<u64>,

@@ -68,6 +68,10 @@ pub(crate) enum Evacuate {
 /// again at what the last one's moves left pinning.
 const REHOME_PASSES: usize = 4;
 
+/// Groups a settle re-homes at most after that (`rehome_group.rs`), the
+/// best first, each chosen again once the last moved.
+const REHOME_GROUP_PASSES: usize = 16;
+
 /// Slides one relocation or growth plans and makes at most, one after
 /// another (each plan walks the pool's blocks).
 const SLIDES_PLANNED: usize = 16;
@@ -259,6 +263,14 @@ impl ExpandablePool {
                 self.unmap_all_free(mover.storage);
                 rehomed?;
                 if report.moved == moved {
+                    break;
+                }
+            }
+            // Then what only a group's move frees, the best group first.
+            for _ in 0..REHOME_GROUP_PASSES {
+                let rehomed = self.rehome_group(mover, report);
+                self.unmap_all_free(mover.storage);
+                if !rehomed? {
                     break;
                 }
             }

@@ -23,6 +23,7 @@ mod moves;
 mod plan_tests;
 mod ranges;
 mod rehome;
+mod rehome_group;
 mod slide;
 #[cfg(test)]
 mod view_tests;

@@ -25,7 +25,7 @@ use crate::storage::DeviceStorage;
 /// An allocation re-homes at a settle where the granules it pins are at
 /// least one byte in this many of its own (the slide planners' rate: a
 /// settle comes once a load fell, and what it leaves mapped stays).
-const REHOME_PER_BYTE_SAVED: u64 = super::compact::SLIDE_PER_BYTE_SAVED;
+pub(super) const REHOME_PER_BYTE_SAVED: u64 = super::compact::SLIDE_PER_BYTE_SAVED;
 
 impl ExpandablePool {
     /// Move every allocation that pins at least one byte in
@@ -171,7 +171,7 @@ impl ExpandablePool {
     /// The first run of unmapped space above the block `node`, in its
     /// range, of at least `bytes`: where an allocation there can move
     /// without sharing a granule (nor a handle) with what it leaves.
-    fn void_above(&self, node: u32, bytes: u64) -> Option<u32> {
+    pub(super) fn void_above(&self, node: u32, bytes: u64) -> Option<u32> {
         let mut at = self.arena.next(node);
         while at != NONE {
             if self.arena.is_carved_by(at, VOID) && self.arena.size(at) >= bytes {
