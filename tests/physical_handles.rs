@@ -74,6 +74,16 @@ fn bytes_kept_beside_a_partly_free_handle_stay_intact() {
     assert_eq!(memory.bytes_allocated(), 0);
 }
 
+/// An arena on host memory (the bytes are real) grown to 2 GiB, in
+/// handles of 8 granules at its start (a range cuts its handles at 1/64
+/// of what it holds), then emptied: all of it free and mapped.
+fn grown_and_emptied() -> MemoryManager<HostStorage> {
+    let mut memory = expandable(HostStorage::new().with_handle_granules(16));
+    let grown = [(); 2].map(|()| memory.reserve(1024 * MIB, PageUpdate::Allow).unwrap());
+    drop(grown);
+    memory
+}
+
 #[test]
 fn a_settle_rehomes_what_keeps_a_handle_held_and_keeps_its_bytes() {
     // Host memory: the bytes are real. The arena grew to 2 GiB in handles
@@ -82,9 +92,7 @@ fn a_settle_rehomes_what_keeps_a_handle_held_and_keeps_its_bytes() {
     // handle and 4 MiB of the second, whose other 12 MiB no cleanup can
     // give back. A settle moves it into 20 MiB of fresh granules, and
     // both old handles go.
-    let mut memory = expandable(HostStorage::new().with_handle_granules(16));
-    let grown = [(); 2].map(|()| memory.reserve(1024 * MIB, PageUpdate::Allow).unwrap());
-    drop(grown);
+    let mut memory = grown_and_emptied();
     let kept = memory.reserve(20 * MIB, PageUpdate::Allow).unwrap();
     let pattern: Vec<u8> = (0..20 * MIB).map(|i| (i % 253) as u8).collect();
     memory.write(&kept, 0, &pattern).unwrap();
@@ -109,9 +117,7 @@ fn a_settle_rehomes_a_group_that_keeps_a_handle_held_and_keeps_their_bytes() {
     // handle by moving (the others stay), and the island's move would
     // need the pinned one: the three move together, packed into two
     // fresh granules, and the handle goes.
-    let mut memory = expandable(HostStorage::new().with_handle_granules(16));
-    let grown = [(); 2].map(|()| memory.reserve(1024 * MIB, PageUpdate::Allow).unwrap());
-    drop(grown);
+    let mut memory = grown_and_emptied();
     let first = memory.reserve(16 * MIB, PageUpdate::Allow).unwrap();
     let pin = memory.pin(&first).unwrap();
     let group = [(); 3].map(|()| memory.reserve(MIB, PageUpdate::Allow).unwrap());
