@@ -321,6 +321,48 @@ fn cli_replay_json_has_the_fields_for_all_three_formats() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A replay's JSON names the settings it went by, defaults filled in: two
+/// reports compare where these agree.
+#[test]
+fn cli_replay_json_names_its_settings() {
+    let trace = "tests/fixtures/torch/expandable.pickle";
+    let settings = |extra: &[&str]| {
+        let out = cli(&[&["replay", trace, "--json", "--quiet"], extra].concat());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        report["settings"].clone()
+    };
+    let default = settings(&[]);
+    assert_eq!(default["storage"], "virtual");
+    assert_eq!(default["config"], "expandable");
+    assert_eq!(default["headroom"], 0.01);
+    assert_eq!(default["settle"], 1.04);
+    assert_eq!(default["handle_share"], 64);
+    assert_eq!(default["budget"], serde_json::Value::Null);
+    let told = settings(&[
+        "--handle-share",
+        "16",
+        "--config",
+        "adaptive",
+        "--headroom",
+        "off",
+        "--budget",
+        "1G",
+    ]);
+    assert_eq!(told["config"], "adaptive");
+    assert_eq!(told["headroom"], serde_json::Value::Null);
+    assert_eq!(told["handle_share"], 16);
+    assert_eq!(
+        told["shared_handle_share"], 16,
+        "streams that share a device take it too"
+    );
+    assert_eq!(told["budget"], 1u64 << 30);
+}
+
 #[test]
 fn cli_simulate_reports_per_stream() {
     let out = cli(&[

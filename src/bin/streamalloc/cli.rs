@@ -4,11 +4,14 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
 use std::path::PathBuf;
 use streamalloc::memory::{Bytes, DeviceProperties, MemoryConfig, MemoryConfiguration};
 use streamalloc::plot::{Timeline, write_svg};
 use streamalloc::service::{Calls, Headroom, ServiceConfig, Settle, StorageFactory};
-use streamalloc::storage::{DeviceStorage, DriverCosts, DriverReport, HostStorage, VirtualStorage};
+use streamalloc::storage::{
+    DeviceStorage, DriverCosts, DriverReport, HandleCut, HostStorage, VirtualStorage,
+};
 use streamalloc::trace::TraceFormat;
 
 #[derive(Parser, Debug)]
@@ -34,7 +37,8 @@ pub(crate) enum Command {
     Convert(ConvertArgs),
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
+#[derive(Clone, Copy, Debug, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub(crate) enum StorageKind {
     /// Real host memory.
     Host,
@@ -44,7 +48,8 @@ pub(crate) enum StorageKind {
     Cuda,
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
+#[derive(Clone, Copy, Debug, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub(crate) enum Preset {
     /// Expandable arenas: address space mapped a granule at a time (the
     /// adaptive layout on a storage without virtual memory).
@@ -332,6 +337,48 @@ pub(crate) fn service_config(common: &Common, device: DeviceProperties) -> Servi
             ..Calls::default()
         },
         ..ServiceConfig::default()
+    }
+}
+
+/// The settings a run went by, as its JSON report names them (defaults
+/// filled in): two reports compare where these agree.
+#[derive(Debug, Serialize)]
+pub(crate) struct Settings {
+    storage: StorageKind,
+    config: Preset,
+    budget: Option<u64>,
+    /// The headroom's fraction, `None` where off.
+    headroom: Option<f64>,
+    /// The settle's ratio, `None` where off.
+    settle: Option<f64>,
+    handle_granules: u64,
+    handle_share: u64,
+    shared_handle_share: u64,
+    reclaim_lag: u64,
+    hot_cache: bool,
+    trim_to_live: bool,
+}
+
+impl Settings {
+    /// What `common` and the service it configured (`config`) on
+    /// `storage` go by.
+    pub(crate) fn of(common: &Common, storage: StorageKind, config: &ServiceConfig) -> Self {
+        let handle_share = config
+            .handle_share
+            .unwrap_or(HandleCut::default().share_one_in);
+        Self {
+            storage,
+            config: common.preset,
+            budget: config.budget,
+            headroom: config.headroom.map(|headroom| headroom.fraction),
+            settle: config.settle.map(|settle| settle.ratio),
+            handle_granules: common.handle_granules,
+            handle_share,
+            shared_handle_share: config.shared_handle_share.unwrap_or(handle_share),
+            reclaim_lag: common.reclaim_lag,
+            hot_cache: common.hot_cache,
+            trim_to_live: common.trim_to_live,
+        }
     }
 }
 

@@ -2,8 +2,8 @@
 //! supervisor per device, report beside the recorded allocator's figures.
 
 use crate::cli::{
-    ConvertArgs, Outcome, ReplayArgs, StorageKind, check_html, driver_costs, factory, plot, plural,
-    print_driver, service_config,
+    ConvertArgs, Outcome, ReplayArgs, Settings, StorageKind, check_html, driver_costs, factory,
+    plot, plural, print_driver, service_config,
 };
 use crate::output::Output;
 use crate::progress::Progress;
@@ -24,6 +24,7 @@ struct ReplayJson<'a> {
     #[serde(flatten)]
     report: &'a ReplayReport,
     trace: &'a TraceMeta,
+    settings: &'a Settings,
 }
 
 fn open(
@@ -46,6 +47,7 @@ fn open(
 struct Replayed {
     report: ReplayReport,
     meta: TraceMeta,
+    settings: Settings,
 }
 
 /// Replay the trace once under `budget` (the command's own when `None` is
@@ -125,6 +127,7 @@ fn replay_once(
     Ok(Replayed {
         report,
         meta: reader.meta().clone(),
+        settings: Settings::of(&args.common, kind, &config),
     })
 }
 
@@ -208,7 +211,11 @@ pub(crate) fn replay(args: ReplayArgs) -> Result<Outcome, String> {
         return min_budget(&args, quiet);
     }
     let label = format!("replay {}", args.file.display());
-    let Replayed { report, meta } = replay_once(
+    let Replayed {
+        report,
+        meta,
+        settings,
+    } = replay_once(
         &args,
         args.common.budget,
         args.common.plot.is_some() || args.common.html.is_some(),
@@ -219,6 +226,7 @@ pub(crate) fn replay(args: ReplayArgs) -> Result<Outcome, String> {
         let json = ReplayJson {
             report: &report,
             trace: &meta,
+            settings: &settings,
         };
         println!(
             "{}",
