@@ -87,6 +87,11 @@ fn the_page_holds_the_reports_figures_and_renders() {
         let in_trace = figure(&text, "of which up to the trace's last event:");
         let in_trace = in_trace.split_whitespace().next().unwrap().to_string();
         let html = std::fs::read_to_string(&page).unwrap();
+        // The settings it went by, defaults filled in.
+        assert!(
+            html.contains("Settings: virtual storage, expandable pools, budget none, headroom 1 %"),
+            "{name}: no settings note"
+        );
         // Self-contained: nothing fetched from anywhere.
         for external in ["src=\"http", "href=\"http", "@import", "<link"] {
             assert!(!html.contains(external), "{name}: {external}");

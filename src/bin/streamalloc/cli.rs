@@ -382,6 +382,47 @@ impl Settings {
     }
 }
 
+impl std::fmt::Display for Settings {
+    /// One line: what a page shows of the settings.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let off_or = |value: Option<f64>, show: &dyn Fn(f64) -> String| {
+            value.map_or_else(|| "off".to_string(), show)
+        };
+        write!(
+            f,
+            "{} storage, {} pools, budget {}, headroom {}, settle {}, physical handles of up to {} granules and 1/{} of a range (1/{} where streams share a device)",
+            serde_json::to_value(self.storage)
+                .unwrap_or_default()
+                .as_str()
+                .unwrap_or("?"),
+            serde_json::to_value(self.config)
+                .unwrap_or_default()
+                .as_str()
+                .unwrap_or("?"),
+            self.budget
+                .map_or_else(|| "none".to_string(), |budget| Bytes(budget).to_string()),
+            off_or(self.headroom, &|fraction| format!(
+                "{:.0} %",
+                fraction * 100.0
+            )),
+            off_or(self.settle, &|ratio| format!("at {ratio}")),
+            self.handle_granules,
+            self.handle_share,
+            self.shared_handle_share,
+        )?;
+        if self.reclaim_lag > 0 {
+            write!(f, ", reclaim {} flushes behind", self.reclaim_lag)?;
+        }
+        if self.hot_cache {
+            f.write_str(", hot caches")?;
+        }
+        if self.trim_to_live {
+            f.write_str(", trimmed to live")?;
+        }
+        Ok(())
+    }
+}
+
 /// `--settle`: a ratio, or `off`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct SettleArg(Option<Settle>);

@@ -115,7 +115,16 @@ fn replay_once(
                 quiet,
             )?;
             if let Some(path) = &args.common.html {
-                write_page(args, &report, &timeline, reader.meta(), path, quiet)?;
+                let settings = Settings::of(&args.common, kind, &config);
+                write_page(
+                    args,
+                    &settings,
+                    &report,
+                    &timeline,
+                    reader.meta(),
+                    path,
+                    quiet,
+                )?;
             }
         }
         report
@@ -144,6 +153,7 @@ const SAMPLE_TOP: usize = 30;
 /// at moments the replay's count of events and its peak fix.
 fn write_page(
     args: &ReplayArgs,
+    settings: &Settings,
     report: &ReplayReport,
     timeline: &streamalloc::timeline::Timeline,
     meta: &TraceMeta,
@@ -171,6 +181,7 @@ fn write_page(
         report.driver.costs,
         report.driver.calls,
     )];
+    notes.push(format!("Settings: {settings}."));
     if let Some(budget) = report.budget {
         notes.push(format!(
             "Budget {} per device: {}.",
