@@ -83,9 +83,10 @@ pub struct ServiceConfig {
     /// Streams that share their device cut the physical handles of their
     /// later maps at up to one in this many of the most granules a range
     /// held (of what it holds, under a budget), instead of
-    /// [`handle_share`](Self::handle_share)'s (64 by default). A larger share moves memory between streams in
-    /// fewer driver calls, and holds more at the peak: the free granules
-    /// of a handle partly in use cannot go back (`docs/memory.md`,
+    /// [`handle_share`](Self::handle_share)'s (64 by default). A larger
+    /// share moves memory between streams in fewer driver calls, and holds
+    /// more at the peak: the free granules of a handle partly in use
+    /// cannot go back (`docs/memory.md`,
     /// "Physical handles": at 32, `serving_contig` 1.4-12.5 → 0.8-8.8 us
     /// per event of modeled driver time beyond the peak once, at
     /// 1.014-1.028 → 1.019-1.041 of live).

@@ -382,6 +382,13 @@ impl Settings {
     }
 }
 
+/// The name the command line takes for `value` (`virtual`, `expandable`).
+fn value_name(value: impl ValueEnum) -> String {
+    value
+        .to_possible_value()
+        .map_or_else(String::new, |name| name.get_name().to_string())
+}
+
 impl std::fmt::Display for Settings {
     /// One line: what a page shows of the settings.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -391,14 +398,8 @@ impl std::fmt::Display for Settings {
         write!(
             f,
             "{} storage, {} pools, budget {}, headroom {}, settle {}, physical handles of up to {} granules and 1/{} of a range (1/{} where streams share a device)",
-            serde_json::to_value(self.storage)
-                .unwrap_or_default()
-                .as_str()
-                .unwrap_or("?"),
-            serde_json::to_value(self.config)
-                .unwrap_or_default()
-                .as_str()
-                .unwrap_or("?"),
+            value_name(self.storage),
+            value_name(self.config),
             self.budget
                 .map_or_else(|| "none".to_string(), |budget| Bytes(budget).to_string()),
             off_or(self.headroom, &|fraction| format!(

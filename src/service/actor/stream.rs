@@ -69,11 +69,12 @@ impl Stream {
     }
 
     /// Cut the storage's later physical handles as fits the device now.
-    /// Alone, a share of what each range holds (`ServiceConfig::handle_share`,
-    /// or the storage's default). While other streams share the device,
-    /// the share the service was told for such streams
-    /// (`ServiceConfig::shared_handle_share`, or the same), and on a device without a budget, of the most each
-    /// range ever held: memory comes and goes between the streams there,
+    /// Alone, a share of what each range holds
+    /// (`ServiceConfig::handle_share`, or the storage's default). While
+    /// other streams share the device, the share the service was told for
+    /// such streams (`ServiceConfig::shared_handle_share`, or the same),
+    /// and on a device without a budget, of the most each range ever
+    /// held: memory comes and goes between the streams there,
     /// and a cut that followed it would cut the pieces of a later growth
     /// to other lengths than the handles given back and handed over,
     /// which then could not be mapped there (`docs/memory.md`, "Physical
