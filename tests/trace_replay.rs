@@ -383,6 +383,7 @@ fn cli_simulate_reports_per_stream() {
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["requests"], 8);
     assert_eq!(report["streams"].as_array().unwrap().len(), 2);
+    assert_eq!(report["settings"]["storage"], "host", "simulate's default");
     assert!(
         report["peak_reserved_bytes"].as_u64().unwrap()
             >= report["peak_live_bytes"].as_u64().unwrap()

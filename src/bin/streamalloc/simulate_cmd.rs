@@ -1,7 +1,7 @@
 //! `streamalloc simulate`: a synthetic inference server on the service.
 
 use crate::cli::{
-    Model, SimulateArgs, StorageKind, check_html, driver_costs, factory, plot, plural,
+    Model, Settings, SimulateArgs, StorageKind, check_html, driver_costs, factory, plot, plural,
     print_driver, progress_bar, service_config, write_page,
 };
 use std::time::Duration;
@@ -33,6 +33,7 @@ pub(crate) fn simulate(args: SimulateArgs) -> Result<(), String> {
         None => None,
     };
     config.recorder = recorder.clone();
+    let settings = Settings::of(&args.common, kind, &config);
     let supervisor = Supervisor::new(config, factory(kind, &args.common)?);
     let options = streamalloc::simulate::SimulateOptions {
         model,
@@ -90,10 +91,13 @@ pub(crate) fn simulate(args: SimulateArgs) -> Result<(), String> {
             samples: None,
             stacks: &[],
             tables: streamalloc::html::simulation_tables(&report),
-            notes: vec![format!(
-                "{} requests from {} clients on the wall clock ({:.2} s); which allocations were live at a moment comes from a trace: record one (--record run.jsonl) and replay it with --html.",
-                report.requests, args.clients, report.seconds
-            )],
+            notes: vec![
+                format!(
+                    "{} requests from {} clients on the wall clock ({:.2} s); which allocations were live at a moment comes from a trace: record one (--record run.jsonl) and replay it with --html.",
+                    report.requests, args.clients, report.seconds
+                ),
+                format!("Settings: {settings}."),
+            ],
         };
         write_page(
             path,
@@ -103,9 +107,20 @@ pub(crate) fn simulate(args: SimulateArgs) -> Result<(), String> {
         )?;
     }
     if args.common.json {
+        /// The report, with the settings it went by.
+        #[derive(serde::Serialize)]
+        struct SimulateJson<'a> {
+            #[serde(flatten)]
+            report: &'a streamalloc::simulate::SimulationReport,
+            settings: &'a Settings,
+        }
+        let json = SimulateJson {
+            report: &report,
+            settings: &settings,
+        };
         println!(
             "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+            serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?
         );
         return Ok(());
     }
