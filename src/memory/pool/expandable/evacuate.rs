@@ -142,7 +142,7 @@ impl ExpandablePool {
     }
 
     /// One past the last byte of the block `node`.
-    fn end(&self, node: u32) -> u64 {
+    pub(super) fn end(&self, node: u32) -> u64 {
         self.arena.offset(node) + self.arena.size(node)
     }
 

@@ -36,9 +36,9 @@ struct Group {
 }
 
 impl Group {
-    /// The group of the blocks `blocks` (a run in address order) whose
-    /// move frees `freed` bytes of whole handles, unless one of them stays
-    /// put or the move would not pay.
+    /// The group of the blocks `blocks` (a run of one island, in address
+    /// order: no void among them) whose move frees `freed` bytes of whole
+    /// handles, unless one of them stays put or the move would not pay.
     fn of(
         pool: &ExpandablePool,
         blocks: &[u32],
@@ -52,7 +52,7 @@ impl Group {
                 continue;
             }
             let slot = pool.arena.owner(block);
-            if slot == VOID || !movable(slot) {
+            if !movable(slot) {
                 return None;
             }
             slots.push(slot);
@@ -150,7 +150,7 @@ impl ExpandablePool {
                 let (Some(&low), Some(&high)) = (island.first(), island.last()) else {
                     continue;
                 };
-                let (start, end) = (self.arena.offset(low), self.offset_end(high));
+                let (start, end) = (self.arena.offset(low), self.end(high));
                 consider(Group::of(self, island, end - start, &movable));
                 self.each_handle_holding_free(mover, index as u32, island, |touched, bytes| {
                     consider(Group::of(self, touched, bytes, &movable))
@@ -174,14 +174,14 @@ impl ExpandablePool {
         let (Some(&low), Some(&high)) = (island.first(), island.last()) else {
             return;
         };
-        let end = self.offset_end(high);
+        let end = self.end(high);
         let (mut start, mut first) = (self.arena.offset(low), 0);
         while start < end {
             let handle_end = mover
                 .storage
                 .first_handle_end(&self.range_handle(index, start, end - start))
                 .max(start + self.granule);
-            while first < island.len() && self.offset_end(island[first]) <= start {
+            while first < island.len() && self.end(island[first]) <= start {
                 first += 1;
             }
             let overlapping = island[first..]
@@ -200,10 +200,5 @@ impl ExpandablePool {
             }
             start = handle_end;
         }
-    }
-
-    /// Where the block `node` ends, as an offset of its range.
-    fn offset_end(&self, node: u32) -> u64 {
-        self.arena.offset(node) + self.arena.size(node)
     }
 }
