@@ -274,7 +274,7 @@ pub struct MemoryConfig {
     /// stream only when its pools want compacting (`relocation_need`). On by default, with the service's 1 % headroom
     /// (`Headroom::for_memory`): the modeled driver time of the placement
     /// corpus falls 2-700x at the same peaks (`docs/performance.md`,
-    /// "Keeping the peak mapped"). `false`: the trim after every
+    /// "What each decision costs"). `false`: the trim after every
     /// reservation keeps only `free_slack_one_in` free.
     pub keep_peak_mapped: bool,
 }

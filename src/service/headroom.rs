@@ -33,7 +33,7 @@ impl Headroom {
     /// `ExclusivePages` layouts) or trim their arenas after every
     /// reservation (`keep_peak_mapped` off): rounds sooner than that cost
     /// those layouts more memory than they win (`docs/performance.md`,
-    /// "Keeping the peak mapped").
+    /// "What each decision costs").
     pub fn for_pages() -> Self {
         Self {
             fraction: 0.04,

@@ -21,7 +21,7 @@ use crate::storage::DriverPath;
 /// → 4.79, `serving-s1` 0.51 → 0.41, `cnn_multi` up to +0.016 of live at
 /// the peak; once, `cnn_multi-h101` 6.27 → 6.43; four times,
 /// `serving_contig-h101` 1.83 at 1.052 of live (`docs/performance.md`,
-/// "Rounds that give back what the asker lacks").
+/// "What each decision costs").
 pub(crate) const ROUND_GIVES_LACK_TIMES: u64 = 2;
 
 impl StreamActor {

@@ -77,7 +77,8 @@ impl RunningShort {
     /// request, settle, idle tick or cleanup lets them go first): its
     /// growth moves them there, beside what the others handed over.
     /// (Released before the round, the asker created as many handles
-    /// afresh once served: `docs/performance.md`, its first section.) The
+    /// afresh once served: `docs/performance.md`, "What each decision
+    /// costs".) The
     /// round's lack leaves them out already (`Stream::headroom_lacks`).
     /// Under a budget they go at the park: there they are room another
     /// stream's grant may lack while the round runs (kept, a held-out
@@ -333,7 +334,7 @@ impl Stream {
     /// create again (a release here, a create there, besides). Trimming
     /// took `serve_two_streams` 4.19 → 4.61 us per event of driver time
     /// beyond the peak once, at 1.009 → 1.012 of live (`docs/performance.md`,
-    /// its first section). Under a budget they trim: room kept free is
+    /// "What each decision costs"). Under a budget they trim: room kept free is
     /// reused in part later, and a handle partly in use cannot go back
     /// when another stream's grant lacks it (without the trim,
     /// `serve_two_streams` needed a budget 1.6 % larger to fit). Pages,

@@ -135,8 +135,7 @@ impl ExpandablePool {
     /// ([`unmap_idle_handles`](Self::unmap_idle_handles)), left lone
     /// streams' later placements worse (`random_geo` held 1.016-1.032 of
     /// live at the peak where it held 1.020-1.029, and up to 1.046 after
-    /// its fall: `docs/performance.md`, "Rounds that give whole handles,
-    /// from the roomiest streams").
+    /// its fall: `docs/performance.md`, "What each decision costs").
     /// Whether any went (the caller flushes).
     pub(crate) fn unmap_longest_idle(
         &mut self,
