@@ -424,6 +424,17 @@ fn granules_per_handle(report: &ReplayReport) -> f64 {
     ops.handle_granules_created as f64 / ops.handles_created as f64
 }
 
+/// That `larger` mapped more granules a physical handle than `than`, by
+/// more than 30 %.
+fn assert_larger_handles(larger: &ReplayReport, than: &ReplayReport, context: &str) {
+    assert!(
+        granules_per_handle(larger) > 1.3 * granules_per_handle(than),
+        "{context}{:.2} granules a handle, against {:.2}",
+        granules_per_handle(larger),
+        granules_per_handle(than)
+    );
+}
+
 /// `ServiceConfig::shared_handle_share`: a stream that shares its device
 /// maps its memory in larger physical handles (fewer driver calls for the
 /// granules it maps); a lone stream keeps the storage's own.
@@ -436,12 +447,7 @@ fn streams_that_share_a_device_map_larger_handles_when_told() {
         ..Shares::default()
     };
     let larger = replay_cutting_handles(&events, true, told);
-    assert!(
-        granules_per_handle(&larger) > 1.3 * granules_per_handle(&shared),
-        "{:.2} granules a handle, against {:.2}",
-        granules_per_handle(&larger),
-        granules_per_handle(&shared)
-    );
+    assert_larger_handles(&larger, &shared, "");
     let alone = replay_cutting_handles(&events, false, Shares::default());
     let told = replay_cutting_handles(&events, false, told);
     assert_eq!(
@@ -465,12 +471,7 @@ fn streams_map_larger_handles_when_told() {
     for other in [false, true] {
         let default = replay_cutting_handles(&events, other, Shares::default());
         let larger = replay_cutting_handles(&events, other, every);
-        assert!(
-            granules_per_handle(&larger) > 1.3 * granules_per_handle(&default),
-            "another stream: {other}; {:.2} granules a handle, against {:.2}",
-            granules_per_handle(&larger),
-            granules_per_handle(&default)
-        );
+        assert_larger_handles(&larger, &default, &format!("another stream: {other}; "));
         assert!(
             larger.driver.ops.handles_released < default.driver.ops.handles_released,
             "fewer handles given back"

@@ -73,6 +73,7 @@ fn replay_once(
         budget,
         ..service_config(&args.common, DeviceProperties::new(1 << 40, 256))
     };
+    let settings = Settings::of(&args.common, kind, &config);
     let costs = driver_costs(&args.common)?;
     let mut factory_error = None;
     let report = {
@@ -115,7 +116,6 @@ fn replay_once(
                 quiet,
             )?;
             if let Some(path) = &args.common.html {
-                let settings = Settings::of(&args.common, kind, &config);
                 write_page(
                     args,
                     &settings,
@@ -136,7 +136,7 @@ fn replay_once(
     Ok(Replayed {
         report,
         meta: reader.meta().clone(),
-        settings: Settings::of(&args.common, kind, &config),
+        settings,
     })
 }
 

@@ -137,12 +137,11 @@ impl ExpandablePool {
             if !range.held || range.guards != 0 {
                 continue;
             }
-            let mut blocks = Vec::new();
-            let mut node = range.first;
-            while node != NONE {
-                blocks.push(node);
-                node = self.arena.next(node);
-            }
+            let blocks: Vec<u32> = self
+                .arena
+                .chain(range.first)
+                .map(|(node, ..)| node)
+                .collect();
             // Islands: runs of blocks between void runs. Handles are given
             // back whole, so every handle an island touches lies in it:
             // all of its bytes go back once everything in it moved.
