@@ -22,6 +22,16 @@ impl IdlePages {
         self.0.clear();
     }
 
+    /// Whether the page that went idle first has been idle `period`
+    /// reservations at `serial` (it may be in use again since: then
+    /// [`pop_due`](Self::pop_due) passes it over).
+    #[inline]
+    pub(crate) fn any_due(&self, serial: u64, period: u64) -> bool {
+        self.0
+            .front()
+            .is_some_and(|&(_, _, since)| serial.saturating_sub(since) >= period)
+    }
+
     /// The next page idle for `period` reservations at `serial` and still
     /// in the epoch it went idle in (`epoch_of` says the page's epoch now).
     #[inline]
@@ -49,6 +59,9 @@ pub(crate) trait IdleSweep {
     /// Its idle queue.
     fn idle_pages(&mut self) -> &mut IdlePages;
 
+    /// Its idle queue, to look at.
+    fn idle_queue(&self) -> &IdlePages;
+
     /// Reservations a page stays idle before a periodic cleanup returns
     /// it; `None`: never.
     fn idle_period(&self) -> Option<u64>;
@@ -62,6 +75,19 @@ pub(crate) trait IdleSweep {
 
     /// Return `page` to the device if nothing holds it; whether it went.
     fn release_page(&mut self, storage: &mut dyn DeviceStorage, page: u32) -> bool;
+
+    /// Whether `sweep` would return nothing: a periodic cleanup before any
+    /// page has been idle its period, answered without a call (it runs
+    /// before every reservation).
+    #[inline]
+    fn nothing_due(&self, sweep: Sweep) -> bool {
+        match sweep {
+            Sweep::All => false,
+            Sweep::Idle { serial, .. } => self
+                .idle_period()
+                .is_none_or(|period| !self.idle_queue().any_due(serial, period)),
+        }
+    }
 
     /// Return the pages `sweep` says; whether any went.
     fn sweep_pages(&mut self, storage: &mut dyn DeviceStorage, sweep: Sweep) -> bool {
@@ -93,6 +119,10 @@ macro_rules! idle_sweep_by_fields {
         impl IdleSweep for $pool {
             fn idle_pages(&mut self) -> &mut IdlePages {
                 &mut self.idle
+            }
+
+            fn idle_queue(&self) -> &IdlePages {
+                &self.idle
             }
 
             fn idle_period(&self) -> Option<u64> {

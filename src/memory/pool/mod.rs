@@ -158,6 +158,7 @@ impl Pool {
 
     /// After a reservation that may change pages: an expandable pool gives
     /// back what it holds free past its slack.
+    #[inline]
     pub(crate) fn trim_after_reserve(&mut self, storage: &mut dyn DeviceStorage) {
         if let Pool::Expandable(pool) = self {
             pool.trim_after_reserve(storage);
@@ -234,6 +235,7 @@ impl Pool {
     }
 
     /// Return pages to the device as `cleanup` says; whether any went.
+    #[inline]
     pub(crate) fn cleanup(&mut self, storage: &mut dyn DeviceStorage, sweep: Sweep) -> bool {
         each!(self, pool => pool.cleanup(storage, sweep))
     }

@@ -191,7 +191,11 @@ impl WholePagePool {
         self.idle.push(entry.0, entry.1, serial);
     }
 
+    #[inline]
     pub(crate) fn cleanup(&mut self, storage: &mut dyn DeviceStorage, sweep: Sweep) -> bool {
+        if self.nothing_due(sweep) {
+            return false;
+        }
         if sweep == Sweep::All {
             self.free.clear();
         }

@@ -87,6 +87,7 @@ impl ExpandablePool {
     /// After a reservation that may change pages: give back what the pool
     /// holds free past its slack, and flush what went. After, so that the
     /// room a release just left serves the reservation first.
+    #[inline]
     pub(crate) fn trim_after_reserve(&mut self, storage: &mut dyn DeviceStorage) {
         if self.trim(storage) {
             storage.flush();

@@ -20,16 +20,37 @@ impl ExpandablePool {
     /// passes that too, so a pool of many partly used granules does not
     /// walk its blocks at every reservation. Whether any went (the caller
     /// flushes).
+    #[inline]
     pub(crate) fn trim(&mut self, storage: &mut dyn DeviceStorage) -> bool {
         let Some(one_in) = self.free_slack_one_in else {
             return false;
         };
-        let slack = self.used.checked_div(one_in).unwrap_or(0).max(self.granule);
-        // Up to the most the pool has held at once, free granules stay
-        // mapped: a stream that rises to its peak again maps nothing.
-        let slack = slack.max(self.kept_mapped().saturating_sub(self.used));
         let free = self.free_mapped();
         self.untrimmable = self.untrimmable.min(free);
+        // Up to the most the pool has held at once, free granules stay
+        // mapped: a stream that rises to its peak again maps nothing. That
+        // part of the slack settles most trims (a pool within its peak)
+        // here, before the division the rest needs.
+        let kept = self.kept_mapped().saturating_sub(self.used);
+        if free <= kept.max(self.granule).max(self.untrimmable) + self.granule {
+            return false;
+        }
+        self.trim_past(storage, one_in, free, kept)
+    }
+
+    /// [`trim`](Self::trim) of `free` mapped bytes past the part of the
+    /// slack the peak keeps (`kept`), with the rest of the slack (one in
+    /// `one_in` of the bytes in use).
+    fn trim_past(
+        &mut self,
+        storage: &mut dyn DeviceStorage,
+        one_in: u64,
+        free: u64,
+        kept: u64,
+    ) -> bool {
+        let slack = (self.used.checked_div(one_in).unwrap_or(0))
+            .max(self.granule)
+            .max(kept);
         if free <= slack.max(self.untrimmable) + self.granule {
             return false;
         }

@@ -10,9 +10,12 @@ use crate::memory::pool::arena::{Arena, NONE};
 use crate::memory::report::{PoolReport, PoolStats};
 use crate::storage::{DeviceStorage, StorageError};
 use compact::{EVACUATE_WHEN_FREE_ONE_IN, Evacuate, HIGH_WATER_SLACK_ONE_IN};
+use std::cell::Cell;
 use std::collections::BTreeMap;
 
 mod blocks;
+#[cfg(test)]
+mod cleanup_tests;
 mod compact;
 mod evacuate;
 mod grow;
@@ -83,6 +86,10 @@ pub(crate) struct ExpandablePool {
     ranges: Vec<Range>,
     /// Given-back range indices.
     spare: Vec<u32>,
+    /// Held ranges with nothing mapped: only these can be all void, so
+    /// while there are none the periodic cleanup has no range to give
+    /// back and skips the walk (it runs before every reservation).
+    unmapped_ranges: u32,
     /// Blocks of every range: free (mapped), carved, and void.
     arena: Arena,
     /// Every void run, by (range, offset): its arena node.
@@ -99,6 +106,9 @@ pub(crate) struct ExpandablePool {
     /// Free granules stay mapped up to the pool's peak in use and its
     /// slack (`kept_mapped`) until memory is asked for back.
     keep_peak: bool,
+    /// The peak in use [`kept_mapped`](Self::kept_mapped) last saw, and
+    /// what it came to.
+    kept_at_peak: Cell<(u64, u64)>,
     /// Free mapped bytes the last trim left (parts of granules), lowered as
     /// the free room falls: the next trim waits until the room passes them.
     untrimmable: u64,
@@ -144,12 +154,15 @@ impl ExpandablePool {
             dealloc_period: config.dealloc_period,
             ranges: Vec::new(),
             spare: Vec::new(),
+            unmapped_ranges: 0,
             arena: Arena::default(),
             voids: BTreeMap::new(),
             idle_due: None,
             sweep: Vec::new(),
             free_slack_one_in: free_room.slack_one_in,
             keep_peak: free_room.keep_peak,
+            // No peak yet: the slack alone, at least a granule.
+            kept_at_peak: Cell::new((0, granule)),
             untrimmable: 0,
             stats: PoolStats::default(),
             used: 0,
@@ -198,15 +211,24 @@ impl ExpandablePool {
 
     /// What the pool keeps mapped while nothing asks for memory back: the
     /// most its allocations have held at once, and its slack.
+    #[inline]
     pub(crate) fn kept_mapped(&self) -> u64 {
         if !self.keep_peak {
             return 0;
         }
         let peak = self.stats.peak_in_use;
+        // The peak rarely moves, and this is asked at every reservation
+        // (the cleanup and the trim before it): the division once a peak.
+        let (at, kept) = self.kept_at_peak.get();
+        if at == peak {
+            return kept;
+        }
         let slack = self
             .free_slack_one_in
             .map_or(0, |one_in| peak.checked_div(one_in).unwrap_or(0));
-        peak.saturating_add(slack.max(self.granule))
+        let kept = peak.saturating_add(slack.max(self.granule));
+        self.kept_at_peak.set((peak, kept));
+        kept
     }
 
     /// Bytes mapped, all ranges.
@@ -348,7 +370,40 @@ impl ExpandablePool {
         self.unmap_span(storage, node, first, last)
     }
 
+    #[inline]
     pub(crate) fn cleanup(&mut self, storage: &mut dyn DeviceStorage, sweep: Sweep) -> bool {
+        debug_assert_eq!(
+            self.unmapped_ranges as usize,
+            self.ranges
+                .iter()
+                .filter(|r| r.held && r.mapped == 0)
+                .count(),
+            "the count of unmapped ranges follows every map, unmap and give-back"
+        );
+        if let Sweep::Idle { serial, quiet } = sweep
+            && self.nothing_to_sweep(serial, quiet)
+        {
+            return false;
+        }
+        self.sweep(storage, sweep)
+    }
+
+    /// Whether a periodic cleanup at `serial` would find nothing to do: what
+    /// most reservations find, answered without a walk (the cleanup runs
+    /// before each). Nothing unmaps when nothing is idle long enough, or
+    /// when the pool keeps its peak mapped and is within it; and only a
+    /// range with nothing mapped can be all void.
+    #[inline]
+    fn nothing_to_sweep(&self, serial: u64, quiet: bool) -> bool {
+        if self.dealloc_period.is_none() {
+            return true;
+        }
+        self.unmapped_ranges == 0
+            && (self.idle_due.is_none_or(|due| serial < due)
+                || (self.keep_peak && !quiet && self.mapped() <= self.kept_mapped()))
+    }
+
+    fn sweep(&mut self, storage: &mut dyn DeviceStorage, sweep: Sweep) -> bool {
         let mut released = false;
         match sweep {
             Sweep::All => {

@@ -42,6 +42,7 @@ impl ExpandablePool {
         let first = self.arena.add_page(index, size, false);
         self.arena.occupy(first, VOID);
         self.voids.insert((index, 0), first);
+        self.unmapped_ranges += 1;
         self.ranges[index as usize] = Range {
             backing: Some(Backing { handle, base }),
             size,
@@ -74,7 +75,11 @@ impl ExpandablePool {
             let rest = self.arena.split(node, bytes);
             self.voids.insert((index, offset + bytes), rest);
         }
-        self.ranges[index as usize].mapped += bytes;
+        let range = &mut self.ranges[index as usize];
+        if range.mapped == 0 {
+            self.unmapped_ranges -= 1;
+        }
+        range.mapped += bytes;
         self.stats.mapped(bytes);
         let listed = self.ranges[index as usize].guards == 0;
         Ok(self.arena.free(node, listed))
@@ -139,7 +144,11 @@ impl ExpandablePool {
             self.arena.merge_carved_next(run);
         }
         self.voids.insert(key, run);
-        self.ranges[index as usize].mapped -= last - first;
+        let range = &mut self.ranges[index as usize];
+        range.mapped -= last - first;
+        if range.mapped == 0 {
+            self.unmapped_ranges += 1;
+        }
         self.stats.unmapped(last - first);
         (last - first, run)
     }
@@ -147,6 +156,9 @@ impl ExpandablePool {
     /// Give back every range that is all void: address space is cheap to
     /// reserve again, and a range held for nothing would outlive the load.
     pub(super) fn give_back_void_ranges(&mut self, storage: &mut dyn DeviceStorage) -> bool {
+        if self.unmapped_ranges == 0 {
+            return false;
+        }
         let mut released = false;
         for index in 0..self.ranges.len() as u32 {
             let range = &self.ranges[index as usize];
@@ -168,6 +180,9 @@ impl ExpandablePool {
         let range = &mut self.ranges[index as usize];
         range.held = false;
         let mapped = std::mem::take(&mut range.mapped);
+        if mapped == 0 {
+            self.unmapped_ranges -= 1;
+        }
         Backing::give_back(&mut range.backing, storage);
         self.voids.retain(|&(at, _), _| at != index);
         self.stats.unmapped(mapped);
@@ -181,6 +196,7 @@ impl ExpandablePool {
         }
         self.ranges.clear();
         self.spare.clear();
+        self.unmapped_ranges = 0;
         self.voids.clear();
         self.idle_due = None;
         self.untrimmable = 0;

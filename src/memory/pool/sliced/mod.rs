@@ -288,7 +288,11 @@ impl SlicedPool {
         }
     }
 
+    #[inline]
     pub(crate) fn cleanup(&mut self, storage: &mut dyn DeviceStorage, sweep: Sweep) -> bool {
+        if self.drained.is_empty() && self.nothing_due(sweep) {
+            return false;
+        }
         let mut released = false;
         for index in std::mem::take(&mut self.drained) {
             released |= self.release(storage, index);
