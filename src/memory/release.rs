@@ -156,6 +156,7 @@ impl ReleaseQueue {
     }
 
     /// Whether nothing is waiting.
+    #[inline]
     pub(crate) fn is_empty(&self) -> bool {
         self.cells.load(Ordering::Acquire).is_null()
             && self.others_waiting.load(Ordering::Acquire) == 0

@@ -128,6 +128,7 @@ impl Backing {
 }
 
 /// `size` rounded up to a multiple of `alignment` (any alignment >= 1).
+#[inline]
 pub(crate) fn align_up(size: u64, alignment: u64) -> u64 {
     // The common case (every real device) without a division.
     if alignment.is_power_of_two() {
@@ -138,6 +139,7 @@ pub(crate) fn align_up(size: u64, alignment: u64) -> u64 {
 }
 
 /// `size` rounded down to a multiple of `alignment`.
+#[inline]
 pub(crate) fn align_down(size: u64, alignment: u64) -> u64 {
     // As in `align_up`: a planner's walk calls this for every block.
     if alignment.is_power_of_two() {

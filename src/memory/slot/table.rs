@@ -42,6 +42,7 @@ impl Live {
     /// Whether a pin holds the allocation in place: one taken through its
     /// cell, or through a cell it was bound away from. The one "is it
     /// pinned" test (the `MOVING` bit is not a pin).
+    #[inline]
     pub(crate) fn is_pinned(&self) -> bool {
         is_pinned(&self.cell) || self.pinned_through_retired()
     }
@@ -60,6 +61,7 @@ impl Live {
     }
 
     /// Whether a pin through a cell it was bound away from holds it.
+    #[inline]
     pub(crate) fn pinned_through_retired(&self) -> bool {
         self.retired.iter().any(|cell| is_pinned(cell))
     }
@@ -77,6 +79,7 @@ impl Live {
 }
 
 /// Whether a pin is held through `cell`.
+#[inline]
 pub(crate) fn is_pinned(cell: &AllocationCell) -> bool {
     cell.pins.is_pinned()
 }
