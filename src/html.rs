@@ -310,7 +310,8 @@ pub fn replay_tables(report: &ReplayReport) -> Vec<Table> {
 }
 
 /// The driver's modeled time by the path that asked, device by device,
-/// and how much of it came up to the trace's last event.
+/// how much of it came up to the trace's last event, and the granules
+/// each path mapped.
 fn path_table(devices: &[&ReplayReport]) -> Table {
     let mut table = Table {
         title: "Driver time by path".into(),
@@ -321,6 +322,7 @@ fn path_table(devices: &[&ReplayReport]) -> Table {
             "modeled ms",
             "us / event",
             "up to the last event, us / event",
+            "granules mapped",
         ]
         .map(String::from)
         .to_vec(),
@@ -339,6 +341,7 @@ fn path_table(devices: &[&ReplayReport]) -> Table {
                 format!("{:.2}", cost.modeled_ns as f64 / 1e6),
                 format!("{:.2}", cost.us_per_event),
                 format!("{in_trace:.2}"),
+                cost.granules_mapped.to_string(),
             ]);
         }
     }

@@ -43,6 +43,18 @@ fn paths(driver: &Value) -> Vec<(String, u64, u64)> {
         .collect()
 }
 
+/// `(path, granules mapped)` of a report's `by_path`.
+fn granules_by_path(driver: &Value) -> Vec<(String, u64)> {
+    (driver["by_path"].as_array().unwrap().iter())
+        .map(|cost| {
+            (
+                cost["path"].as_str().unwrap().to_string(),
+                cost["granules_mapped"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
 fn on<'a>(paths: &'a [(String, u64, u64)], path: &str) -> Option<&'a (String, u64, u64)> {
     paths.iter().find(|(name, _, _)| name == path)
 }
@@ -71,6 +83,12 @@ fn a_growth_maps_on_its_path_and_the_fall_gives_back_on_the_settles() {
         let (calls, ns) = sum(paths);
         assert_eq!(calls, report[key]["calls"].as_u64().unwrap(), "{key}");
         assert_eq!(ns, report[key]["modeled_ns"].as_u64().unwrap(), "{key}");
+        // The granules mapped by path: the growth's sixteen, nothing else.
+        let granules = granules_by_path(&report[key]);
+        let mapped = (granules.iter()).fold(0, |sum, (_, granules)| sum + granules);
+        assert_eq!(mapped, report[key]["granules_mapped"].as_u64().unwrap());
+        assert_eq!(mapped, 16, "{key}");
+        assert!(granules.contains(&("growth".to_string(), 16)), "{key}");
     }
     let names: Vec<&str> = in_trace.iter().map(|(name, _, _)| name.as_str()).collect();
     assert_eq!(names, ["growth"], "up to the last event, only the growth");
@@ -114,6 +132,15 @@ fn what_one_stream_gives_another_is_the_rounds() {
     assert!(
         ops.handles_adopted > 0,
         "the taker mapped what was handed over"
+    );
+    // What it adopted counts among the granules its growth mapped.
+    let taken = granules_by_path(&streams[1]["driver"]);
+    let grown = taken.iter().find(|(name, _)| name == "growth").unwrap().1;
+    assert!(grown >= ops.handle_granules_adopted && grown >= 16);
+    assert_eq!(
+        grown,
+        streams[1]["driver"]["granules_mapped"].as_u64().unwrap(),
+        "the taker maps on its growth alone"
     );
 }
 

@@ -140,6 +140,15 @@ impl DriverOps {
         .fold(0, u64::saturating_add)
     }
 
+    /// Granule mappings made, however their memory came: handles created,
+    /// spare handles moved, handles adopted from another stream (a granule
+    /// mapped, unmapped and mapped again counts twice).
+    pub fn granule_maps(&self) -> u64 {
+        (self.handle_granules_created)
+            .saturating_add(self.handle_granules_moved)
+            .saturating_add(self.handle_granules_adopted)
+    }
+
     /// What was counted since `earlier` (a count of the same storage
     /// taken before): each count's difference. The peak is not a count,
     /// and is 0.

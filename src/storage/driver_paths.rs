@@ -148,6 +148,7 @@ impl DriverPaths {
                     calls: ops.calls(),
                     modeled_ns: costs.price(ops),
                     us_per_event: 0.0,
+                    granules_mapped: ops.granule_maps(),
                 };
                 (cost, ops.bytes_copied)
             })
@@ -179,6 +180,10 @@ pub struct PathCost {
     pub modeled_ns: u64,
     /// `modeled_ns` per trace event, microseconds.
     pub us_per_event: f64,
+    /// Granules it mapped: handles created, spares moved and handles
+    /// adopted from another stream, in granules (what the report's
+    /// `granules_mapped` adds up over the paths).
+    pub granules_mapped: u64,
 }
 
 /// Where a storage keeps its operations by path: the path on now, and what

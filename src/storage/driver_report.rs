@@ -73,8 +73,7 @@ impl DriverReport {
         let modeled_ns = costs.price(&ops);
         let beyond = modeled_ns.saturating_sub(costs.map_once(peak_granules));
         let per_event = |ns: u64| ns as f64 / 1000.0 / events.max(1) as f64;
-        let granules_mapped =
-            ops.handle_granules_created + ops.handle_granules_moved + ops.handle_granules_adopted;
+        let granules_mapped = ops.granule_maps();
         Self {
             costs: costs.name.to_string(),
             ops,

@@ -307,6 +307,13 @@ pub(crate) fn print_driver(prefix: &str, driver: &DriverReport) {
             .map(|cost| format!("{} {:.2}", cost.path, cost.us_per_event))
             .collect();
         println!("{prefix}  by path, us per event: {}", paths.join(", "));
+        let mapped: Vec<String> = (driver.by_path.iter())
+            .filter(|cost| cost.granules_mapped > 0)
+            .map(|cost| format!("{} {}", cost.path, cost.granules_mapped))
+            .collect();
+        if !mapped.is_empty() {
+            println!("{prefix}  granules mapped by path: {}", mapped.join(", "));
+        }
     }
 }
 
