@@ -461,7 +461,11 @@ impl Library {
                     .priced(1, &streamalloc::storage::DriverCosts::H200)
                     .into_iter()
                     .map(|cost| {
-                        let figures = json!({"calls": cost.calls, "modeled_ns": cost.modeled_ns});
+                        let figures = json!({
+                            "calls": cost.calls,
+                            "modeled_ns": cost.modeled_ns,
+                            "granules_mapped": cost.granules_mapped,
+                        });
                         (cost.path.to_string(), figures)
                     })
                     .collect();

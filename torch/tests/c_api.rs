@@ -136,6 +136,12 @@ fn eight_threads_of_calls_with_every_bad_call_mixed_in_leave_nothing_behind() {
         serde_json::from_value(dev["driver"].clone()).unwrap();
     let calls: u64 = by_path.values().map(|p| p["calls"].as_u64().unwrap()).sum();
     assert_eq!(calls, ops.calls(), "{by_path:?}");
+    // And so do the granules they mapped (none here: host memory comes
+    // in pages).
+    let mapped: u64 = (by_path.values())
+        .map(|p| p["granules_mapped"].as_u64().unwrap())
+        .sum();
+    assert_eq!(mapped, ops.granule_maps(), "{by_path:?}");
     assert!(
         by_path.contains_key("growth") && by_path.contains_key("cleanup"),
         "{by_path:?}"
