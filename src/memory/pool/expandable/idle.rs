@@ -31,26 +31,26 @@ impl ExpandablePool {
         // mapped: a stream that rises to its peak again maps nothing. That
         // part of the slack settles most trims (a pool within its peak)
         // here, before the division the rest needs.
-        let kept = self.kept_mapped().saturating_sub(self.used);
-        if free <= kept.max(self.granule).max(self.untrimmable) + self.granule {
+        let kept_free = self.kept_mapped().saturating_sub(self.used);
+        if free <= kept_free.max(self.granule).max(self.untrimmable) + self.granule {
             return false;
         }
-        self.trim_past(storage, one_in, free, kept)
+        self.trim_past(storage, one_in, free, kept_free)
     }
 
-    /// [`trim`](Self::trim) of `free` mapped bytes past the part of the
-    /// slack the peak keeps (`kept`), with the rest of the slack (one in
+    /// [`trim`](Self::trim) of `free` mapped bytes past the free room the
+    /// peak keeps (`kept_free`), with the rest of the slack (one in
     /// `one_in` of the bytes in use).
     fn trim_past(
         &mut self,
         storage: &mut dyn DeviceStorage,
         one_in: u64,
         free: u64,
-        kept: u64,
+        kept_free: u64,
     ) -> bool {
         let slack = (self.used.checked_div(one_in).unwrap_or(0))
             .max(self.granule)
-            .max(kept);
+            .max(kept_free);
         if free <= slack.max(self.untrimmable) + self.granule {
             return false;
         }

@@ -399,8 +399,15 @@ impl ExpandablePool {
             return true;
         }
         self.unmapped_ranges == 0
-            && (self.idle_due.is_none_or(|due| serial < due)
-                || (self.keep_peak && !quiet && self.mapped() <= self.kept_mapped()))
+            && (self.idle_due.is_none_or(|due| serial < due) || self.keeps_what_it_maps(quiet))
+    }
+
+    /// Whether a periodic cleanup leaves every free granule mapped: the
+    /// pool keeps its peak mapped and is within it, and the stream is not
+    /// idle (`quiet`).
+    #[inline]
+    fn keeps_what_it_maps(&self, quiet: bool) -> bool {
+        self.keep_peak && !quiet && self.mapped() <= self.kept_mapped()
     }
 
     fn sweep(&mut self, storage: &mut dyn DeviceStorage, sweep: Sweep) -> bool {
@@ -414,7 +421,7 @@ impl ExpandablePool {
                 let Some(period) = self.dealloc_period else {
                     return false;
                 };
-                if self.keep_peak && !quiet && self.mapped() <= self.kept_mapped() {
+                if self.keeps_what_it_maps(quiet) {
                     return self.give_back_void_ranges(storage);
                 }
                 if self.idle_due.is_some_and(|due| serial >= due) {

@@ -80,8 +80,8 @@ impl ExpandablePool {
             self.unmapped_ranges -= 1;
         }
         range.mapped += bytes;
+        let listed = range.guards == 0;
         self.stats.mapped(bytes);
-        let listed = self.ranges[index as usize].guards == 0;
         Ok(self.arena.free(node, listed))
     }
 
