@@ -83,6 +83,12 @@ pub(super) struct RangeView {
     sums: Vec<Sums>,
     /// Indices of the allocations in `blocks`.
     owners: Vec<usize>,
+    /// For each allocation, in `owners`' order: where the room a slide
+    /// ending at it gathers ends (the end of the free block right above
+    /// it, if there is one, else its own), and the bytes of that free
+    /// block released already. A slide's plan asks this of every run it
+    /// weighs, so it is worked out once a view.
+    gathered: Vec<(u64, u64)>,
     /// Whether each block's allocation may move, once asked: unknown,
     /// movable or pinned. Asked only of allocations a plan would move (a
     /// pin is a load from the allocation's cell, a cache miss apiece on a
@@ -110,6 +116,12 @@ impl RangeView {
     /// Indices of the allocations, in address order.
     pub(super) fn owners(&self) -> &[usize] {
         &self.owners
+    }
+
+    /// [`gathered`](Self::gathered) of the allocation `owners()[ordinal]`.
+    #[inline]
+    pub(super) fn gathered(&self, ordinal: usize) -> (u64, u64) {
+        self.gathered[ordinal]
     }
 
     /// Bytes of all blocks in `from..to`.
@@ -258,12 +270,21 @@ impl RangeView {
             sums.void_runs += u32::from(block.void);
             self.sums.push(sums);
         }
+        self.gathered.clear();
+        self.gathered.extend(self.owners.iter().map(|&at| {
+            let block = &self.blocks[at];
+            match self.blocks.get(at + 1).filter(|above| above.is_free()) {
+                Some(above) => (above.offset + above.size, above.released(granule)),
+                None => (block.offset + block.size, 0),
+            }
+        }));
         self.movable.clear();
         self.movable.resize(self.blocks.len(), Cell::default());
     }
 }
 
 /// Bytes of whole granules in `size` bytes from `offset`.
+#[inline]
 pub(super) fn whole_granules(offset: u64, size: u64, granule: u64) -> u64 {
     let first = align_up(offset, granule);
     let last = align_down(offset + size, granule);

@@ -57,6 +57,14 @@ impl Holes {
         }
     }
 
+    /// Whether a hole that `allowed` accepts holds `size` bytes: where
+    /// [`place_all`](Self::place_all) puts its largest allocation, asked
+    /// without planning the rest.
+    pub(super) fn holds(&self, size: u64, allowed: impl Fn(&Hole, u64) -> bool) -> bool {
+        let at = self.0.partition_point(|hole| hole.0 < size);
+        self.0[at..].iter().any(|hole| allowed(hole, size))
+    }
+
     /// Place `allocations` ((size, address order key, slot)) on paper,
     /// largest first (ties in address order), each in the best-fitting
     /// hole that `allowed` accepts for its size, what is left of a hole

@@ -294,15 +294,26 @@ pub(super) fn best_run(
         if !can_win(most_possible, 0, best) {
             continue;
         }
-        for &last in owners[at..].iter().take_while(|&&last| last < reach) {
+        let base_offset = blocks[base].offset;
+        for (ordinal, &last) in owners
+            .iter()
+            .enumerate()
+            .skip(at)
+            .take_while(|&(_, &last)| last < reach)
+        {
             let live = view.live(base, last + 1);
             if live > most_possible.saturating_mul(move_per_byte_saved)
                 || !can_win(most_possible, live, best)
             {
                 break;
             }
-            let already = view.released(base, last + 1);
-            let gained = gain(blocks, base, last, live, already, granule);
+            // What `gain` works out, with the view's answer for the room
+            // above `last`.
+            let (end, above_already) = view.gathered(ordinal);
+            let packed_end = base_offset + live;
+            let released = whole_granules(packed_end, end - packed_end, granule);
+            let already = view.released(base, last + 1) + above_already;
+            let gained = released.saturating_sub(already);
             if gained > 0
                 && gained.saturating_mul(move_per_byte_saved) >= live
                 && can_win(gained, live, best)
@@ -319,7 +330,10 @@ pub(super) fn best_run(
 /// bytes of allocations) releases beyond the `already` released among the
 /// room below and within it: the gathered room runs to the end of the free
 /// block above the run, if there is one (a void there stays unmapped).
-#[inline]
+/// The definition: [`best_run`] works it out from the view's sums and
+/// `RangeView::gathered`, and the tests' walk, which has no view, checks
+/// it against this.
+#[cfg(test)]
 pub(super) fn gain(
     blocks: &[Block],
     base: usize,
