@@ -111,3 +111,51 @@ impl Holes {
         fits.then_some(placed)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Hole, Holes};
+    use proptest::prelude::*;
+
+    fn holes() -> impl Strategy<Value = Vec<Hole>> {
+        prop::collection::vec((1u64..64, 0u32..3, 0u64..1_000), 0..24).prop_map(|holes| {
+            holes
+                .into_iter()
+                .enumerate()
+                .map(|(tag, (size, range, offset))| (size, range, offset, tag))
+                .collect()
+        })
+    }
+
+    proptest! {
+        /// `holds` says no exactly where `place_all` fails at its first
+        /// (largest) allocation: a group it refuses is one the placement
+        /// would have refused, so asking it first changes no plan.
+        #[test]
+        fn holds_answers_as_the_placement_of_the_largest(
+            listed in holes(),
+            sizes in prop::collection::vec(1u64..64, 1..6),
+            limit in (0u32..3, 0u64..1_100),
+        ) {
+            let mut holes = Holes::sorted(listed.clone());
+            let below = |hole: &Hole, size: u64| {
+                hole.0 >= size && (hole.1 < limit.0 || (hole.1 == limit.0 && hole.2 + size <= limit.1))
+            };
+            let largest = *sizes.iter().max().expect("one size at least");
+            let holds = holes.holds(largest, below);
+            let alone = holes.place_all(vec![(largest, 0, 0)], below);
+            prop_assert_eq!(holds, alone.is_some());
+            let allocations = sizes
+                .iter()
+                .enumerate()
+                .map(|(at, &size)| (size, at as u64, at as u32))
+                .collect();
+            let placed = holes.place_all(allocations, below);
+            if !holds {
+                prop_assert!(placed.is_none());
+            }
+            // The holes are as they were, whatever was asked.
+            prop_assert_eq!(holes.into_buffer(), Holes::sorted(listed).into_buffer());
+        }
+    }
+}
