@@ -29,22 +29,17 @@ impl Block {
     }
 
     /// Its bytes if it is a void run (a slide across it maps them first).
+    /// The tests' walks ask this block by block, where the view's sums
+    /// (`RangeView::sum`) answer for a span at once.
+    #[cfg(test)]
     pub(super) fn void_bytes(&self) -> u64 {
         if self.void { self.size } else { 0 }
     }
 
-    /// Its bytes if it is free room, mapped or not.
-    fn room(&self) -> u64 {
-        if self.owner.is_none() { self.size } else { 0 }
-    }
-
-    /// Its bytes if it is an allocation.
-    fn live(&self) -> u64 {
-        if self.owner.is_some() { self.size } else { 0 }
-    }
-
     /// Bytes of it that lie released already: the whole free granules of a
-    /// free block, all of a void run, none of an allocation.
+    /// free block, all of a void run, none of an allocation (as the
+    /// void bytes, for the tests' walks).
+    #[cfg(test)]
     pub(super) fn released(&self, granule: u64) -> u64 {
         match (self.owner, self.void) {
             (None, false) => whole_granules(self.offset, self.size, granule),
@@ -253,31 +248,43 @@ impl RangeView {
         self.movable.fill(Cell::default());
     }
 
+    /// One pass over the blocks: the running sums, the allocations and
+    /// the room each gathers (the free block right above an allocation
+    /// comes next, and corrects what the allocation alone would gather).
     fn sum(&mut self, granule: u64) {
         self.sums.clear();
         self.owners.clear();
+        self.gathered.clear();
+        self.sums.reserve(self.blocks.len() + 1);
         let mut sums = Sums::default();
         self.sums.push(sums);
+        let mut below_is_owner = false;
         for (index, block) in self.blocks.iter().enumerate() {
-            if block.owner.is_some() {
-                self.owners.push(index);
-            }
             sums.all += block.size;
-            sums.live += block.live();
-            sums.room += block.room();
-            sums.voids += block.void_bytes();
-            sums.released += block.released(granule);
-            sums.void_runs += u32::from(block.void);
+            match (block.owner, block.void) {
+                (Some(_), _) => {
+                    self.owners.push(index);
+                    self.gathered.push((block.offset + block.size, 0));
+                    sums.live += block.size;
+                }
+                (None, false) => {
+                    let released = whole_granules(block.offset, block.size, granule);
+                    if below_is_owner && let Some(gathered) = self.gathered.last_mut() {
+                        *gathered = (block.offset + block.size, released);
+                    }
+                    sums.room += block.size;
+                    sums.released += released;
+                }
+                (None, true) => {
+                    sums.room += block.size;
+                    sums.voids += block.size;
+                    sums.released += block.size;
+                    sums.void_runs += 1;
+                }
+            }
+            below_is_owner = block.owner.is_some();
             self.sums.push(sums);
         }
-        self.gathered.clear();
-        self.gathered.extend(self.owners.iter().map(|&at| {
-            let block = &self.blocks[at];
-            match self.blocks.get(at + 1).filter(|above| above.is_free()) {
-                Some(above) => (above.offset + above.size, above.released(granule)),
-                None => (block.offset + block.size, 0),
-            }
-        }));
         self.movable.clear();
         self.movable.resize(self.blocks.len(), Cell::default());
     }
