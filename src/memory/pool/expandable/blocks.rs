@@ -147,6 +147,7 @@ impl RangeView {
 
     /// Whether block `at` is an allocation that may move, as `movable`
     /// says (asked once a view).
+    #[inline]
     pub(super) fn is_movable(&self, at: usize, movable: &impl Fn(u32) -> bool) -> bool {
         let Some(slot) = self.blocks[at].owner else {
             return false;
