@@ -49,6 +49,18 @@ impl Block {
     }
 }
 
+/// What a slide's run that ends at an allocation reads there, each from
+/// the range's start: the bytes of allocations up to and with it, the
+/// bytes released already up to and with the free block right above it
+/// (if one is there), and where the room such a run gathers ends (that
+/// free block's end, else the allocation's).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct RunEnd {
+    pub(super) live: u64,
+    pub(super) released: u64,
+    pub(super) end: u64,
+}
+
 /// Sums over the blocks before one index.
 #[derive(Debug, Clone, Copy, Default)]
 struct Sums {
@@ -78,12 +90,10 @@ pub(super) struct RangeView {
     sums: Vec<Sums>,
     /// Indices of the allocations in `blocks`.
     owners: Vec<usize>,
-    /// For each allocation, in `owners`' order: where the room a slide
-    /// ending at it gathers ends (the end of the free block right above
-    /// it, if there is one, else its own), and the bytes of that free
-    /// block released already. A slide's plan asks this of every run it
-    /// weighs, so it is worked out once a view.
-    gathered: Vec<(u64, u64)>,
+    /// For each allocation, in `owners`' order: what a slide's run that
+    /// ends at it reads (`RunEnd`). The slide planner weighs many runs
+    /// ending at each allocation, so it is worked out once a view.
+    run_ends: Vec<RunEnd>,
     /// Whether each block's allocation may move, once asked: unknown,
     /// movable or pinned. Asked only of allocations a plan would move (a
     /// pin is a load from the allocation's cell, a cache miss apiece on a
@@ -113,10 +123,19 @@ impl RangeView {
         &self.owners
     }
 
-    /// [`gathered`](Self::gathered) of the allocation `owners()[ordinal]`.
+    /// What a run ending at the allocation `owners()[ordinal]` reads.
     #[inline]
-    pub(super) fn gathered(&self, ordinal: usize) -> (u64, u64) {
-        self.gathered[ordinal]
+    pub(super) fn run_end(&self, ordinal: usize) -> RunEnd {
+        self.run_ends[ordinal]
+    }
+
+    /// The sums over the blocks before block `at`: bytes of allocations
+    /// and bytes released already, what a run from `at` subtracts from a
+    /// [`RunEnd`]'s.
+    #[inline]
+    pub(super) fn before(&self, at: usize) -> (u64, u64) {
+        let sums = &self.sums[at];
+        (sums.live, sums.released)
     }
 
     /// Bytes of all blocks in `from..to`.
@@ -132,12 +151,6 @@ impl RangeView {
     /// Bytes of free room (mapped or not) in `..to`.
     pub(super) fn room_before(&self, to: usize) -> u64 {
         self.sums[to].room
-    }
-
-    /// Bytes released already in `from..to`: the whole free granules of
-    /// its free blocks and all of its void runs.
-    pub(super) fn released(&self, from: usize, to: usize) -> u64 {
-        self.sums[to].released - self.sums[from].released
     }
 
     /// Bytes of void runs in `from..to`.
@@ -250,12 +263,13 @@ impl RangeView {
     }
 
     /// One pass over the blocks: the running sums, the allocations and
-    /// the room each gathers (the free block right above an allocation
-    /// comes next, and corrects what the allocation alone would gather).
+    /// what a run ending at each reads (the free block right above an
+    /// allocation comes next, and extends what the allocation alone
+    /// would gather).
     fn sum(&mut self, granule: u64) {
         self.sums.clear();
         self.owners.clear();
-        self.gathered.clear();
+        self.run_ends.clear();
         self.sums.reserve(self.blocks.len() + 1);
         let mut sums = Sums::default();
         self.sums.push(sums);
@@ -264,17 +278,22 @@ impl RangeView {
             sums.all += block.size;
             match (block.owner, block.void) {
                 (Some(_), _) => {
-                    self.owners.push(index);
-                    self.gathered.push((block.offset + block.size, 0));
                     sums.live += block.size;
+                    self.owners.push(index);
+                    self.run_ends.push(RunEnd {
+                        live: sums.live,
+                        released: sums.released,
+                        end: block.offset + block.size,
+                    });
                 }
                 (None, false) => {
                     let released = whole_granules(block.offset, block.size, granule);
-                    if below_is_owner && let Some(gathered) = self.gathered.last_mut() {
-                        *gathered = (block.offset + block.size, released);
-                    }
                     sums.room += block.size;
                     sums.released += released;
+                    if below_is_owner && let Some(run_end) = self.run_ends.last_mut() {
+                        run_end.released = sums.released;
+                        run_end.end = block.offset + block.size;
+                    }
                 }
                 (None, true) => {
                     sums.room += block.size;

@@ -295,25 +295,25 @@ pub(super) fn best_run(
             continue;
         }
         let base_offset = blocks[base].offset;
+        let (live_below, released_below) = view.before(base);
         for (ordinal, &last) in owners
             .iter()
             .enumerate()
             .skip(at)
             .take_while(|&(_, &last)| last < reach)
         {
-            let live = view.live(base, last + 1);
+            // What `gain` works out, from the view's sums up to the run's
+            // end (the free block right above `last` included).
+            let run_end = view.run_end(ordinal);
+            let live = run_end.live - live_below;
             if live > most_possible.saturating_mul(move_per_byte_saved)
                 || !can_win(most_possible, live, best)
             {
                 break;
             }
-            // What `gain` works out, with the view's answer for the room
-            // above `last`.
-            let (end, above_already) = view.gathered(ordinal);
             let packed_end = base_offset + live;
-            let released = whole_granules(packed_end, end - packed_end, granule);
-            let already = view.released(base, last + 1) + above_already;
-            let gained = released.saturating_sub(already);
+            let released = whole_granules(packed_end, run_end.end - packed_end, granule);
+            let gained = released.saturating_sub(run_end.released - released_below);
             if gained > 0
                 && gained.saturating_mul(move_per_byte_saved) >= live
                 && can_win(gained, live, best)
@@ -330,9 +330,9 @@ pub(super) fn best_run(
 /// bytes of allocations) releases beyond the `already` released among the
 /// room below and within it: the gathered room runs to the end of the free
 /// block above the run, if there is one (a void there stays unmapped).
-/// The definition: [`best_run`] works it out from the view's sums and
-/// `RangeView::gathered`, and the tests' walk, which has no view, checks
-/// it against this.
+/// The definition: [`best_run`] works it out from the view's sums
+/// (`RangeView::run_end`), and the tests' walk, which has no view,
+/// checks it against this.
 #[cfg(test)]
 pub(super) fn gain(
     blocks: &[Block],
