@@ -3,8 +3,9 @@
 //! way), on random layouts of free blocks, allocations (some pinned) and
 //! void runs: the same plan, or none, every time. The walks share with the
 //! planners only how a run becomes a slide (`Slide::of`); what sliding a
-//! run releases is `gain` in the walk and the view's sums and gathered
-//! room in the planner; where a run may start is defined here
+//! run releases is `gain` in the walk and the view's run ends
+//! (`RangeView::run_end`) in the planner; where a run may start is
+//! defined here
 //! (`run_starts`), and the planners' own loops over the allocations are
 //! checked against it.
 
