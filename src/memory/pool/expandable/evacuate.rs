@@ -91,8 +91,10 @@ impl ExpandablePool {
             // The paper placement starts with the largest and fails where
             // no hole below holds it: asked first, without planning the
             // rest.
-            let largest = members.iter().map(|&node| self.arena.size(node)).max();
-            if !largest.is_some_and(|largest| evacuation.holes.holds(largest, below)) {
+            let largest = (members.iter().map(|&node| self.arena.size(node)))
+                .max()
+                .expect("the top is a member");
+            if !evacuation.holes.holds(largest, below) {
                 continue;
             }
             let released = self.released_by(lowest, top);
