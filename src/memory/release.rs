@@ -12,11 +12,10 @@ use crate::sync::{Arc, Mutex};
 use std::fmt;
 use std::ptr;
 
-/// What a client gave back, for the owner to process in order.
+/// What a client gave back on the locked lane, for the owner to process
+/// in order (the last handles of cells come through [`DroppedCells`]).
 #[derive(Debug)]
 pub(crate) enum Release {
-    /// The last handle of this cell dropped; its reference comes with it.
-    Cell(Arc<AllocationCell>),
     /// A pinned allocation whose handles went is unpinned: release this
     /// slot key again.
     Allocation(SlotKey),
@@ -129,30 +128,47 @@ impl ReleaseQueue {
         }
     }
 
-    /// Move everything waiting into `out`, cells in the order their handles
-    /// dropped (for one dropping thread), then the others.
-    pub(crate) fn drain_into(&self, out: &mut Vec<Release>) {
+    /// Take every cell whose last handle dropped, in the order the handles
+    /// dropped (for one dropping thread): one swap, and the stack turned
+    /// around in place, so the owner frees each as it walks, with no buffer
+    /// between (every reservation drains first: this is its common path).
+    pub(crate) fn take_cells(&self) -> DroppedCells {
+        let mut node = ptr::null_mut();
         if !self.cells.load(Ordering::Relaxed).is_null() {
-            let mut node = self.cells.swap(ptr::null_mut(), Ordering::Acquire);
+            node = self.cells.swap(ptr::null_mut(), Ordering::Acquire);
             debug_assert!(node != closed(), "drained after close");
-            let first = out.len();
-            while !node.is_null() {
-                // SAFETY: every node on the stack is an `Arc::into_raw`
-                // reference handed over by `push_cell`, and the swap above
-                // made this thread its only holder.
-                let cell = unsafe { Arc::from_raw(node) };
-                node = cell.next_release.load(Ordering::Relaxed);
-                // The reference goes to the owner, which recycles it with
-                // the cell when nothing else holds it.
-                out.push(Release::Cell(cell));
-            }
-            out[first..].reverse();
         }
+        // Newest first on the stack: link each node to the one pushed
+        // before it instead. The swap made this thread the only holder of
+        // every node's queued reference, and no handle of a queued cell
+        // exists to push it again, so nobody else reads or writes these
+        // links now.
+        let mut oldest_first = ptr::null_mut();
+        while !node.is_null() {
+            // SAFETY: every node on the stack is an `Arc::into_raw`
+            // reference handed over by `push_cell`, ours since the swap.
+            let cell = unsafe { &*node };
+            let older = cell.next_release.load(Ordering::Relaxed);
+            cell.next_release.store(oldest_first, Ordering::Relaxed);
+            oldest_first = node;
+            node = older;
+        }
+        DroppedCells { node: oldest_first }
+    }
+
+    /// Move everything waiting on the locked lane into `out`.
+    pub(crate) fn drain_others(&self, out: &mut Vec<Release>) {
         if self.others_waiting.load(Ordering::Acquire) != 0 {
             let mut others = self.others.lock();
             out.append(&mut others);
             self.others_waiting.store(0, Ordering::Release);
         }
+    }
+
+    /// Whether nothing waits on the locked lane.
+    #[inline]
+    pub(crate) fn others_waiting(&self) -> bool {
+        self.others_waiting.load(Ordering::Acquire) != 0
     }
 
     /// Whether nothing is waiting.
@@ -167,12 +183,42 @@ impl ReleaseQueue {
     pub(crate) fn close(&self) {
         let mut node = self.cells.swap(closed(), Ordering::Acquire);
         while !node.is_null() && node != closed() {
-            // SAFETY: as in `drain_into`.
+            // SAFETY: as in `take_cells`.
             let cell = unsafe { Arc::from_raw(node) };
             node = cell.next_release.load(Ordering::Relaxed);
         }
         self.others.lock().clear();
         self.others_waiting.store(0, Ordering::Release);
+    }
+}
+
+/// The cells whose last handles dropped, as [`ReleaseQueue::take_cells`]
+/// took them: each with the reference its last handle queued, oldest
+/// first. What is not walked is let go when this drops.
+pub(crate) struct DroppedCells {
+    /// The next cell, linked through `next_release`; null at the end.
+    node: *mut AllocationCell,
+}
+
+impl Iterator for DroppedCells {
+    type Item = Arc<AllocationCell>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Arc<AllocationCell>> {
+        if self.node.is_null() {
+            return None;
+        }
+        // SAFETY: each node is a queued `Arc::into_raw` reference that
+        // `take_cells` handed to this list alone; it is taken back once.
+        let cell = unsafe { Arc::from_raw(self.node) };
+        self.node = cell.next_release.load(Ordering::Relaxed);
+        Some(cell)
+    }
+}
+
+impl Drop for DroppedCells {
+    fn drop(&mut self) {
+        self.for_each(drop);
     }
 }
 
@@ -203,5 +249,56 @@ impl std::ops::Deref for ReleaseInbox {
 impl Drop for ReleaseInbox {
     fn drop(&mut self) {
         self.0.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::memory::{MemoryConfig, MemoryManager, PageUpdate};
+    use crate::storage::VirtualStorage;
+    use crate::sync::Arc;
+
+    /// The cells come off the queue in the order their last handles
+    /// dropped (the stack is turned around in place), and a list dropped
+    /// before it is walked lets every queued reference go.
+    #[test]
+    fn cells_come_in_drop_order_and_an_unwalked_list_lets_go() {
+        let mut memory = MemoryManager::new(VirtualStorage::new(), MemoryConfig::default());
+        let handles: Vec<_> = (1..=4)
+            .map(|i| memory.reserve(i * 1024, PageUpdate::Allow).unwrap())
+            .collect();
+        let ids: Vec<_> = handles.iter().map(|h| h.id().unwrap()).collect();
+        let cells: Vec<_> = handles.iter().map(|h| Arc::clone(&h.cell)).collect();
+        let mut handles: Vec<_> = handles.into_iter().map(Some).collect();
+        for index in [2, 0, 3, 1] {
+            handles[index] = None;
+        }
+        drop(cells);
+        let queue = Arc::clone(memory.release_queue());
+        let taken: Vec<_> = queue.take_cells().map(|cell| cell.id().unwrap()).collect();
+        assert_eq!(taken, vec![ids[2], ids[0], ids[3], ids[1]]);
+        assert!(queue.is_empty());
+
+        let handles: Vec<_> = (1..=2)
+            .map(|i| memory.reserve(i * 1024, PageUpdate::Allow).unwrap())
+            .collect();
+        let cells: Vec<_> = handles.iter().map(|h| Arc::clone(&h.cell)).collect();
+        let counts = |cells: &[Arc<_>]| cells.iter().map(Arc::strong_count).collect::<Vec<_>>();
+        let held = counts(&cells);
+        drop(handles);
+        assert_eq!(
+            counts(&cells),
+            held,
+            "a queued release keeps the handle's reference"
+        );
+        let mut list = queue.take_cells();
+        assert!(list.next().is_some());
+        drop(list);
+        let after = counts(&cells);
+        assert_eq!(
+            after.iter().sum::<usize>() + 2,
+            held.iter().sum::<usize>(),
+            "both queued references went, the walked one and the unwalked one"
+        );
     }
 }

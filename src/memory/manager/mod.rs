@@ -358,14 +358,23 @@ impl<S: DeviceStorage> MemoryManager<S> {
         if self.releases.is_empty() {
             return;
         }
-        let mut buf = std::mem::take(&mut self.release_buf);
-        self.releases.drain_into(&mut buf);
+        // Both lanes as they stand now, cells first: what a client gave
+        // back while these are processed waits for the next operation.
+        let cells = self.releases.take_cells();
+        let others = self.releases.others_waiting().then(|| {
+            let mut buf = std::mem::take(&mut self.release_buf);
+            self.releases.drain_others(&mut buf);
+            buf
+        });
+        for cell in cells {
+            let key = cell.key();
+            self.free_slot(key, Some(cell));
+        }
+        let Some(mut buf) = others else {
+            return;
+        };
         for release in buf.drain(..) {
             match release {
-                Release::Cell(cell) => {
-                    let key = cell.key();
-                    self.free_slot(key, Some(cell));
-                }
                 Release::Allocation(key) => self.free_slot(key, None),
                 Release::Guard { pool, page } => {
                     self.pools[pool as usize].unguard(page, self.serial);

@@ -291,7 +291,9 @@ impl<S: DeviceStorage> MemoryManager<S> {
         }
         (FIRST_DYNAMIC..self.pools.len())
             .find(|&pool| self.pools[pool].max_alloc_size() >= size)
-            .ok_or(MemoryError::TooLarge {
+            // The error's largest pool is worked out only for a refusal:
+            // every reservation routes, and most fit the first pool.
+            .ok_or_else(|| MemoryError::TooLarge {
                 size,
                 aligned,
                 max: self.pools[FIRST_DYNAMIC..]
