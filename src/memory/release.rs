@@ -165,7 +165,7 @@ impl ReleaseQueue {
         }
     }
 
-    /// Whether nothing waits on the locked lane.
+    /// Whether anything waits on the locked lane.
     #[inline]
     pub(crate) fn others_waiting(&self) -> bool {
         self.others_waiting.load(Ordering::Acquire) != 0
@@ -268,12 +268,10 @@ mod tests {
             .map(|i| memory.reserve(i * 1024, PageUpdate::Allow).unwrap())
             .collect();
         let ids: Vec<_> = handles.iter().map(|h| h.id().unwrap()).collect();
-        let cells: Vec<_> = handles.iter().map(|h| Arc::clone(&h.cell)).collect();
         let mut handles: Vec<_> = handles.into_iter().map(Some).collect();
         for index in [2, 0, 3, 1] {
             handles[index] = None;
         }
-        drop(cells);
         let queue = Arc::clone(memory.release_queue());
         let taken: Vec<_> = queue.take_cells().map(|cell| cell.id().unwrap()).collect();
         assert_eq!(taken, vec![ids[2], ids[0], ids[3], ids[1]]);
