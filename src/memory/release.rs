@@ -156,9 +156,10 @@ impl ReleaseQueue {
         DroppedCells { node: oldest_first }
     }
 
-    /// Move everything waiting on the locked lane into `out`.
+    /// Move everything waiting on the locked lane into `out` (no lock
+    /// taken when nothing waits there, the common case).
     pub(crate) fn drain_others(&self, out: &mut Vec<Release>) {
-        if self.others_waiting.load(Ordering::Acquire) != 0 {
+        if self.others_waiting() {
             let mut others = self.others.lock();
             out.append(&mut others);
             self.others_waiting.store(0, Ordering::Release);
@@ -167,15 +168,14 @@ impl ReleaseQueue {
 
     /// Whether anything waits on the locked lane.
     #[inline]
-    pub(crate) fn others_waiting(&self) -> bool {
+    fn others_waiting(&self) -> bool {
         self.others_waiting.load(Ordering::Acquire) != 0
     }
 
     /// Whether nothing is waiting.
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
-        self.cells.load(Ordering::Acquire).is_null()
-            && self.others_waiting.load(Ordering::Acquire) == 0
+        self.cells.load(Ordering::Acquire).is_null() && !self.others_waiting()
     }
 
     /// The owner is gone: drop every queued reference, and make later pushes

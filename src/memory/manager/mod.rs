@@ -361,18 +361,12 @@ impl<S: DeviceStorage> MemoryManager<S> {
         // Both lanes as they stand now, cells first: what a client gave
         // back while these are processed waits for the next operation.
         let cells = self.releases.take_cells();
-        let others = self.releases.others_waiting().then(|| {
-            let mut buf = std::mem::take(&mut self.release_buf);
-            self.releases.drain_others(&mut buf);
-            buf
-        });
+        let mut buf = std::mem::take(&mut self.release_buf);
+        self.releases.drain_others(&mut buf);
         for cell in cells {
             let key = cell.key();
             self.free_slot(key, Some(cell));
         }
-        let Some(mut buf) = others else {
-            return;
-        };
         for release in buf.drain(..) {
             match release {
                 Release::Allocation(key) => self.free_slot(key, None),
