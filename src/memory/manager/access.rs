@@ -30,9 +30,9 @@ impl<S: DeviceStorage> MemoryManager<S> {
     pub fn get_storage(&mut self, allocation: &Allocation) -> Result<StorageHandle, MemoryError> {
         let (_, live) = self.live(allocation)?;
         let (pool, placement, size) = (live.pool as usize, live.placement, live.size);
-        let page = match self.pools[pool].page_storage(placement.page) {
+        let page = match self.pools[pool].page_storage(placement.page()) {
             Some(page) => page,
-            None => self.pools[pool].materialize(&mut self.storage, placement.page)?,
+            None => self.pools[pool].materialize(&mut self.storage, placement.page())?,
         };
         Ok(StorageHandle {
             id: page.id,

@@ -171,7 +171,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// Guard the page that holds `allocation` (see [`PageGuard`]).
     pub fn guard(&mut self, allocation: &Allocation) -> Result<PageGuard, MemoryError> {
         let (_, live) = self.live(allocation)?;
-        let (pool, page) = (live.pool, live.placement.page);
+        let (pool, page) = (live.pool, live.placement.page());
         self.pools[pool as usize].guard(page);
         Ok(PageGuard {
             releases: Arc::clone(&allocation.cell.releases),

@@ -326,7 +326,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
             }
         };
         let addr = self.pools[pool]
-            .page_base(placement.page)
+            .page_base(placement.page())
             .map_or(0, |base| base + placement.offset);
         allocation.cell.addr.store(addr, Ordering::Release);
         allocation.cell.len.store(size, Ordering::Release);

@@ -158,12 +158,12 @@ impl Mover<'_> {
         to: Placement,
         size: u64,
     ) -> Result<(), MemoryError> {
-        let Some(source) = pool.page_backing(from.page) else {
+        let Some(source) = pool.page_backing(from.page()) else {
             return Ok(());
         };
-        let target = match pool.page_backing(to.page) {
+        let target = match pool.page_backing(to.page()) {
             Some(target) => target.handle,
-            None => pool.materialize(self.storage, to.page)?,
+            None => pool.materialize(self.storage, to.page())?,
         };
         let range = |page: StorageHandle, at: Placement| StorageHandle {
             id: page.id,
@@ -179,7 +179,7 @@ impl Mover<'_> {
     /// its address. Called before a move's claim is dropped.
     pub(crate) fn publish(&mut self, pool: &impl Pages, slot: u32, to: Placement) {
         let addr = pool
-            .page_backing(to.page)
+            .page_backing(to.page())
             .map_or(0, |backing| backing.base + to.offset);
         let live = self.slots.get_mut(slot).expect("live");
         live.placement = to;

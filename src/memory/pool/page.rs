@@ -2,16 +2,56 @@
 //! backing, how large a growth may be, and the rounding every carve does.
 
 use crate::storage::{DeviceStorage, StorageError, StorageHandle};
+use std::fmt;
 
-/// Where a pool put an allocation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where a pool put an allocation: the pool's page index, the arena node
+/// of its block (`arena::NONE` for whole pages) and its offset in the page.
+///
+/// The page and the node share one word. A placement is made by the pool
+/// and copied whole into the slot at every reservation; written as two
+/// 32-bit halves and read back as one word, the copy's load waited for the
+/// stores to reach the cache (store forwarding fails): 8 % of a reservation
+/// and its release on a ring of 1 MiB, 15 % on `serving-s1`
+/// (`docs/performance.md`, "The manager alone replaying the corpus").
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Placement {
-    /// The pool's page index.
-    pub(crate) page: u32,
-    /// The arena node of a sliced pool's block (`arena::NONE` for whole pages).
-    pub(crate) node: u32,
+    /// The page above, the node below.
+    page_and_node: u64,
     /// Offset in the page.
     pub(crate) offset: u64,
+}
+
+impl Placement {
+    #[inline]
+    pub(crate) fn new(page: u32, node: u32, offset: u64) -> Self {
+        Self {
+            page_and_node: (u64::from(page) << 32) | u64::from(node),
+            offset,
+        }
+    }
+
+    /// The pool's page index.
+    #[inline]
+    pub(crate) fn page(&self) -> u32 {
+        (self.page_and_node >> 32) as u32
+    }
+
+    /// The arena node of a sliced or expandable pool's block
+    /// (`arena::NONE` for whole pages).
+    #[inline]
+    pub(crate) fn node(&self) -> u32 {
+        self.page_and_node as u32
+    }
+}
+
+impl fmt::Debug for Placement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Placement")
+            .field("page", &self.page())
+            .field("node", &self.node())
+            .field("offset", &self.offset)
+            .finish()
+    }
 }
 
 /// A page as the manager sees it when deciding what to relocate.

@@ -132,11 +132,7 @@ impl WholePagePool {
         page.owner = slot;
         page.epoch = page.epoch.wrapping_add(1);
         self.stats.allocated(size, aligned);
-        Placement {
-            page: index,
-            node: NONE,
-            offset: 0,
-        }
+        Placement::new(index, NONE, 0)
     }
 
     pub(crate) fn reserve_new_page(
@@ -173,11 +169,11 @@ impl WholePagePool {
     }
 
     pub(crate) fn free(&mut self, placement: Placement, size: u64, aligned: u64, serial: u64) {
-        let page = &mut self.pages[placement.page as usize];
+        let page = &mut self.pages[placement.page() as usize];
         page.used = false;
         page.epoch = page.epoch.wrapping_add(1);
         self.stats.freed(size, aligned);
-        self.offer(placement.page, serial);
+        self.offer(placement.page(), serial);
     }
 
     /// Make a page that just became reusable findable, and start its idle clock.

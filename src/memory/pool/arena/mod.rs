@@ -442,11 +442,7 @@ impl Arena {
     #[inline]
     pub(crate) fn hand_to(&mut self, node: u32, slot: u32) -> Placement {
         self.set_owner(node, slot);
-        Placement {
-            page: self.page(node),
-            node,
-            offset: self.offset(node),
-        }
+        Placement::new(self.page(node), node, self.offset(node))
     }
 
     pub(crate) fn set_owner(&mut self, node: u32, slot: u32) {

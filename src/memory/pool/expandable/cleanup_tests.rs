@@ -39,7 +39,7 @@ fn two_ranges_one_freed() -> (ExpandablePool, VirtualStorage, Placement) {
     };
     let kept = grow(&mut pool, 0);
     let freed = grow(&mut pool, 1);
-    assert_ne!(kept.page, freed.page, "each fills a range of its own");
+    assert_ne!(kept.page(), freed.page(), "each fills a range of its own");
     pool.free(freed, RANGE, RANGE, 1);
     assert_eq!(pool.address_space(), 2 * RANGE);
     (pool, storage, kept)
@@ -107,7 +107,7 @@ fn a_range_mapped_again_is_not_counted_as_void() {
             },
         )
         .unwrap();
-    assert_ne!(again.page, kept.page);
+    assert_ne!(again.page(), kept.page());
     assert!(!pool.cleanup(&mut storage, periodic(3)));
     assert_eq!(
         (pool.mapped(), pool.address_space()),

@@ -248,7 +248,7 @@ impl ExpandablePool {
 
     fn carved(&mut self, node: u32, size: u64, aligned: u64, slot: u32) -> Placement {
         let placement = self.arena.hand_to(node, slot);
-        let range = &mut self.ranges[placement.page as usize];
+        let range = &mut self.ranges[placement.page() as usize];
         range.live += 1;
         range.used += aligned;
         self.used += aligned;
@@ -327,23 +327,23 @@ impl ExpandablePool {
     }
 
     pub(crate) fn free(&mut self, placement: Placement, size: u64, aligned: u64, serial: u64) {
-        let range = &mut self.ranges[placement.page as usize];
+        let range = &mut self.ranges[placement.page() as usize];
         range.live -= 1;
         range.used -= aligned;
         self.used -= aligned;
         let fenced = self.fence.as_ref().is_some_and(|fence| {
-            fence.range == placement.page
+            fence.range == placement.page()
                 && placement.offset < fence.end
                 && placement.offset + aligned > fence.start
         });
         let listed = range.guards == 0 && !fenced;
-        let merged = self.arena.free(placement.node, listed);
+        let merged = self.arena.free(placement.node(), listed);
         if fenced {
             // It may have merged with a listed neighbour outside the window.
             self.arena.set_listed(merged, false);
         }
         self.stats.freed(size, aligned);
-        self.let_go(placement.page, placement.offset, aligned, serial);
+        self.let_go(placement.page(), placement.offset, aligned, serial);
         if self.whole_granules(merged).is_some() {
             self.idle_from(serial);
         }

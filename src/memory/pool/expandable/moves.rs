@@ -47,7 +47,7 @@ impl ExpandablePool {
     /// from the first, no free room between: one slide moves them all by
     /// the same distance, as one span.
     pub(super) fn adjacent(&self, mover: &Mover<'_>, slots: &[u32]) -> usize {
-        let node = |slot: u32| mover.slots.get(slot).expect("live").placement.node;
+        let node = |slot: u32| mover.slots.get(slot).expect("live").placement.node();
         1 + slots
             .windows(2)
             .take_while(|pair| self.arena.next(node(pair[0])) == node(pair[1]))
@@ -66,7 +66,7 @@ impl ExpandablePool {
         slots: &[u32],
     ) -> Result<(Step, usize), MemoryError> {
         let first = mover.slots.get(slots[0]).expect("live").placement;
-        let Some(to) = self.slide_target(first.node) else {
+        let Some(to) = self.slide_target(first.node()) else {
             // Nothing free below the first, so none below the others.
             return Ok((Step::InPlace, slots.len()));
         };
@@ -78,14 +78,14 @@ impl ExpandablePool {
         };
         let last = mover.slots.get(last).expect("live");
         let span = last.placement.offset + last.size - first.offset;
-        if let Some(backing) = self.page_backing(first.page) {
+        if let Some(backing) = self.page_backing(first.page()) {
             let at = |offset: u64| StorageHandle {
                 id: backing.handle.id,
                 offset: backing.handle.offset + offset,
                 size: span,
             };
             let (source, target) = (at(first.offset), at(to));
-            match self.staging(first.page, span, to..first.offset + span) {
+            match self.staging(first.page(), span, to..first.offset + span) {
                 Some(staging) => mover.storage.stage(&StagedMove {
                     source,
                     staging,
@@ -99,7 +99,7 @@ impl ExpandablePool {
         let mut bytes = 0;
         for &slot in claimed {
             let live = mover.slots.get(slot).expect("live");
-            let (node, size) = (live.placement.node, live.size);
+            let (node, size) = (live.placement.node(), live.size);
             let placement = self.slid(node, slot, mover.serial);
             mover.publish(self, slot, placement);
             bytes += size;

@@ -62,7 +62,7 @@ impl ExpandablePool {
             if self.mapped().saturating_add(needed) > self.stats.peak_reserved {
                 continue;
             }
-            let Some(node) = mover.slots.get(slot).map(|live| live.placement.node) else {
+            let Some(node) = mover.slots.get(slot).map(|live| live.placement.node()) else {
                 continue;
             };
             if !self.move_pays(&*mover.storage, node, needed, &mover.movable()) {

@@ -162,11 +162,7 @@ impl ExpandablePool {
                 self.idle_from(serial);
             }
         }
-        Placement {
-            page: index,
-            node: merged,
-            offset: self.arena.offset(merged),
-        }
+        Placement::new(index, merged, self.arena.offset(merged))
     }
 }
 

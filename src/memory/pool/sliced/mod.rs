@@ -117,7 +117,7 @@ impl SlicedPool {
 
     fn carved(&mut self, node: u32, size: u64, aligned: u64, slot: u32) -> Placement {
         let placement = self.arena.hand_to(node, slot);
-        let page = &mut self.pages[placement.page as usize];
+        let page = &mut self.pages[placement.page() as usize];
         if page.live == 0 {
             page.epoch = page.epoch.wrapping_add(1);
         }
@@ -266,13 +266,13 @@ impl SlicedPool {
     }
 
     pub(crate) fn free(&mut self, placement: Placement, size: u64, aligned: u64, serial: u64) {
-        let page = &mut self.pages[placement.page as usize];
+        let page = &mut self.pages[placement.page() as usize];
         page.live -= 1;
         page.used -= aligned;
         let listed = !page.withdrawn();
-        self.arena.free(placement.node, listed);
+        self.arena.free(placement.node(), listed);
         self.stats.freed(size, aligned);
-        self.note_if_empty(placement.page, serial);
+        self.note_if_empty(placement.page(), serial);
     }
 
     /// Queue a page that just became releasable for the cleanup that suits it.

@@ -147,7 +147,7 @@ impl SlicedPool {
             let to = match self.try_reserve(size, aligned, slot) {
                 Some(to) => to,
                 None if may_add_page => {
-                    let lazy = self.page_backing(moving.from.page).is_none();
+                    let lazy = self.page_backing(moving.from.page()).is_none();
                     let (storage, growth) = (&mut *mover.storage, Growth::Pool);
                     let wanted = Wanted {
                         size,
