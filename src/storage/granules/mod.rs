@@ -26,7 +26,9 @@ use super::{StorageError, StorageHandle, check_range};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 
+mod given_back;
 mod spares;
+use given_back::GivenBackTable;
 pub(crate) use spares::Mapping;
 
 /// By default a physical handle covers at most this fraction (one in this
@@ -140,7 +142,7 @@ pub(crate) struct GranuleMap {
     /// again before it went is revived with no driver call; a batch
     /// unmaps only the granules still waiting in it, and only whole
     /// handles.
-    doomed: BTreeMap<u64, GivenBack>,
+    doomed: GivenBackTable,
     /// Granules in `doomed` waiting for a fence.
     waiting: u64,
     /// Spare handles, as `(granules, first granule)`: every granule given
@@ -183,7 +185,7 @@ impl GranuleMap {
             count: 0,
             most_held: 0,
             handles: BTreeMap::new(),
-            doomed: BTreeMap::new(),
+            doomed: GivenBackTable::default(),
             waiting: 0,
             spares: BTreeSet::new(),
         })
@@ -226,7 +228,7 @@ impl GranuleMap {
     /// Bytes given back whose fence passed, held because the rest of
     /// their physical handle is not.
     pub(crate) fn stranded_bytes(&self) -> u64 {
-        let stranded = (self.doomed.len() as u64).saturating_sub(self.waiting);
+        let stranded = self.doomed.len().saturating_sub(self.waiting);
         stranded.saturating_mul(self.granule)
     }
 
@@ -236,7 +238,7 @@ impl GranuleMap {
 
     /// Mapped and not given back: what the memory layer may touch.
     fn is_live(&self, index: u64) -> bool {
-        self.is_mapped(index) && !self.doomed.contains_key(&index)
+        self.is_mapped(index) && !self.doomed.contains(index)
     }
 
     fn set(&mut self, index: u64, mapped: bool) {
@@ -376,16 +378,16 @@ impl GranuleMap {
     ) -> Vec<Range<u64>> {
         let mut gone: Vec<Range<u64>> = Vec::new();
         for index in self.granules(handle).unwrap_or(0..0) {
-            if self.doomed.get(&index) != Some(&GivenBack::Waiting(batch)) {
+            if self.doomed.get(index) != Some(GivenBack::Waiting(batch)) {
                 continue;
             }
             let physical = self.handle_of(index);
-            let passed = |state: Option<&GivenBack>| match state {
+            let passed = |state: Option<GivenBack>| match state {
                 Some(GivenBack::Stranded) => true,
-                Some(GivenBack::Waiting(at)) => *at <= batch,
+                Some(GivenBack::Waiting(at)) => at <= batch,
                 None => false,
             };
-            let complete = physical.clone().all(|at| passed(self.doomed.get(&at)));
+            let complete = physical.clone().all(|at| passed(self.doomed.get(at)));
             if keep && complete {
                 for at in physical.clone() {
                     if let Some(GivenBack::Waiting(_)) = self.doomed.insert(at, GivenBack::Stranded)
@@ -402,7 +404,7 @@ impl GranuleMap {
                 continue;
             }
             for at in physical.clone() {
-                if let Some(GivenBack::Waiting(_)) = self.doomed.remove(&at) {
+                if let Some(GivenBack::Waiting(_)) = self.doomed.remove(at) {
                     self.waiting -= 1;
                 }
                 self.set(at, false);
@@ -426,7 +428,7 @@ impl GranuleMap {
         let outside_given_back = |physical: &Range<u64>| {
             (physical.start..granules.start.max(physical.start))
                 .chain(granules.end.min(physical.end)..physical.end)
-                .all(|at| self.doomed.contains_key(&at))
+                .all(|at| self.doomed.contains(at))
         };
         let mut start = granules.start;
         if self.is_mapped(start) {

@@ -164,7 +164,7 @@ impl GranuleMap {
             self.forget_spare(&moved.from);
         }
         for index in self.granules(handle).unwrap_or(0..0) {
-            match self.doomed.remove(&index) {
+            match self.doomed.remove(index) {
                 Some(GivenBack::Waiting(_)) => self.waiting -= 1,
                 Some(GivenBack::Stranded) => {
                     // A spare inside the map, revived whole: no spare now.
@@ -199,7 +199,7 @@ impl GranuleMap {
         self.spares.remove(&(spare.end - spare.start, spare.start));
         self.handles.remove(&spare.start);
         for at in spare.clone() {
-            self.doomed.remove(&at);
+            self.doomed.remove(at);
             self.set(at, false);
             self.count -= 1;
         }
