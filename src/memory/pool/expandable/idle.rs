@@ -164,11 +164,14 @@ impl ExpandablePool {
         bytes: u64,
     ) -> bool {
         let granule = self.granule;
-        // (since, node, offset) of every whole free granule.
+        // (since, node, offset) of every whole free granule: its let-go
+        // times read in a run's order, with no division per granule.
         let mut granules = Vec::new();
         self.each_whole_free_run(|pool, index, node, first, last| {
-            for at in (first..last).step_by(granule as usize) {
-                granules.push((pool.let_go_at(index, at), node, at));
+            let times = &pool.ranges[index as usize].let_go;
+            let from = (first / granule) as usize;
+            for (at, nth) in (first..last).step_by(granule as usize).zip(from..) {
+                granules.push((times.get(nth).copied().unwrap_or(0), node, at));
             }
         });
         let wanted = bytes.div_ceil(granule) as usize;
