@@ -187,3 +187,27 @@ pub(crate) fn align_down(size: u64, alignment: u64) -> u64 {
     }
     size / alignment * alignment
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Placement;
+    use crate::memory::pool::arena::NONE;
+
+    /// The page and the node come back as they went in, at both ends of
+    /// their ranges: neither spills into the other's half of the word.
+    #[test]
+    fn a_placement_keeps_its_page_and_node_apart() {
+        for (page, node) in [
+            (0, 0),
+            (0, NONE),
+            (u32::MAX, 0),
+            (7, NONE - 1),
+            (u32::MAX, NONE),
+        ] {
+            let placement = Placement::new(page, node, u64::MAX);
+            assert_eq!((placement.page(), placement.node()), (page, node));
+            assert_eq!(placement.offset, u64::MAX);
+        }
+        assert_ne!(Placement::new(1, 0, 0), Placement::new(0, 1 << 31, 0));
+    }
+}
