@@ -22,19 +22,27 @@ const ABSENT: u64 = 0;
 /// `GivenBack::Waiting(word - 1)`.
 const STRANDED: u64 = u64::MAX;
 
-/// Granules given back, as a map from granule index to where each stands.
+/// Granules given back, as a map from granule index to where each stands,
+/// with how many stand each way.
 #[derive(Debug, Clone, Default)]
 pub(super) struct GivenBackTable {
     /// One word per granule from 0 to the highest given back.
     words: Vec<u64>,
-    /// Entries present.
-    len: u64,
+    /// Entries waiting for a fence.
+    waiting: u64,
+    /// Entries stranded.
+    stranded: u64,
 }
 
 impl GivenBackTable {
-    /// Entries present.
-    pub(super) fn len(&self) -> u64 {
-        self.len
+    /// Granules waiting for a fence.
+    pub(super) fn waiting(&self) -> u64 {
+        self.waiting
+    }
+
+    /// Granules whose fence passed, held for the rest of their handle.
+    pub(super) fn stranded(&self) -> u64 {
+        self.stranded
     }
 
     /// Where granule `index` stands, if it was given back.
@@ -57,9 +65,8 @@ impl GivenBackTable {
             self.words.resize(at + 1, ABSENT);
         }
         let was = decode(std::mem::replace(&mut self.words[at], encode(state)));
-        if was.is_none() {
-            self.len += 1;
-        }
+        self.count(was, false);
+        self.count(Some(state), true);
         was
     }
 
@@ -67,10 +74,22 @@ impl GivenBackTable {
     pub(super) fn remove(&mut self, index: u64) -> Option<GivenBack> {
         let word = self.words.get_mut(index as usize)?;
         let was = decode(std::mem::replace(word, ABSENT));
-        if was.is_some() {
-            self.len -= 1;
-        }
+        self.count(was, false);
         was
+    }
+
+    /// Count `state` in (`added`) or out.
+    fn count(&mut self, state: Option<GivenBack>, added: bool) {
+        let count = match state {
+            None => return,
+            Some(GivenBack::Waiting(_)) => &mut self.waiting,
+            Some(GivenBack::Stranded) => &mut self.stranded,
+        };
+        if added {
+            *count += 1;
+        } else {
+            *count -= 1;
+        }
     }
 }
 
@@ -98,7 +117,7 @@ fn decode(word: u64) -> Option<GivenBack> {
 mod tests {
     use super::*;
 
-    /// The table answers as a map would, the count included, far from
+    /// The table answers as a map would, its counts included, far from
     /// and at its end.
     #[test]
     fn the_table_answers_as_a_map() {
@@ -107,18 +126,22 @@ mod tests {
         assert_eq!(table.remove(1 << 20), None, "past the end: nothing");
         assert_eq!(table.insert(5, GivenBack::Waiting(0)), None);
         assert_eq!(table.insert(9, GivenBack::Waiting(7)), None);
-        assert_eq!(table.len(), 2);
+        assert_eq!((table.waiting(), table.stranded()), (2, 0));
         assert_eq!(table.get(5), Some(GivenBack::Waiting(0)));
         assert!(table.contains(9) && !table.contains(6));
         assert_eq!(
             table.insert(9, GivenBack::Stranded),
             Some(GivenBack::Waiting(7))
         );
-        assert_eq!(table.len(), 2, "a change of state adds no entry");
+        assert_eq!(
+            (table.waiting(), table.stranded()),
+            (1, 1),
+            "a change of state moves its count, adds none"
+        );
         assert_eq!(table.remove(9), Some(GivenBack::Stranded));
         assert_eq!(table.remove(9), None);
-        assert_eq!(table.len(), 1);
+        assert_eq!((table.waiting(), table.stranded()), (1, 0));
         assert_eq!(table.remove(5), Some(GivenBack::Waiting(0)));
-        assert_eq!(table.len(), 0);
+        assert_eq!((table.waiting(), table.stranded()), (0, 0));
     }
 }

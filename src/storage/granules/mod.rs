@@ -143,8 +143,6 @@ pub(crate) struct GranuleMap {
     /// unmaps only the granules still waiting in it, and only whole
     /// handles.
     doomed: GivenBackTable,
-    /// Granules in `doomed` waiting for a fence.
-    waiting: u64,
     /// Spare handles, as `(granules, first granule)`: every granule given
     /// back and past its fence (`Stranded` in `doomed`), kept for a map to
     /// move (`unmap_doomed`'s `keep`).
@@ -186,7 +184,6 @@ impl GranuleMap {
             most_held: 0,
             handles: BTreeMap::new(),
             doomed: GivenBackTable::default(),
-            waiting: 0,
             spares: BTreeSet::new(),
         })
     }
@@ -222,14 +219,13 @@ impl GranuleMap {
 
     /// Bytes given back and still mapped, waiting for their fence.
     pub(crate) fn doomed_bytes(&self) -> u64 {
-        self.waiting.saturating_mul(self.granule)
+        self.doomed.waiting().saturating_mul(self.granule)
     }
 
     /// Bytes given back whose fence passed, held because the rest of
     /// their physical handle is not.
     pub(crate) fn stranded_bytes(&self) -> u64 {
-        let stranded = self.doomed.len().saturating_sub(self.waiting);
-        stranded.saturating_mul(self.granule)
+        self.doomed.stranded().saturating_mul(self.granule)
     }
 
     fn is_mapped(&self, index: u64) -> bool {
@@ -356,7 +352,6 @@ impl GranuleMap {
         if !granules.clone().all(|index| self.is_live(index)) {
             return false;
         }
-        self.waiting += granules.end - granules.start;
         for index in granules {
             self.doomed.insert(index, GivenBack::Waiting(batch));
         }
@@ -390,23 +385,17 @@ impl GranuleMap {
             let complete = physical.clone().all(|at| passed(self.doomed.get(at)));
             if keep && complete {
                 for at in physical.clone() {
-                    if let Some(GivenBack::Waiting(_)) = self.doomed.insert(at, GivenBack::Stranded)
-                    {
-                        self.waiting -= 1;
-                    }
+                    self.doomed.insert(at, GivenBack::Stranded);
                 }
                 (self.spares).insert((physical.end - physical.start, physical.start));
                 continue;
             }
             if !complete {
                 self.doomed.insert(index, GivenBack::Stranded);
-                self.waiting -= 1;
                 continue;
             }
             for at in physical.clone() {
-                if let Some(GivenBack::Waiting(_)) = self.doomed.remove(at) {
-                    self.waiting -= 1;
-                }
+                self.doomed.remove(at);
                 self.set(at, false);
                 self.count -= 1;
             }

@@ -165,7 +165,7 @@ impl GranuleMap {
         }
         for index in self.granules(handle).unwrap_or(0..0) {
             match self.doomed.remove(index) {
-                Some(GivenBack::Waiting(_)) => self.waiting -= 1,
+                Some(GivenBack::Waiting(_)) => {}
                 Some(GivenBack::Stranded) => {
                     // A spare inside the map, revived whole: no spare now.
                     let physical = self.handle_of(index);

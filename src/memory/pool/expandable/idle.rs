@@ -74,11 +74,16 @@ impl ExpandablePool {
     /// The serial an allocation last let go of the granule at `offset` of
     /// range `index`.
     fn let_go_at(&self, index: u32, offset: u64) -> u64 {
+        self.let_go_from(index, offset).next().unwrap_or(0)
+    }
+
+    /// The serials allocations last let go of the granules of range
+    /// `index` from the one at `offset` up (0 for one never let go), read
+    /// in order with one division for the run, not one a granule.
+    fn let_go_from(&self, index: u32, offset: u64) -> impl Iterator<Item = u64> + '_ {
         let times = &self.ranges[index as usize].let_go;
-        times
-            .get((offset / self.granule) as usize)
-            .copied()
-            .unwrap_or(0)
+        let from = ((offset / self.granule) as usize).min(times.len());
+        times[from..].iter().copied().chain(std::iter::repeat(0))
     }
 
     /// Call `visit(pool, range, node, first, last)` for every listed free
@@ -164,14 +169,12 @@ impl ExpandablePool {
         bytes: u64,
     ) -> bool {
         let granule = self.granule;
-        // (since, node, offset) of every whole free granule: its let-go
-        // times read in a run's order, with no division per granule.
+        // (since, node, offset) of every whole free granule.
         let mut granules = Vec::new();
         self.each_whole_free_run(|pool, index, node, first, last| {
-            let times = &pool.ranges[index as usize].let_go;
-            let from = (first / granule) as usize;
-            for (at, nth) in (first..last).step_by(granule as usize).zip(from..) {
-                granules.push((times.get(nth).copied().unwrap_or(0), node, at));
+            let offsets = (first..last).step_by(granule as usize);
+            for (at, since) in offsets.zip(pool.let_go_from(index, first)) {
+                granules.push((since, node, at));
             }
         });
         let wanted = bytes.div_ceil(granule) as usize;
@@ -211,9 +214,8 @@ impl ExpandablePool {
             while at < end {
                 let cut = looking.first_handle_end(&pool.range_handle(index, at, end - at));
                 let cut = cut.clamp(at + granule, end);
-                let since = (at..cut)
-                    .step_by(granule as usize)
-                    .map(|offset| pool.let_go_at(index, offset))
+                let granules = (cut - at).div_ceil(granule) as usize;
+                let since = (pool.let_go_from(index, at).take(granules))
                     .max()
                     .unwrap_or(0);
                 handles.push((since, node, at, cut));
