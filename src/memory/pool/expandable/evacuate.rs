@@ -8,6 +8,7 @@
 use super::holes::{Hole, Holes};
 use super::{ExpandablePool, PlannedMove, VOID};
 use crate::memory::pool::arena::NONE;
+use crate::memory::pool::page::{align_down, units_below};
 
 /// An evacuation under way: the allocations still to look at, top down,
 /// and the free blocks below them (tagged with their arena node).
@@ -68,7 +69,7 @@ impl ExpandablePool {
         let granule = self.granule;
         while let Some(top) = evacuation.allocations.pop() {
             let range = self.arena.page(top);
-            let top_granule = self.end(top).saturating_sub(1) / granule;
+            let top_granule = units_below(self.end(top).saturating_sub(1), granule);
             // Everything else touching the top granule, down to the first
             // allocation that ends below it.
             let mut members: smallvec::SmallVec<[u32; 8]> = smallvec::smallvec![top];
@@ -84,7 +85,7 @@ impl ExpandablePool {
             // no hole below for their largest; no pin is read for them).
             let lowest = *members.last().expect("the top is a member");
             // They land wholly below the granules they touch.
-            let limit = self.arena.offset(lowest) / granule * granule;
+            let limit = align_down(self.arena.offset(lowest), granule);
             let below = |hole: &Hole, size: u64| {
                 hole.0 >= size && (hole.1 < range || (hole.1 == range && hole.2 + size <= limit))
             };
@@ -162,8 +163,8 @@ impl ExpandablePool {
     /// next unmapping release.
     fn released_by(&self, lowest: u32, top: u32) -> u64 {
         let granule = self.granule;
-        let first = self.arena.offset(lowest) / granule;
-        let last = self.end(top).saturating_sub(1) / granule;
+        let first = units_below(self.arena.offset(lowest), granule);
+        let last = units_below(self.end(top).saturating_sub(1), granule);
         // The nearest allocations on either side (free and void blocks hold
         // nothing).
         let neighbour = |from: u32, step: fn(&Self, u32) -> u32| {

@@ -9,6 +9,7 @@
 //! The long form: `docs/modules.md`, "`src/memory/pool/expandable/idle.rs`".
 
 use super::ExpandablePool;
+use crate::memory::pool::page::{units_below, units_over};
 use crate::storage::DeviceStorage;
 
 impl ExpandablePool {
@@ -62,8 +63,8 @@ impl ExpandablePool {
     /// Record that an allocation let go of `bytes` at `offset` of range
     /// `index` at `serial`: every granule it touched.
     pub(super) fn let_go(&mut self, index: u32, offset: u64, bytes: u64, serial: u64) {
-        let first = (offset / self.granule) as usize;
-        let last = (offset + bytes).div_ceil(self.granule) as usize;
+        let first = units_below(offset, self.granule) as usize;
+        let last = units_over(offset + bytes, self.granule) as usize;
         let times = &mut self.ranges[index as usize].let_go;
         if times.len() < last {
             times.resize(last, 0);
@@ -82,7 +83,7 @@ impl ExpandablePool {
     /// in order with one division for the run, not one a granule.
     fn let_go_from(&self, index: u32, offset: u64) -> impl Iterator<Item = u64> + '_ {
         let times = &self.ranges[index as usize].let_go;
-        let from = ((offset / self.granule) as usize).min(times.len());
+        let from = (units_below(offset, self.granule) as usize).min(times.len());
         times[from..].iter().copied().chain(std::iter::repeat(0))
     }
 
