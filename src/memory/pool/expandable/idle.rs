@@ -80,7 +80,7 @@ impl ExpandablePool {
 
     /// The serials allocations last let go of the granules of range
     /// `index` from the one at `offset` up (0 for one never let go), read
-    /// in order with one division for the run, not one a granule.
+    /// in order: the run's first index worked out once, not one a granule.
     fn let_go_from(&self, index: u32, offset: u64) -> impl Iterator<Item = u64> + '_ {
         let times = &self.ranges[index as usize].let_go;
         let from = (units_below(offset, self.granule) as usize).min(times.len());
