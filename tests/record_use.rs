@@ -293,3 +293,31 @@ proptest! {
         prop_assert_eq!(memory.awaiting_users(), 0);
     }
 }
+
+/// Fences on the same streams pass in the order they were recorded, so a
+/// poll asks the oldest waiting one and no later one while it has not
+/// passed; once the device caught up, every allocation waiting is freed.
+#[test]
+fn a_poll_asks_no_fence_behind_one_not_passed_on_the_same_streams() {
+    let mut memory = manager(3);
+    let used: Vec<Allocation> = (0..8u8)
+        .map(|byte| filled(&mut memory, MIB, byte))
+        .collect();
+    for allocation in &used {
+        memory.record_use(allocation, OTHER).unwrap();
+    }
+    drop(used);
+    memory.flush();
+    assert_eq!(memory.awaiting_users(), 8);
+    let before = memory.storage().driver_ops().events_queried;
+    let next = memory.reserve(MIB, PageUpdate::Allow).unwrap();
+    let asked = memory.storage().driver_ops().events_queried - before;
+    assert_eq!(memory.awaiting_users(), 8, "nothing passed yet");
+    // One query for the eight (it was eight, one each).
+    assert_eq!(asked, 1, "a fence behind one not passed was asked");
+    drop(next);
+    for _ in 0..4 {
+        memory.flush();
+    }
+    assert_eq!(memory.awaiting_users(), 0, "every fence passed");
+}

@@ -97,16 +97,45 @@ impl<S: DeviceStorage> MemoryManager<S> {
 
     /// Free the awaiting allocations whose fences passed (`wait`: after
     /// waiting for each); whether any was freed.
+    ///
+    /// They wait in the order they were released, which is the order
+    /// their fences were recorded, and a stream's work completes in order:
+    /// once one fence on some streams has not passed, no later fence on
+    /// the same streams has either, so it is not asked (as PyTorch stops
+    /// at the first event of a stream not yet done). Same frees, one query
+    /// a poll for each set of streams still behind instead of one for
+    /// every allocation waiting on it.
     fn settle_users(&mut self, wait: bool) -> bool {
         if self.awaiting_users.is_empty() {
             return false;
         }
         let mut freed = false;
+        // The sets of streams a fence not passed was found on this poll.
+        let mut behind: Vec<Vec<UserStream>> = Vec::new();
         for key in std::mem::take(&mut self.awaiting_users) {
+            if !behind.is_empty()
+                && self
+                    .users_of(key)
+                    .is_some_and(|s| behind.iter().any(|b| b == s))
+            {
+                self.awaiting_users.push(key);
+                continue;
+            }
             let done = match self.fence_of(key) {
                 // Freed since (the stream's end): nothing waits any more.
                 None => continue,
-                Some(fence) => self.users_done(fence, wait),
+                Some(fence) => {
+                    let done = self.users_done(fence, wait);
+                    // A fence that was never recorded says nothing of the
+                    // ones after it: only a recorded one holds them back.
+                    if !done
+                        && fence.is_some()
+                        && let Some(streams) = self.users_of(key)
+                    {
+                        behind.push(streams.to_vec());
+                    }
+                    done
+                }
             };
             if done {
                 if let Some(live) = self.slots.get_mut(key.slot()) {
@@ -119,6 +148,12 @@ impl<S: DeviceStorage> MemoryManager<S> {
             }
         }
         freed
+    }
+
+    /// The streams recorded as using the allocation `key` names.
+    fn users_of(&self, key: SlotKey) -> Option<&[UserStream]> {
+        let users = self.slots.locate(key)?.users.as_ref()?;
+        Some(&users.streams)
     }
 
     /// The fence on the users of the allocation `key` names, recorded now
