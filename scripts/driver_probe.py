@@ -7,6 +7,10 @@ usage: python3 scripts/driver_probe.py        (on a machine with a GPU)
 Prints one JSON object of nanoseconds per call, in `--driver-costs` form,
 on standard output; on standard error, what the copy's cost is made of.
 
+On standard error too, the host's cost to queue a `cuStreamWaitEvent` (one
+stream ordered after another's event), which no `DriverCosts` field prices
+yet.
+
 A copy is measured three ways, because 2,000 small copies queued back to
 back (how `copy_ns` was first measured, 7.5 us on the H200) fill the
 stream's queue, and then the host waits for the device to run them: what
@@ -118,6 +122,32 @@ def main():
     large = min(device_ms(lambda: check(
         cuda.cuMemcpyDtoDAsync_v2(b.value, a.value, big, stream), "copy")) for _ in range(3))
     bytes_per_us = big / (large * 1000)
+
+    # Ordering one stream after another (what serving a reservation from
+    # another stream's room needs, `docs/cross-stream-serving.md`): an
+    # event recorded on one stream and waited for on a second.
+    # `cuStreamWaitEvent` queues the wait on the GPU; the host's cost to
+    # queue it is what is timed, in batches as the copies were.
+    cuda.cuStreamWaitEvent.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint]
+    other = ctypes.c_void_p()
+    check(cuda.cuStreamCreate(ctypes.byref(other), 1), "cuStreamCreate")
+    mark = ctypes.c_void_p()
+    check(cuda.cuEventCreate(ctypes.byref(mark), 2), "cuEventCreate")  # no timing
+    check(cuda.cuEventRecord(mark, stream), "cuEventRecord")
+    for _ in range(100):  # warm up
+        check(cuda.cuStreamWaitEvent(other, mark, 0), "cuStreamWaitEvent")
+    check(cuda.cuStreamSynchronize(other), "sync")
+    waits = []
+    for _ in range(batches):
+        start = time.perf_counter_ns()
+        for _ in range(batch):
+            check(cuda.cuStreamWaitEvent(other, mark, 0), "cuStreamWaitEvent")
+        waits.append((time.perf_counter_ns() - start) / batch)
+        check(cuda.cuStreamSynchronize(other), "sync")
+    stream_wait_event_ns = sorted(waits)[len(waits) // 2]
+    cuda.cuEventDestroy_v2(mark)
+    cuda.cuStreamDestroy_v2(other)
+
     cuda.cuEventDestroy_v2(begin)
     cuda.cuEventDestroy_v2(end)
     cuda.cuMemFree_v2(a.value)
@@ -133,6 +163,7 @@ def main():
         "copy_back_to_back_ns": round(back_to_back_ns),
         "copy_4k_on_device_ns": round(device_small_ns),
         "copy_256m_on_device_ms": round(large, 3),
+        "stream_wait_event_ns": round(stream_wait_event_ns),
     }), file=sys.stderr)
     return 0
 
