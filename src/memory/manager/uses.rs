@@ -121,15 +121,17 @@ impl<S: DeviceStorage> MemoryManager<S> {
                 self.awaiting_users.push(key);
                 continue;
             }
+            // Recorded at its release, in order with the ones after it (one
+            // the storage could not record then is recorded now, later than
+            // they were, and says nothing of them).
+            let in_order = self.fence_recorded(key);
             let done = match self.fence_of(key) {
                 // Freed since (the stream's end): nothing waits any more.
                 None => continue,
                 Some(fence) => {
                     let done = self.users_done(fence, wait);
-                    // A fence that was never recorded says nothing of the
-                    // ones after it: only a recorded one holds them back.
                     if !done
-                        && fence.is_some()
+                        && in_order
                         && let Some(streams) = self.users_of(key)
                     {
                         behind.push(streams.to_vec());
@@ -148,6 +150,13 @@ impl<S: DeviceStorage> MemoryManager<S> {
             }
         }
         freed
+    }
+
+    /// Whether the fence of the allocation `key` names was recorded.
+    fn fence_recorded(&self, key: SlotKey) -> bool {
+        (self.slots.locate(key))
+            .and_then(|live| live.users.as_ref())
+            .is_some_and(|users| users.fence.is_some())
     }
 
     /// The streams recorded as using the allocation `key` names.
