@@ -321,3 +321,35 @@ fn a_poll_asks_no_fence_behind_one_not_passed_on_the_same_streams() {
     }
     assert_eq!(memory.awaiting_users(), 0, "every fence passed");
 }
+
+/// Fences on other streams are not held back by one that has not passed:
+/// a poll asks the oldest waiting on each set of streams.
+#[test]
+fn a_fence_not_passed_holds_back_only_the_fences_on_the_same_streams() {
+    const THIRD: UserStream = UserStream(8);
+    let mut memory = manager(3);
+    let used: Vec<Allocation> = (0..6u8)
+        .map(|byte| filled(&mut memory, MIB, byte))
+        .collect();
+    for (at, allocation) in used.iter().enumerate() {
+        memory
+            .record_use(allocation, if at % 2 == 0 { OTHER } else { THIRD })
+            .unwrap();
+    }
+    memory.record_use(&used[5], OTHER).unwrap();
+    drop(used);
+    memory.flush();
+    assert_eq!(memory.awaiting_users(), 6);
+    let before = memory.storage().driver_ops().events_queried;
+    let next = memory.reserve(MIB, PageUpdate::Allow).unwrap();
+    let asked = memory.storage().driver_ops().events_queried - before;
+    // The oldest on 7, the oldest on 8, and the one on 8 and 7 (whose
+    // first event, not passed, ends its asking): one query a set of
+    // streams, where it was one an allocation (six).
+    assert_eq!(asked, 3, "one fence asked per set of streams");
+    drop(next);
+    for _ in 0..4 {
+        memory.flush();
+    }
+    assert_eq!(memory.awaiting_users(), 0, "every fence passed");
+}
