@@ -113,18 +113,17 @@ impl<S: DeviceStorage> MemoryManager<S> {
         // The sets of streams a fence not passed was found on this poll.
         let mut behind: Vec<Vec<UserStream>> = Vec::new();
         for key in std::mem::take(&mut self.awaiting_users) {
-            if !behind.is_empty()
-                && self
-                    .users_of(key)
-                    .is_some_and(|s| behind.iter().any(|b| b == s))
-            {
+            // Whether its fence was recorded at its release, in order with
+            // the ones after it (one the storage could not record then is
+            // recorded now, later than they were, and says nothing of them).
+            let (held_back, in_order) = self.users_of(key).map_or((false, false), |users| {
+                let streams = &users.streams;
+                (behind.iter().any(|b| b == streams), users.fence.is_some())
+            });
+            if held_back {
                 self.awaiting_users.push(key);
                 continue;
             }
-            // Recorded at its release, in order with the ones after it (one
-            // the storage could not record then is recorded now, later than
-            // they were, and says nothing of them).
-            let in_order = self.fence_recorded(key);
             let done = match self.fence_of(key) {
                 // Freed since (the stream's end): nothing waits any more.
                 None => continue,
@@ -132,9 +131,9 @@ impl<S: DeviceStorage> MemoryManager<S> {
                     let done = self.users_done(fence, wait);
                     if !done
                         && in_order
-                        && let Some(streams) = self.users_of(key)
+                        && let Some(users) = self.users_of(key)
                     {
-                        behind.push(streams.to_vec());
+                        behind.push(users.streams.clone());
                     }
                     done
                 }
@@ -152,17 +151,9 @@ impl<S: DeviceStorage> MemoryManager<S> {
         freed
     }
 
-    /// Whether the fence of the allocation `key` names was recorded.
-    fn fence_recorded(&self, key: SlotKey) -> bool {
-        (self.slots.locate(key))
-            .and_then(|live| live.users.as_ref())
-            .is_some_and(|users| users.fence.is_some())
-    }
-
-    /// The streams recorded as using the allocation `key` names.
-    fn users_of(&self, key: SlotKey) -> Option<&[UserStream]> {
-        let users = self.slots.locate(key)?.users.as_ref()?;
-        Some(&users.streams)
+    /// Who uses the allocation `key` names (`None`: stale, or nobody).
+    fn users_of(&self, key: SlotKey) -> Option<&Users> {
+        self.slots.locate(key)?.users.as_deref()
     }
 
     /// The fence on the users of the allocation `key` names, recorded now

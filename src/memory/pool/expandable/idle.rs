@@ -178,7 +178,7 @@ impl ExpandablePool {
                 granules.push((since, node, at));
             }
         });
-        let wanted = bytes.div_ceil(granule) as usize;
+        let wanted = units_over(bytes, granule) as usize;
         if granules.len() > wanted {
             granules.select_nth_unstable(wanted);
             granules.truncate(wanted);
@@ -215,7 +215,7 @@ impl ExpandablePool {
             while at < end {
                 let cut = looking.first_handle_end(&pool.range_handle(index, at, end - at));
                 let cut = cut.clamp(at + granule, end);
-                let granules = (cut - at).div_ceil(granule) as usize;
+                let granules = units_over(cut - at, granule) as usize;
                 let since = (pool.let_go_from(index, at).take(granules))
                     .max()
                     .unwrap_or(0);
