@@ -12,7 +12,7 @@ use streamalloc::replay::Replayer;
 use streamalloc::service::{ServiceConfig, Supervisor};
 use streamalloc::storage::{
     BudgetedStorage, DeviceBudget, DeviceStorage, DriverCosts, DriverOps, FaultPlan, HOST_GRANULE,
-    HostStorage, LimitedStorage, StagedMove, VirtualStorage,
+    HostStorage, LimitedStorage, StagedMove, UserStream, VirtualStorage,
 };
 use streamalloc::trace::{TraceAction, TraceEvent};
 
@@ -47,6 +47,9 @@ fn drive(storage: &mut dyn DeviceStorage) -> DriverOps {
     storage.stage(&staged).unwrap();
     storage.unmap(&range.sub_range(G, 3 * G).unwrap());
     storage.flush();
+    // Another stream's work ordered after this one's (a loan): an event
+    // recorded here and waited on there.
+    storage.order_for(UserStream(7)).unwrap();
     let page = storage.allocate(5 * MIB).unwrap();
     storage.deallocate(page.id);
     storage.deallocate(range.id);
@@ -87,10 +90,12 @@ fn host_and_virtual_storage_count_what_a_device_would_call() {
         pages_freed: 1,
         page_granules_freed: 3,
         // Each flush that gave back recorded an event and asked it once
-        // (a storage with no lag: passed at once); none waited.
-        events_recorded: 2,
+        // (a storage with no lag: passed at once), and the order for
+        // another stream recorded one more; none waited.
+        events_recorded: 3,
         events_queried: 2,
         stream_waits: 0,
+        stream_orders: 1,
         copies: 8,
         bytes_copied: 1024 + 3072 + 2 * 3072,
         peak_granules_mapped: 5,

@@ -18,9 +18,16 @@ use common::MIB;
 const G: u64 = DEFAULT_GRANULE;
 
 fn replay(events: &[TraceEvent]) -> Value {
+    replay_lending(events, true)
+}
+
+/// [`replay`], streams past the headroom asking the others to serve them
+/// from their room first where `lend`.
+fn replay_lending(events: &[TraceEvent], lend: bool) -> Value {
     let mut replayer = Replayer::new(|_| {
         Supervisor::virtual_device(ServiceConfig {
             clock: ManualClock::shared(),
+            lend_across_streams: lend,
             ..ServiceConfig::default()
         })
     });
@@ -112,15 +119,11 @@ fn a_growth_maps_on_its_path_and_the_fall_gives_back_on_the_settles() {
 }
 
 /// A second stream grows past the device's headroom once the first one's
-/// load fell: the first gives its handles back on the round's path, and
-/// the second maps them on its growth's.
+/// load fell, the first not lending: the first gives its handles back on
+/// the round's path, and the second maps them on its growth's.
 #[test]
 fn what_one_stream_gives_another_is_the_rounds() {
-    let mut events = grow_and_free(0, 0..16, 0);
-    events.extend(
-        (100..116u64).map(|id| TraceEvent::new(600_000 + id * 1_000, 1, TraceAction::Alloc, id, G)),
-    );
-    let report = replay(&events);
+    let report = replay_lending(&second_stream_after_first_fell(), false);
     let streams = report["per_stream"].as_array().unwrap();
     let giver = paths(&streams[0]["driver"]);
     let taker = paths(&streams[1]["driver"]);
@@ -142,6 +145,40 @@ fn what_one_stream_gives_another_is_the_rounds() {
         streams[1]["driver"]["granules_mapped"].as_u64().unwrap(),
         "the taker maps on its growth alone"
     );
+}
+
+/// The first stream's load rose and fell, then a second grows as far.
+fn second_stream_after_first_fell() -> Vec<TraceEvent> {
+    let mut events = grow_and_free(0, 0..16, 0);
+    events.extend(
+        (100..116u64).map(|id| TraceEvent::new(600_000 + id * 1_000, 1, TraceAction::Alloc, id, G)),
+    );
+    events
+}
+
+/// The same, the first stream lending: it serves the second from the room
+/// it keeps mapped, on the lend path, and nothing is unmapped there or
+/// mapped again here: the device maps its peak once.
+#[test]
+fn what_one_stream_lends_another_is_on_the_lend_path_and_maps_nothing() {
+    let report = replay(&second_stream_after_first_fell());
+    let streams = report["per_stream"].as_array().unwrap();
+    let lender = paths(&streams[0]["driver"]);
+    let lend = on(&lender, "lend").expect("the first stream lent");
+    assert!(lend.1 > 0, "it ordered the second stream after its work");
+    assert!(on(&lender, "round").is_none(), "it gave nothing back");
+    let ops: DriverOps = serde_json::from_value(report["driver"]["ops"].clone()).unwrap();
+    assert_eq!(ops.handles_adopted, 0, "nothing handed over");
+    assert!(ops.stream_orders > 0);
+    // The second stream grows within the headroom's slack (4 MiB: two
+    // granules), and borrows past it: nothing more is mapped anywhere.
+    let borrower = granules_by_path(&streams[1]["driver"]);
+    let mapped: u64 = borrower.iter().map(|(_, granules)| granules).sum();
+    assert_eq!(mapped, 2, "the second stream mapped its slack alone");
+    assert_eq!(ops.granule_maps(), 16 + 2);
+    let rounds = replay_lending(&second_stream_after_first_fell(), false);
+    let moved: DriverOps = serde_json::from_value(rounds["driver"]["ops"].clone()).unwrap();
+    assert!(moved.granule_maps() > ops.granule_maps() + 8);
 }
 
 /// A compaction's copies are on its path, an explicit cleanup's unmaps on

@@ -6,6 +6,7 @@ mod common;
 
 use common::{KIB, MIB};
 use std::sync::Arc;
+use streamalloc::service::StreamStats;
 use streamalloc::memory::{
     Allocation, Cleanup, DeviceProperties, MemoryConfig, MemoryConfiguration, MemoryError,
     MemoryManager, PageUpdate, PoolKind, RelocationReason,
@@ -857,8 +858,12 @@ fn a_manager_alone_keeps_the_room_its_peak_needed_and_no_more() {
     assert_eq!(memory.bytes_reserved(), memory.bytes_allocated());
 }
 
-#[test]
-fn room_one_stream_keeps_for_its_peak_goes_to_another_that_grows() {
+/// Stream 0 keeps the room of its 128 MiB peak, then stream 1 needs as
+/// much: the room goes to stream 1 before the device maps its own. With
+/// `lend`, stream 0 serves stream 1 from it; without, it gives it back for
+/// stream 1 to map. The figures after: stream 0's reserved bytes before,
+/// and both streams' stats.
+fn room_kept_for_a_peak_serves_another(lend: bool) -> (u64, StreamStats, StreamStats) {
     use streamalloc::clock::ManualClock;
     use streamalloc::memory::StreamId;
     use streamalloc::service::{ServiceConfig, Supervisor};
@@ -872,6 +877,7 @@ fn room_one_stream_keeps_for_its_peak_goes_to_another_that_grows() {
             keep_peak_mapped: true,
             ..MemoryConfig::default()
         },
+        lend_across_streams: lend,
         ..ServiceConfig::default()
     });
     let (s0, s1) = (
@@ -888,17 +894,39 @@ fn room_one_stream_keeps_for_its_peak_goes_to_another_that_grows() {
     let before = s0.stats().bytes_reserved;
     assert!(before >= 128 * MIB, "kept for stream 0's peak");
     let taken: Vec<Allocation> = (0..24).map(|_| s1.reserve(4 * MIB).unwrap()).collect();
+    for allocation in &taken {
+        s1.write(allocation, 0, &[3; 64]).unwrap();
+        assert_eq!(s1.read(allocation, 0, 64).unwrap(), vec![3; 64]);
+    }
     let stats = device.device_stats();
     // The device never held much more than its peak live (128 MiB): stream
-    // 0 gave its room back before stream 1 mapped its own.
+    // 0's room went to stream 1 before stream 1 mapped its own.
     assert!(
         stats.peak_bytes_reserved <= 128 * MIB + 128 * MIB / 25 + 2 * HOST_GRANULE,
         "{} MiB at the peak for 128 MiB live",
         stats.peak_bytes_reserved / MIB
     );
-    assert!(s0.stats().bytes_reserved < before, "stream 0 gave back");
+    let figures = (before, s0.stats(), s1.stats());
     drop((kept, taken));
     device.shutdown();
+    figures
+}
+
+#[test]
+fn room_one_stream_keeps_for_its_peak_goes_to_another_that_grows() {
+    let (before, s0, s1) = room_kept_for_a_peak_serves_another(false);
+    assert!(s0.bytes_reserved < before, "stream 0 gave back");
+    assert_eq!((s0.lent, s1.borrowed), (0, 0));
+}
+
+#[test]
+fn room_one_stream_keeps_for_its_peak_serves_another_in_place() {
+    let (before, s0, s1) = room_kept_for_a_peak_serves_another(true);
+    assert_eq!(s0.bytes_reserved, before, "stream 0 kept its room");
+    assert!(s1.borrowed > 0 && s0.lent == s1.borrowed, "{s0:?} {s1:?}");
+    // What it lent counts in its bytes in use, not in stream 1's.
+    assert!(s0.bytes_in_use >= 32 * MIB + s0.lent * 4 * MIB);
+    assert!(s1.bytes_reserved < 24 * 4 * MIB);
 }
 
 #[test]

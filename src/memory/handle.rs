@@ -77,6 +77,12 @@ pub(crate) struct AllocationCell {
     /// Bytes this binding still counts on its owner's live meter
     /// (`live.rs`); whoever ends the binding swaps them out, once.
     pub(crate) metered: AtomicU64,
+    /// The manager whose stream's clients were handed this allocation
+    /// from the owner's room ([`MemoryManager::lend_to`]), 0 for none: their
+    /// handles take it as theirs and run its operations on the owner.
+    ///
+    /// [`MemoryManager::lend_to`]: crate::memory::MemoryManager::lend_to
+    pub(crate) lent_to: AtomicU64,
     /// Where the last handle's drop sends the release.
     pub(crate) releases: Arc<ReleaseQueue>,
     /// The next cell on the release queue's stack, while this one is on it.

@@ -91,6 +91,14 @@ pub struct ServiceConfig {
     /// per event of modeled driver time beyond the peak once, at
     /// 1.014-1.028 → 1.019-1.041 of live).
     pub shared_handle_share: Option<u64>,
+    /// A stream about to grow the device past its headroom first asks the
+    /// roomiest other streams to serve the request from the room they
+    /// hold, before any gives memory back for it to map (`docs/service.md`,
+    /// "Serving another stream"). The allocations it gets are the lender's:
+    /// they count in the lender's bytes in use and go back to it when
+    /// dropped; every operation of a [`StreamHandle`](super::StreamHandle)
+    /// of the device takes them.
+    pub lend_across_streams: bool,
 }
 
 impl Default for ServiceConfig {
@@ -112,6 +120,7 @@ impl Default for ServiceConfig {
             max_streams: 256,
             handle_share: None,
             shared_handle_share: None,
+            lend_across_streams: true,
         }
     }
 }

@@ -7,7 +7,7 @@
 
 use super::device::{DeviceShared, Notice};
 use super::events::SupervisorEvent;
-use super::protocol::Control;
+use super::protocol::{Allocations, Control, LendAsk, Lent};
 use super::seat::Seat;
 use super::settle::{Settle, SettleWatch};
 use crate::clock::SharedClock;
@@ -16,6 +16,12 @@ use crate::sync::channel::{self, Receiver, RecvError, Sender};
 use crate::sync::{Arc, Mutex};
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
+
+/// A round past the headroom asks at most this many streams, the roomiest
+/// first, to serve the request from their room before it asks any to give
+/// back: past the second, a stream's room rarely holds a block the first
+/// two lacked, and each ask is a turn on its thread.
+const MAX_LENDERS: usize = 2;
 
 /// Compaction is not scheduled for less than this to win back.
 const MIN_COMPACTION_GAIN: u64 = 4 << 20;
@@ -36,6 +42,8 @@ struct Asker {
     /// what they give back to be gone before they answer, since this is
     /// the asker's last try before `OutOfMemory`.
     short: bool,
+    /// Past the headroom: the request, for another stream to serve.
+    lend: Option<LendAsk>,
 }
 
 /// One recovery round for a short stream.
@@ -51,6 +59,21 @@ struct Episode {
     freed: u64,
     /// When it began (on the service's clock).
     started: Duration,
+    /// Asking streams to serve the request before any gives back.
+    lending: Option<Lending>,
+}
+
+/// The first part of a round past the headroom: streams asked, one at a
+/// time and the roomiest first, to serve the asker's request from the room
+/// they hold (`docs/service.md`, "Serving another stream").
+#[derive(Debug)]
+struct Lending {
+    /// The request.
+    ask: LendAsk,
+    /// The streams still to ask, in order.
+    lenders: VecDeque<StreamId>,
+    /// What the asker lacks, for the givers if none serves it.
+    lacks: u64,
 }
 
 /// What the coordinator remembers of one stream for its idle tick.
@@ -132,6 +155,7 @@ impl Coordinator {
                 stream,
                 requested,
                 lacks,
+                lend,
             } => {
                 let headroom = lacks.is_some();
                 let lacks = lacks.unwrap_or(0);
@@ -146,16 +170,25 @@ impl Coordinator {
                     Some(queued) => {
                         queued.short |= !headroom;
                         queued.lacks = queued.lacks.max(lacks);
+                        if queued.short {
+                            queued.lend = None;
+                        }
                     }
                     None if !active => self.queue.push_back(Asker {
                         stream,
                         lacks,
                         short: !headroom,
+                        lend: lend.filter(|_| headroom),
                     }),
                     None => {}
                 }
                 self.start_next();
             }
+            Notice::Lent {
+                stream,
+                episode,
+                lent,
+            } => self.lent(stream, episode, lent),
             Notice::GaveBack {
                 stream,
                 episode,
@@ -184,12 +217,77 @@ impl Coordinator {
         true
     }
 
+    /// `stream` answered the active episode's `Lend` with `lent`: served,
+    /// the round ends with them; refused, the next lender is asked, or the
+    /// givers. An answer to an episode no longer active drops what it
+    /// lent, which goes back to the lender as any release.
+    fn lent(&mut self, stream: StreamId, episode: u64, lent: Option<Allocations>) {
+        let Some(active) = self.active.as_mut() else {
+            return;
+        };
+        if active.id != episode || active.lending.is_none() || active.waiting != [stream] {
+            return;
+        }
+        match lent {
+            Some(allocations) => {
+                let lending = active.lending.take().expect("checked");
+                let event = SupervisorEvent::Lent {
+                    stream: active.stream,
+                    lender: stream,
+                    bytes: super::message::requested(&lending.ask.sizes),
+                };
+                self.emit(event);
+                self.finish(Some(Lent {
+                    ask: lending.ask,
+                    allocations,
+                }));
+            }
+            None => self.next_lender(),
+        }
+    }
+
+    /// The lender the active episode waited on refused (or ended): ask the
+    /// next, or, with none left, the givers.
+    fn next_lender(&mut self) {
+        let Some(active) = self.active.as_mut() else {
+            return;
+        };
+        let Some(lending) = active.lending.as_mut() else {
+            return;
+        };
+        let streams = self.device.registry.lock();
+        while let Some(lender) = lending.lenders.pop_front() {
+            if let Some(link) = streams.get(&lender) {
+                link.send(Control::Lend {
+                    episode: active.id,
+                    ask: lending.ask.clone(),
+                });
+                active.waiting = vec![lender];
+                return;
+            }
+        }
+        let lacks = lending.lacks;
+        active.lending = None;
+        active.waiting = ask_givers(&streams, active.id, active.stream, false, lacks);
+        drop(streams);
+        if active.waiting.is_empty() {
+            self.finish(None);
+        }
+    }
+
     /// `stream` answered the active episode (or ended), returning `freed`
     /// bytes; the last answer ends it.
     fn answered(&mut self, stream: StreamId, freed: u64) {
         let Some(active) = self.active.as_mut() else {
             return;
         };
+        if active.lending.is_some() {
+            // Only a lender that ended answers this way while lending.
+            if active.waiting == [stream] {
+                self.next_lender();
+            }
+            return;
+        }
         let before = active.waiting.len();
         active.waiting.retain(|s| *s != stream);
         if active.waiting.len() == before {
@@ -197,7 +295,7 @@ impl Coordinator {
         }
         active.freed = active.freed.saturating_add(freed);
         if active.waiting.is_empty() {
-            self.finish();
+            self.finish(None);
         }
     }
 
@@ -207,6 +305,7 @@ impl Coordinator {
                 stream,
                 lacks,
                 short,
+                lend,
             }) = self.queue.pop_front()
             else {
                 return;
@@ -217,40 +316,55 @@ impl Coordinator {
             }
             let id = self.next_episode;
             self.next_episode = self.next_episode.wrapping_add(1);
-            let givers = givers(&streams, stream, short, lacks);
-            for &(other, wanted) in &givers {
-                streams[&other].send(Control::GiveBack {
-                    episode: id,
-                    short,
-                    wanted,
-                });
-            }
-            let others: Vec<StreamId> = givers.into_iter().map(|(other, _)| other).collect();
+            let mut lending = lend.map(|ask| Lending {
+                lenders: lenders(&streams, stream, &ask),
+                ask,
+                lacks,
+            });
+            let first = lending.as_mut().and_then(|l| l.lenders.pop_front());
+            let waiting = match (first, lending.as_ref()) {
+                (Some(lender), Some(lending)) => {
+                    streams[&lender].send(Control::Lend {
+                        episode: id,
+                        ask: lending.ask.clone(),
+                    });
+                    vec![lender]
+                }
+                _ => {
+                    lending = None;
+                    ask_givers(&streams, id, stream, short, lacks)
+                }
+            };
             drop(streams);
             self.active = Some(Episode {
                 id,
                 stream,
-                waiting: others,
+                waiting,
                 freed: 0,
                 started: self.timers.clock.now(),
+                lending,
             });
             if self.active.as_ref().is_some_and(|e| e.waiting.is_empty()) {
-                self.finish();
+                self.finish(None);
             }
         }
     }
 
-    /// End the active episode: tell the short stream to retry.
-    fn finish(&mut self) {
+    /// End the active episode: tell the short stream to retry, with what
+    /// another stream `lent` it, if one did (an asker gone drops it, and
+    /// it goes back to its lender).
+    fn finish(&mut self, lent: Option<Lent>) {
         let Some(episode) = self.active.take() else {
             return;
         };
-        self.emit(SupervisorEvent::GaveBack {
-            stream: episode.stream,
-            freed: episode.freed,
-        });
+        if lent.is_none() {
+            self.emit(SupervisorEvent::GaveBack {
+                stream: episode.stream,
+                freed: episode.freed,
+            });
+        }
         if let Some(link) = self.device.registry.lock().get(&episode.stream) {
-            link.send(Control::Retry);
+            link.send(Control::Retry { lent });
         }
         self.start_next();
     }
@@ -265,7 +379,7 @@ impl Coordinator {
             .as_ref()
             .is_some_and(|e| now.saturating_sub(e.started) > self.timers.episode_timeout)
         {
-            self.finish();
+            self.finish(None);
         }
         self.schedule_settles(now);
         self.schedule_compactions(now);
@@ -436,6 +550,49 @@ pub(crate) fn run(seat: Arc<CoordinatorSeat>, notices: Receiver<Notice>, tick: D
             seat.turn().tick();
         }
     }
+}
+
+/// Send each giver of a round for `asker` its `GiveBack` (see [`givers`]),
+/// and say which were asked.
+fn ask_givers(
+    streams: &std::collections::BTreeMap<StreamId, super::registry::StreamEntry>,
+    episode: u64,
+    asker: StreamId,
+    short: bool,
+    lacks: u64,
+) -> Vec<StreamId> {
+    let givers = givers(streams, asker, short, lacks);
+    for &(other, wanted) in &givers {
+        streams[&other].send(Control::GiveBack {
+            episode,
+            short,
+            wanted,
+        });
+    }
+    givers.into_iter().map(|(other, _)| other).collect()
+}
+
+/// The streams a round past the headroom asks to serve `ask` from their
+/// room, in order: those whose room their clients do not use holds the
+/// request, the roomiest first (ties by stream, so every run asks the
+/// same), at most [`MAX_LENDERS`]. Room is not a block: a lender whose
+/// free room is in pieces refuses, and the next is asked.
+fn lenders(
+    streams: &std::collections::BTreeMap<StreamId, super::registry::StreamEntry>,
+    asker: StreamId,
+    ask: &LendAsk,
+) -> VecDeque<StreamId> {
+    let requested = super::message::requested(&ask.sizes);
+    let mut room: Vec<(u64, StreamId)> = (streams.iter())
+        .filter(|(other, entry)| **other != asker && entry.handle.is_running())
+        .map(|(other, entry)| (entry.shared().unused_at_most(), *other))
+        .filter(|&(unused, _)| unused >= requested)
+        .collect();
+    room.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    room.into_iter()
+        .take(MAX_LENDERS)
+        .map(|(_, other)| other)
+        .collect()
 }
 
 /// The streams a round for `asker` wakes, each with what it is asked for.

@@ -5,6 +5,7 @@
 use super::error::{OutOfMemoryReport, StreamUsage};
 use super::events::SupervisorEvent;
 use super::headroom::Headroom;
+use super::protocol::{Allocations, LendAsk};
 use super::registry::{Registry, StreamEntry};
 use crate::clock::{ManualClock, SharedClock};
 use crate::memory::{LiveBytes, StreamId};
@@ -30,6 +31,18 @@ pub(crate) enum Notice {
         /// bytes the device would hold past it with this request grown
         /// (what the others are asked to give); `None` when short.
         lacks: Option<u64>,
+        /// Past the headroom: the request, for another stream to serve
+        /// from its room before the others are asked to give back.
+        lend: Option<LendAsk>,
+    },
+    /// A stream answered a `Lend`: the allocations it served, or `None`.
+    Lent {
+        /// The lender.
+        stream: StreamId,
+        /// The episode it answers.
+        episode: u64,
+        /// What it served.
+        lent: Option<Allocations>,
     },
     /// A stream answered a `GiveBack`.
     GaveBack {
@@ -82,6 +95,9 @@ pub(crate) struct DeviceShared {
     /// The same for streams that share the device
     /// (`ServiceConfig::shared_handle_share`).
     pub(crate) shared_handle_share: Option<u64>,
+    /// Streams past the headroom ask the others to serve them from their
+    /// room first (`ServiceConfig::lend_across_streams`).
+    pub(crate) lends: bool,
     /// The clock every time-driven policy reads (`clock.rs`).
     pub(crate) clock: SharedClock,
     /// Someone subscribed to the supervisor's events: only then do
@@ -143,6 +159,7 @@ impl DeviceShared {
             headroom: None,
             handle_share: None,
             shared_handle_share: None,
+            lends: false,
             clock: ManualClock::shared(),
             watched: AtomicBool::new(false),
         }
@@ -166,6 +183,13 @@ impl DeviceShared {
     pub(crate) fn with_handle_shares(mut self, alone: Option<u64>, shared: Option<u64>) -> Self {
         self.handle_share = alone;
         self.shared_handle_share = shared;
+        self
+    }
+
+    /// The same, its streams past the headroom asking the others to serve
+    /// them from their room first where `lends`.
+    pub(crate) fn with_lending(mut self, lends: bool) -> Self {
+        self.lends = lends;
         self
     }
 

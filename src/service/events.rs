@@ -41,6 +41,17 @@ pub enum SupervisorEvent {
         /// Bytes the others returned to the device.
         freed: u64,
     },
+    /// Another stream served a stream's request past the headroom from
+    /// the room it holds: no memory moved, and no driver call mapped any
+    /// (`docs/service.md`, "Serving another stream").
+    Lent {
+        /// The stream whose request it was.
+        stream: StreamId,
+        /// The stream that served it (its allocations are the lender's).
+        lender: StreamId,
+        /// Bytes of the request.
+        bytes: u64,
+    },
     /// A stream's parked request was served after others gave memory back.
     Recovered {
         /// The stream.

@@ -5,6 +5,9 @@
 //! blocking method and its awaitable `_async` twin from that one place, and
 //! both go through the handle's one generic call (`run` / `run_async`).
 //!
+//! An entry marked `[on allocation]` runs on the stream that lent the
+//! allocation to this one's clients, if another did (`lender_of`).
+//!
 //! Adding an operation: one entry here. The actor needs no new arm, the
 //! request enum no new variant, and refusal (a stopped or failed stream)
 //! comes for free: a refused job answers its caller with the error.
@@ -23,14 +26,29 @@ use std::ops::Range;
 /// Each entry: doc, `fn blocking / awaitable (&self, args) -> Output`, and a
 /// block that evaluates to the actor's closure.
 macro_rules! operations {
+    // An allocation another stream lent: the operation runs there.
+    (@lent $this:ident, $name:ident, [$($arg:ident),*]) => {};
+    (@lent $this:ident, $name:ident, [$($arg:ident),*], $on:ident) => {
+        if let Some(lender) = $this.lender_of($on)? {
+            return lender.$name($($arg),*);
+        }
+    };
+    (@lent_async $this:ident, $name:ident, [$($arg:ident),*]) => {};
+    (@lent_async $this:ident, $name:ident, [$($arg:ident),*], $on:ident) => {
+        if let Some(lender) = $this.lender_of($on)? {
+            return Box::pin(lender.$name($($arg),*)).await;
+        }
+    };
     ($(
         $(#[$doc:meta])*
+        $([on $on:ident])?
         fn $name:ident / $awaited:ident (&$this:ident $(, $arg:ident : $ty:ty)*) -> $out:ty $body:block
     )*) => {
         impl StreamHandle {
             $(
                 $(#[$doc])*
                 pub fn $name(&$this $(, $arg: $ty)*) -> Result<$out, ServiceError> {
+                    operations!(@lent $this, $name, [$($arg),*] $(, $on)?);
                     $this.run($body)
                 }
             )*
@@ -41,6 +59,7 @@ macro_rules! operations {
             $(
                 #[doc = concat!("[`", stringify!($name), "`](Self::", stringify!($name), "), awaited.")]
                 pub async fn $awaited(&$this $(, $arg: $ty)*) -> Result<$out, ServiceError> {
+                    operations!(@lent_async $this, $awaited, [$($arg),*] $(, $on)?);
                     $this.run_async($body).await
                 }
             )*
@@ -67,18 +86,22 @@ operations! {
     }
 
     /// Read `len` bytes from `offset`.
+    [on allocation]
     fn read / read_async(&self, allocation: &Allocation, offset: u64, len: u64) -> Vec<u8> {
         let allocation = self.owned(allocation)?;
         move |actor: &mut dyn ActorTurn| Ok(actor.memory().read(&allocation, offset, len)?)
     }
 
     /// Write `data` at `offset`.
+    [on allocation]
     fn write / write_async(&self, allocation: &Allocation, offset: u64, data: &[u8]) -> () {
         let (allocation, data) = (self.owned(allocation)?, data.to_vec());
         move |actor: &mut dyn ActorTurn| Ok(actor.memory().write(&allocation, offset, &data)?)
     }
 
-    /// Copy every byte of `from` to the start of `to` (same stream).
+    /// Copy every byte of `from` to the start of `to` (both this stream's,
+    /// or both lent by the same stream).
+    [on from]
     fn copy / copy_async(&self, from: &Allocation, to: &Allocation) -> () {
         let (from, to) = (self.owned(from)?, self.owned(to)?);
         move |actor: &mut dyn ActorTurn| Ok(actor.memory().copy(&from, &to)?)
@@ -103,6 +126,7 @@ operations! {
     }
 
     /// Guard the page that holds `allocation`.
+    [on allocation]
     fn guard / guard_async(&self, allocation: &Allocation) -> PageGuard {
         let allocation = self.owned(allocation)?;
         move |actor: &mut dyn ActorTurn| Ok(actor.memory().guard(&allocation)?)
@@ -115,18 +139,21 @@ operations! {
     }
 
     /// Point bytes `range` of `allocation` at `failure`.
+    [on allocation]
     fn taint / taint_async(&self, allocation: &Allocation, range: Range<u64>, failure: FailureId) -> () {
         let allocation = self.owned(allocation)?;
         move |actor: &mut dyn ActorTurn| Ok(actor.memory().taint(&allocation, range, failure)?)
     }
 
     /// Bytes `range` were written: no failure claims them.
+    [on allocation]
     fn written / written_async(&self, allocation: &Allocation, range: Range<u64>) -> () {
         let allocation = self.owned(allocation)?;
         move |actor: &mut dyn ActorTurn| Ok(actor.memory().written(&allocation, range)?)
     }
 
     /// The failure claiming the lowest tainted byte of `range`.
+    [on allocation]
     fn failure / failure_async(&self, allocation: &Allocation, range: Range<u64>) -> Option<FailureId> {
         let allocation = self.owned(allocation)?;
         move |actor: &mut dyn ActorTurn| Ok(actor.memory().failure(&allocation, range)?)
@@ -149,6 +176,7 @@ operations! {
     /// bytes: they stay in place, and once its last handle goes they are
     /// neither reused nor given back before the work `user` queued by
     /// then is done (`docs/memory.md`, "Memory other streams use").
+    [on allocation]
     fn record_use / record_use_async(&self, allocation: &Allocation, user: UserStream) -> () {
         let allocation = self.owned(allocation)?;
         move |actor: &mut dyn ActorTurn| Ok(actor.memory().record_use(&allocation, user)?)
@@ -171,7 +199,8 @@ operations! {
 /// refused.
 impl StreamHandle {
     /// Hand `reserved`'s memory to `assigned` with `cursor` (same stream
-    /// only). On failure `reserved` is dropped; [`try_bind`](Self::try_bind)
+    /// only: for an allocation another stream lent, an unbound handle of
+    /// that stream). On failure `reserved` is dropped; [`try_bind`](Self::try_bind)
     /// hands it back.
     pub fn bind(
         &self,
@@ -191,6 +220,17 @@ impl StreamHandle {
         assigned: &Allocation,
         cursor: u64,
     ) -> Result<(), HandedBack<ServiceError>> {
+        match self.lender_of(&reserved) {
+            // Lent by another stream: bound there, into one of its handles.
+            Ok(Some(lender)) => return lender.try_bind(reserved, assigned, cursor),
+            Ok(None) => {}
+            Err(error) => {
+                return Err(HandedBack {
+                    error,
+                    allocation: Some(reserved),
+                });
+            }
+        }
         let (reserved, assigned) = self.bind_checked(reserved, assigned)?;
         let answer = self.call(|reply| bind_job(self.stream(), reserved, assigned, cursor, reply));
         flatten(answer)
@@ -233,6 +273,16 @@ impl StreamHandle {
         to: &Allocation,
         cursor: u64,
     ) -> Result<(), HandedBack<ServiceError>> {
+        match self.lender_of(&reserved) {
+            Ok(Some(lender)) => return Box::pin(lender.try_bind_async(reserved, to, cursor)).await,
+            Ok(None) => {}
+            Err(error) => {
+                return Err(HandedBack {
+                    error,
+                    allocation: Some(reserved),
+                });
+            }
+        }
         let (reserved, to) = self.bind_checked(reserved, to)?;
         let answer = self
             .call_async(|reply| bind_job(self.stream(), reserved, to, cursor, reply))

@@ -62,9 +62,25 @@ pub struct ShutdownReport {
     pub bytes_left: u64,
 }
 
+/// A reservation a stream past the device's headroom asks another stream
+/// of the device to serve from the room it holds (`docs/service.md`,
+/// "Serving another stream").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LendAsk {
+    /// The sizes, all or none.
+    pub(crate) sizes: Sizes,
+    /// The asker's caller's mode.
+    pub(crate) mode: crate::memory::AllocationMode,
+    /// How the asker's storage names its device stream: the lender records
+    /// it as a user of what it serves, and orders it after its own work.
+    pub(crate) user: crate::storage::UserStream,
+    /// The asker's manager, whose handles take what is lent as theirs.
+    pub(crate) borrower: u64,
+}
+
 /// Control traffic from the supervisor's coordinator to a stream actor, on
 /// an unbounded channel (a send never blocks), each followed by a `Wake`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) enum Control {
     /// Another stream is short: return every page nothing holds, compact,
     /// and say how much went back.
@@ -81,8 +97,22 @@ pub(crate) enum Control {
         /// mapped for its own next reservations).
         wanted: u64,
     },
-    /// The recovery round for this stream is over: retry what is parked.
-    Retry,
+    /// Another stream past the headroom asks this one to serve `ask` from
+    /// the room it holds, with no growth (`Notice::Lent` answers).
+    Lend {
+        /// The recovery episode this answers.
+        episode: u64,
+        /// What to serve.
+        ask: LendAsk,
+    },
+    /// The recovery round for this stream is over: retry what is parked,
+    /// and answer the request the round asked about with `lent`, if
+    /// another stream served it.
+    Retry {
+        /// Another stream's allocations for the request whose sizes and
+        /// mode they match.
+        lent: Option<Lent>,
+    },
     /// Reserved / in use passed the threshold: compact.
     Compact,
     /// No request for the idle tick: tidy up as an idle stream does.
@@ -93,6 +123,16 @@ pub(crate) enum Control {
         /// Bytes the stream should hold at most.
         keep: u64,
     },
+}
+
+/// What another stream served for a request: its sizes and mode, and the
+/// allocations (the lender's).
+#[derive(Debug)]
+pub(crate) struct Lent {
+    /// The request it answers.
+    pub(crate) ask: LendAsk,
+    /// One for each of its sizes.
+    pub(crate) allocations: Allocations,
 }
 
 impl Control {

@@ -71,6 +71,13 @@ pub struct StreamStats {
     /// turn (`Calls::serve_in_place`); the rest of `requests` went
     /// to the actor's thread.
     pub served_in_place: u64,
+    /// Allocations it served from its room for other streams' requests
+    /// past the device's headroom (`docs/service.md`, "Serving another
+    /// stream"): counted in its bytes in use, not in `reservations`.
+    pub lent: u64,
+    /// Allocations its clients were answered with from another stream's
+    /// room (the lender's allocations, in the lender's bytes in use).
+    pub borrowed: u64,
 }
 
 /// Shared between a stream's actor, its handles and the supervisor.
@@ -117,6 +124,10 @@ pub(crate) struct StreamShared {
     pub(crate) hot_taken_back: AtomicU64,
     /// Requests served in place.
     pub(crate) served_in_place: AtomicU64,
+    /// Allocations lent to other streams' requests.
+    pub(crate) lent: AtomicU64,
+    /// Allocations its clients borrowed from other streams.
+    pub(crate) borrowed: AtomicU64,
     /// Requests sent to the inbox and not yet served from it: while any
     /// is, a client sends rather than serves in place, so a client's
     /// requests are served in the order it made them (`in_place.rs`).
@@ -156,6 +167,8 @@ impl StreamShared {
             idle_cleanups: AtomicU64::new(0),
             settles: AtomicU64::new(0),
             served_in_place: AtomicU64::new(0),
+            lent: AtomicU64::new(0),
+            borrowed: AtomicU64::new(0),
             queued: AtomicU64::new(0),
             gave_back_at: AtomicU64::new(u64::MAX),
             hot: HotCaches::default(),
@@ -283,6 +296,8 @@ impl StreamShared {
             hot_misses,
             hot_taken_back: self.hot_taken_back.load(Ordering::Relaxed),
             served_in_place: self.served_in_place.load(Ordering::Relaxed),
+            lent: self.lent.load(Ordering::Relaxed),
+            borrowed: self.borrowed.load(Ordering::Relaxed),
         }
     }
 }

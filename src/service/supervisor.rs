@@ -74,6 +74,7 @@ impl Supervisor {
                 DeviceShared::new(budget.clone(), notices, config.cross_stream_cleanup)
                     .with_headroom(config.headroom)
                     .with_handle_shares(config.handle_share, config.shared_handle_share)
+                    .with_lending(config.lend_across_streams)
                     .with_clock(config.clock.clone()),
             )
         };

@@ -87,6 +87,7 @@ pub(crate) fn wire(
         actor: wiring
             .serve_in_place
             .then(|| Box::new(seat.clone()) as Box<dyn ServeInPlace>),
+        device: device.clone(),
     });
     let entry = StreamEntry {
         handle: StreamHandle::new(connection),

@@ -546,6 +546,10 @@ impl DeviceStorage for CudaStorage {
     fn wait_uses(&mut self, fence: UseFence) {
         self.wait_for_uses(fence);
     }
+
+    fn order_for(&mut self, user: UserStream) -> Result<(), StorageError> {
+        self.order_stream(user)
+    }
 }
 
 impl Drop for CudaStorage {

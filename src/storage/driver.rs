@@ -92,6 +92,12 @@ pub struct DriverOps {
     /// `cuEventSynchronize`): each costs at least an idle wait, and in a
     /// server all the work queued before it.
     pub stream_waits: u64,
+    /// Streams made to wait on the device for another's work
+    /// (`cuStreamWaitEvent`, each after a `cuEventRecord` counted in
+    /// `events_recorded`): queued, never a host wait. Asked when a stream
+    /// serves another from its room (`DeviceStorage::order_for`).
+    #[serde(default)]
+    pub stream_orders: u64,
     /// Copies queued (device to device, host to device, device to host).
     pub copies: u64,
     /// Bytes those copies moved.
@@ -134,6 +140,7 @@ impl DriverOps {
             self.events_recorded,
             self.events_queried,
             self.stream_waits,
+            self.stream_orders,
             self.copies,
         ]
         .into_iter()
@@ -211,6 +218,7 @@ impl DriverOps {
             events_recorded: with(self.events_recorded, other.events_recorded),
             events_queried: with(self.events_queried, other.events_queried),
             stream_waits: with(self.stream_waits, other.stream_waits),
+            stream_orders: with(self.stream_orders, other.stream_orders),
             copies: with(self.copies, other.copies),
             bytes_copied: with(self.bytes_copied, other.bytes_copied),
             peak_granules_mapped: with(self.peak_granules_mapped, other.peak_granules_mapped),
@@ -368,6 +376,13 @@ impl DriverOps {
         self.events_recorded += 1;
     }
 
+    /// Another stream was made to wait, on the device, for the work this
+    /// one queued so far: an event recorded here and waited on there.
+    pub(crate) fn ordered_stream(&mut self) {
+        self.events_recorded += 1;
+        self.stream_orders += 1;
+    }
+
     /// An event was asked whether it has passed (never waited for).
     pub(crate) fn event_queried(&mut self) {
         self.events_queried += 1;
@@ -429,6 +444,11 @@ pub struct DriverCosts {
     /// `cuStreamSynchronize` of an idle stream (a busy one costs all the
     /// work queued on it too, which no table knows).
     pub stream_wait_ns: u64,
+    /// `cuStreamWaitEvent`: queuing, on one stream, a wait for an event
+    /// of another. Not measured on the H200 yet (`scripts/driver_probe.py`
+    /// prints it as `stream_wait_event_ns`): taken as an event record's
+    /// cost, the host queuing one command on a stream either way.
+    pub stream_order_ns: u64,
     /// Queuing one device-to-device copy on a stream (`cuMemcpyDtoDAsync`,
     /// `scripts/driver_probe.py`).
     pub copy_ns: u64,
@@ -461,6 +481,7 @@ impl DriverCosts {
         event_record_ns: 575,
         event_query_ns: 575,
         stream_wait_ns: 690,
+        stream_order_ns: 575,
         copy_ns: 7_500,
         copy_bytes_per_us: 2_030_000,
     };
@@ -483,6 +504,7 @@ impl DriverCosts {
         event_record_ns: 0,
         event_query_ns: 0,
         stream_wait_ns: 0,
+        stream_order_ns: 0,
         copy_ns: 0,
         copy_bytes_per_us: 0,
     };
@@ -528,6 +550,7 @@ impl DriverCosts {
             + each(ops.events_recorded, self.event_record_ns)
             + each(ops.events_queried, self.event_query_ns)
             + each(ops.stream_waits, self.stream_wait_ns)
+            + each(ops.stream_orders, self.stream_order_ns)
             + each(ops.copies, self.copy_ns)
             + copy_time;
         u64::try_from(total).unwrap_or(u64::MAX)

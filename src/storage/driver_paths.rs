@@ -38,6 +38,11 @@ pub enum DriverPath {
     /// Memory given back for another stream's growth (a round past the
     /// headroom): handles unmapped, handed over or released.
     Round,
+    /// Serving another stream's reservation from this one's room, in a
+    /// round past the headroom instead of giving memory back: the
+    /// releases and use fences looked at first, and the event that makes
+    /// the other stream's work wait for this one's.
+    Lend,
     /// Memory given back because the device is short of its budget, or
     /// before a request that ran out parks.
     Short,
@@ -53,12 +58,13 @@ pub enum DriverPath {
 
 impl DriverPath {
     /// Every path, in report order.
-    pub const ALL: [DriverPath; 9] = [
+    pub const ALL: [DriverPath; 10] = [
         DriverPath::Serve,
         DriverPath::Growth,
         DriverPath::Trim,
         DriverPath::Compaction,
         DriverPath::Round,
+        DriverPath::Lend,
         DriverPath::Short,
         DriverPath::Settle,
         DriverPath::Idle,
@@ -73,6 +79,7 @@ impl DriverPath {
             DriverPath::Trim => "trim",
             DriverPath::Compaction => "compaction",
             DriverPath::Round => "round",
+            DriverPath::Lend => "lend",
             DriverPath::Short => "short",
             DriverPath::Settle => "settle",
             DriverPath::Idle => "idle",

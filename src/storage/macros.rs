@@ -71,6 +71,11 @@ macro_rules! forward_to_inner {
             self.$inner.wait_uses(fence)
         }
     };
+    (@one $inner:ident order_for) => {
+        fn order_for(&mut self, user: UserStream) -> Result<(), StorageError> {
+            self.$inner.order_for(user)
+        }
+    };
     (@one $inner:ident release_spares) => {
         fn release_spares(&mut self) {
             self.$inner.release_spares()
@@ -212,9 +217,10 @@ macro_rules! copy_and_slide_by {
     };
 }
 
-/// Implement `fence_uses`, `uses_done` and `wait_uses` for a storage that
-/// models its device, whose fences lag its own flushes (`self.clock`),
-/// counting on `self.ops` what a device would (`storage/uses.rs`).
+/// Implement `fence_uses`, `uses_done`, `wait_uses` and `order_for` for a
+/// storage that models its device, whose fences lag its own flushes
+/// (`self.clock`), counting on `self.ops` what a device would
+/// (`storage/uses.rs`).
 macro_rules! uses_lagged_by_clock {
     () => {
         fn fence_uses(&mut self, users: &[UserStream]) -> Result<UseFence, StorageError> {
@@ -227,6 +233,12 @@ macro_rules! uses_lagged_by_clock {
 
         fn wait_uses(&mut self, fence: UseFence) {
             super::uses::wait_lagged(&self.clock, fence, &mut self.ops);
+        }
+
+        fn order_for(&mut self, user: UserStream) -> Result<(), StorageError> {
+            let _ = user;
+            self.ops.ordered_stream();
+            Ok(())
         }
     };
 }

@@ -508,6 +508,22 @@ pub trait DeviceStorage: Send {
     fn wait_uses(&mut self, fence: UseFence) {
         let _ = fence;
     }
+
+    /// Make the work `user` queues from now on wait, on the device, for
+    /// the work this storage's stream queued so far: an event recorded
+    /// here and waited on there (`cuStreamWaitEvent`), never a host wait.
+    /// Asked before memory this storage's stream last touched is handed to
+    /// another stream's work (a stream serving another from its room:
+    /// `docs/service.md`, "Serving another stream"). The default: nothing
+    /// to order (a storage whose work is done as it is asked).
+    ///
+    /// # Errors
+    /// The driver could not record the event or queue the wait; nothing
+    /// was queued.
+    fn order_for(&mut self, user: UserStream) -> Result<(), StorageError> {
+        let _ = user;
+        Ok(())
+    }
 }
 
 impl<S: DeviceStorage + ?Sized> DeviceStorage for Box<S> {
@@ -621,6 +637,9 @@ impl<S: DeviceStorage + ?Sized> DeviceStorage for Box<S> {
     }
     fn wait_uses(&mut self, fence: UseFence) {
         (**self).wait_uses(fence)
+    }
+    fn order_for(&mut self, user: UserStream) -> Result<(), StorageError> {
+        (**self).order_for(user)
     }
 }
 

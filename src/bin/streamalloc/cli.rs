@@ -120,6 +120,12 @@ pub(crate) struct Common {
     /// pages cached until each pool's periodic cleanup.
     #[arg(long, default_value = "1.04", value_parser = parse_settle)]
     pub(crate) settle: SettleArg,
+    /// A stream about to grow the device past its headroom does not ask
+    /// the others to serve it from their room first: memory moves between
+    /// streams only in rounds that unmap it there and map it here (what
+    /// every replay did before lending).
+    #[arg(long)]
+    pub(crate) no_lend: bool,
     /// Let each client handle keep hot caches of the sizes it repeats
     /// (served with no round trip; can move the peak by a percent or two).
     #[arg(long)]
@@ -339,6 +345,7 @@ pub(crate) fn service_config(common: &Common, device: DeviceProperties) -> Servi
         settle: common.settle.0,
         handle_share: common.handle_share,
         shared_handle_share: common.shared_handle_share,
+        lend_across_streams: !common.no_lend,
         calls: Calls {
             hot_cache: common.hot_cache,
             ..Calls::default()
@@ -364,6 +371,8 @@ pub(crate) struct Settings {
     reclaim_lag: u64,
     hot_cache: bool,
     trim_to_live: bool,
+    /// Streams past the headroom ask the others to serve them first.
+    lend: bool,
 }
 
 impl Settings {
@@ -385,6 +394,7 @@ impl Settings {
             reclaim_lag: common.reclaim_lag,
             hot_cache: common.hot_cache,
             trim_to_live: common.trim_to_live,
+            lend: config.lend_across_streams,
         }
     }
 }
@@ -426,6 +436,9 @@ impl std::fmt::Display for Settings {
         }
         if self.trim_to_live {
             f.write_str(", trimmed to live")?;
+        }
+        if !self.lend {
+            f.write_str(", no lending between streams")?;
         }
         Ok(())
     }

@@ -117,6 +117,9 @@ pub struct MemoryManager<S> {
     /// Allocations released while other streams used them, waiting for
     /// those streams' work (`uses.rs`).
     awaiting_users: Vec<SlotKey>,
+    /// Bytes of the live allocations other streams use, released or not
+    /// (`uses.rs`).
+    bytes_used_by_others: u64,
 }
 
 /// At most this many spare cells are kept.
@@ -206,6 +209,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
             spare_cells: Vec::new(),
             holding_spares: false,
             awaiting_users: Vec::new(),
+            bytes_used_by_others: 0,
         }
     }
 
@@ -415,6 +419,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
         if Arc::strong_count(&live.cell) == unshared && self.spare_cells.len() < SPARE_CELLS {
             live.cell.pins.reset();
             live.cell.addr.store(0, Ordering::Relaxed);
+            live.cell.lent_to.store(0, Ordering::Relaxed);
             self.spare_cells.push((live.cell, returned));
         }
     }
@@ -574,11 +579,18 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// Let queued deallocations go in stream order (no wait), and give
     /// the driver what earlier ones left behind fences that have passed.
     /// Allocations released while other streams used them are freed
-    /// here once those streams' work is done (asked, never waited for).
+    /// here once those streams' work is done (asked, never waited for):
+    /// asked before the storage's flush, so what they free can go with
+    /// it, and again after, for the fences the flush saw pass (a device
+    /// whose work is done as it is asked passes them there; asked only
+    /// before, they held their bytes to the next flush, and a stream that
+    /// lent to others grew past them: `docs/service.md`, "Serving another
+    /// stream").
     pub fn flush(&mut self) {
         self.process_releases();
         self.poll_users();
         self.storage.flush();
+        self.poll_users();
     }
 
     /// Wait for the stream, and give the driver everything given back.

@@ -365,6 +365,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
             addr: AtomicU64::new(0),
             len: AtomicU64::new(0),
             metered: AtomicU64::new(0),
+            lent_to: AtomicU64::new(0),
             releases: Arc::clone(self.releases.queue()),
             next_release: AtomicPtr::new(std::ptr::null_mut()),
         }

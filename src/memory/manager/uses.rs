@@ -13,6 +13,7 @@ use crate::memory::error::MemoryError;
 use crate::memory::handle::Allocation;
 use crate::memory::slot::{SlotKey, Users};
 use crate::storage::{DeviceStorage, UseFence, UserStream};
+use crate::sync::atomic::Ordering;
 
 /// The most streams one allocation records as users: past it a caller
 /// is told (a bounded list per allocation, whatever a caller sends).
@@ -52,6 +53,29 @@ impl<S: DeviceStorage> MemoryManager<S> {
             });
         }
         users.streams.push(user);
+        if users.streams.len() == 1 {
+            let size = live.size;
+            self.bytes_used_by_others = self.bytes_used_by_others.saturating_add(size);
+        }
+        Ok(())
+    }
+
+    /// Hand `allocation` to the clients of another stream of the device,
+    /// whose manager is `borrower` and whose device stream is `user`: the
+    /// allocation is recorded as used by `user` ([`record_use`](Self::record_use):
+    /// it stays in place, and once released waits for `user`'s work), and
+    /// its handles tell the borrower's that it is theirs to use.
+    ///
+    /// # Errors
+    /// [`record_use`](Self::record_use)'s.
+    pub fn lend_to(
+        &mut self,
+        allocation: &Allocation,
+        user: UserStream,
+        borrower: u64,
+    ) -> Result<(), MemoryError> {
+        self.record_use(allocation, user)?;
+        allocation.cell.lent_to.store(borrower, Ordering::Release);
         Ok(())
     }
 
@@ -139,9 +163,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
                 }
             };
             if done {
-                if let Some(live) = self.slots.get_mut(key.slot()) {
-                    live.users = None;
-                }
+                self.forget_users(key);
                 self.free_slot(key, None);
                 freed = true;
             } else {
@@ -149,6 +171,38 @@ impl<S: DeviceStorage> MemoryManager<S> {
             }
         }
         freed
+    }
+
+    /// Free what was released while other streams used it, where their
+    /// work is done: with any waiting, a flush, which asks their fences
+    /// before and after the storage's work so far is sealed
+    /// ([`flush`](Self::flush)); nothing otherwise. The paths that give
+    /// memory back (a settle, an idle tick, a round) run it first, so that
+    /// what they give back includes it: run only at the flush they end
+    /// with, it freed the memory after they had given back, and a stream
+    /// that lent to others held it past the load's fall
+    /// (`docs/service.md`, "Serving another stream").
+    pub fn free_used_by_others(&mut self) {
+        self.process_releases();
+        if !self.awaiting_users.is_empty() {
+            self.flush();
+        }
+    }
+
+    /// Bytes of the live allocations other streams use
+    /// ([`record_use`](Self::record_use)), released or not: what they
+    /// hold in place.
+    pub fn bytes_used_by_others(&self) -> u64 {
+        self.bytes_used_by_others
+    }
+
+    /// The allocation `key` names has no users any more.
+    fn forget_users(&mut self, key: SlotKey) {
+        if let Some(live) = self.slots.get_mut(key.slot())
+            && live.users.take().is_some()
+        {
+            self.bytes_used_by_others = self.bytes_used_by_others.saturating_sub(live.size);
+        }
     }
 
     /// Who uses the allocation `key` names (`None`: stale, or nobody).
@@ -195,9 +249,7 @@ impl<S: DeviceStorage> MemoryManager<S> {
             if let Some(Some(fence)) = self.fence_of(key) {
                 self.storage.wait_uses(fence);
             }
-            if let Some(live) = self.slots.get_mut(key.slot()) {
-                live.users = None;
-            }
+            self.forget_users(key);
         }
         self.awaiting_users.clear();
     }

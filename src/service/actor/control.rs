@@ -7,7 +7,7 @@ use super::StreamActor;
 use super::stream::Stream;
 use crate::memory::{RelocationNeed, RelocationReason};
 use crate::service::device::Notice;
-use crate::service::protocol::Control;
+use crate::service::protocol::{Allocations, Control, LendAsk};
 use crate::service::shared::bump;
 use crate::storage::DriverPath;
 
@@ -41,11 +41,14 @@ impl StreamActor {
                 };
                 stream.on_driver_path(path, |stream| stream.give_back(episode, short, wanted));
             }
-            Control::Retry => {
+            Control::Lend { episode, ask } => {
+                stream.on_driver_path(DriverPath::Lend, |stream| stream.lend(episode, &ask));
+            }
+            Control::Retry { lent } => {
                 // What the givers passed on maps where this growth would
                 // create handles; what it leaves is released once served.
                 stream.memory.take_passed_on();
-                self.short.round_over(stream);
+                self.short.round_over(stream, lent);
                 stream.memory.release_spares();
             }
             Control::Settle { keep } => {
@@ -70,6 +73,61 @@ impl StreamActor {
 }
 
 impl Stream {
+    /// Another stream's round past the headroom (`episode`) asks this one
+    /// to serve `ask` from the room it holds, then tell the coordinator
+    /// what it served (`docs/service.md`, "Serving another stream").
+    fn lend(&mut self, episode: u64, ask: &LendAsk) {
+        let lent = self.lend_from_room(ask);
+        if let Some(lent) = &lent {
+            bump(&self.shared.lent, lent.len() as u64);
+        }
+        self.publish();
+        self.device.notify(Notice::Lent {
+            stream: self.shared.stream,
+            episode,
+            lent,
+        });
+    }
+
+    /// `ask`'s sizes, all from the room this stream holds (never a growth,
+    /// a trim or a move: no driver call maps or unmaps anything), each
+    /// recorded as used by the asker's stream, which is ordered after this
+    /// one's work; `None` where the room does not hold them all.
+    ///
+    /// What its clients dropped and the fences passed since its last turn
+    /// are room too: looked at first, after a flush (a cleanup point: the
+    /// storage's work so far sealed, and the fences asked again). (A lender that idles while the asker
+    /// peaks would otherwise hold, behind fences nobody asked, what the
+    /// asker released of an earlier loan: `cnn_multi-h101` held 1.512 of
+    /// its live bytes at the peak that way in the prototype,
+    /// `docs/cross-stream-serving.md`.)
+    ///
+    /// The asker's work may touch the bytes only after what this stream
+    /// queued on them before (the event `order_for` records), and this
+    /// stream may reuse them once released only after the asker's work is
+    /// done (the use fence `record_use` asks for at the release); recorded
+    /// users also keep them in place.
+    fn lend_from_room(&mut self, ask: &LendAsk) -> Option<Allocations> {
+        self.memory.flush();
+        let mut lent = Allocations::with_capacity(ask.sizes.len());
+        for &size in &ask.sizes {
+            // Dropped on a refusal, what was served goes back at once: no
+            // user is recorded yet.
+            lent.push(self.memory.reserve_held(size, ask.mode).ok().flatten()?);
+        }
+        let recorded = (lent.iter()).all(|allocation| {
+            (self.memory)
+                .lend_to(allocation, ask.user, ask.borrower)
+                .is_ok()
+        });
+        if !recorded || self.memory.storage().order_for(ask.user).is_err() {
+            // Released as any, each waits for the asker's work recorded
+            // so far (none: it never had them).
+            return None;
+        }
+        Some(lent)
+    }
+
     /// Another stream's recovery round (`episode`) asks: give back, then
     /// tell the coordinator how much went. Past the headroom, the asker
     /// lacks `wanted` bytes: a stream that holds that much free gives
@@ -86,6 +144,7 @@ impl Stream {
     /// and taking new ones from it.
     fn give_back(&mut self, episode: u64, short: bool, wanted: u64) {
         self.take_back_hot();
+        self.memory.free_used_by_others();
         let before = self.memory.bytes_allocated();
         self.memory.hold_spares();
         let partial = !short

@@ -8,9 +8,9 @@ use crate::memory::{AllocationMode, MemoryError, PageUpdate, RelocationReason};
 use crate::service::events::SupervisorEvent;
 use crate::service::headroom::MIN_ROUND_GAIN;
 use crate::service::message::{Pending, PendingState};
-use crate::service::protocol::Allocations;
+use crate::service::protocol::{Allocations, LendAsk};
 use crate::service::shared::bump;
-use crate::storage::DriverPath;
+use crate::storage::{DriverPath, UserStream};
 
 impl RunningShort {
     /// Serve a reservation, or park it if the device is short.
@@ -147,8 +147,9 @@ impl RunningShort {
             pending.state = PendingState::ParkedForHeadroom {
                 since: stream.now(),
             };
+            let lend = stream.lend_ask(&pending);
             self.park_for_round(pending);
-            self.ask_now(stream, requested, Some(lacks));
+            self.ask_now(stream, requested, Some(lacks), lend);
             return Served::Parked;
         }
         pending.state = stream.growth_state(&pending);
@@ -238,6 +239,31 @@ impl Stream {
             }
         }
         Ok(Some(batch))
+    }
+
+    /// What another stream may serve of `pending` from its room, past the
+    /// device's headroom: its sizes, none for a client's cache (those are
+    /// dropped past the headroom: `serve_reserve`).
+    fn lend_ask(&mut self, pending: &Pending) -> Option<LendAsk> {
+        if pending.for_cache > 0 || !self.device.lends {
+            return None;
+        }
+        let own = self.memory.storage().stream_name();
+        Some(LendAsk {
+            sizes: pending.sizes.clone(),
+            mode: pending.mode,
+            user: own.unwrap_or(UserStream(u64::from(self.shared.stream.0))),
+            borrower: self.memory.owner_id(),
+        })
+    }
+
+    /// Answer `pending` with allocations another stream lent from its
+    /// room (`Control::Retry`): no growth, nothing mapped here.
+    pub(super) fn answer_borrowed(&mut self, pending: Pending, lent: Allocations) {
+        self.memory.release_spares();
+        bump(&self.shared.borrowed, lent.len() as u64);
+        self.publish();
+        pending.answer(Ok(lent));
     }
 
     /// Answer `pending` with `batch`; `recovered`: it waited for memory.

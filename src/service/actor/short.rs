@@ -5,6 +5,7 @@
 use super::stream::{Stream, is_out_of_memory};
 use crate::service::device::Notice;
 use crate::service::message::{Pending, PendingState};
+use crate::service::protocol::{LendAsk, Lent};
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -48,10 +49,25 @@ impl RunningShort {
     }
 
     /// The coordinator's round for this stream ended (`Control::Retry`):
-    /// every parked request gets tried, and those that did not ask to
-    /// wait get their final answer.
-    pub(crate) fn round_over(&mut self, stream: &mut Stream) {
+    /// the request another stream `lent` allocations for is answered with
+    /// them, every other parked request gets tried, and those that did
+    /// not ask to wait get their final answer.
+    pub(crate) fn round_over(&mut self, stream: &mut Stream, lent: Option<Lent>) {
         self.asked = false;
+        if let Some(Lent { ask, allocations }) = lent {
+            // The oldest request parked for the round with the same sizes
+            // and mode: the one that asked (a request answered since, at
+            // its deadline or the stream's end, leaves none: then they
+            // drop, and go back to the lender).
+            let asked = self.parked.iter().position(|pending| {
+                matches!(pending.state, PendingState::ParkedForHeadroom { .. })
+                    && pending.sizes == ask.sizes
+                    && pending.mode == ask.mode
+            });
+            if let Some(pending) = asked.and_then(|at| self.parked.remove(at)) {
+                stream.answer_borrowed(pending, allocations);
+            }
+        }
         self.retry_parked(stream, true);
     }
 
@@ -70,7 +86,7 @@ impl RunningShort {
         if waits {
             self.ask_for_memory(stream, requested);
         } else {
-            self.ask_now(stream, requested, None);
+            self.ask_now(stream, requested, None, None);
         }
     }
 
@@ -85,12 +101,18 @@ impl RunningShort {
         {
             return;
         }
-        self.ask_now(stream, requested, None);
+        self.ask_now(stream, requested, None, None);
     }
 
     /// Tell the coordinator we are short (or, with what the device `lacks`,
     /// about to grow past its headroom), unless a round is under way.
-    pub(super) fn ask_now(&mut self, stream: &Stream, requested: u64, lacks: Option<u64>) {
+    pub(super) fn ask_now(
+        &mut self,
+        stream: &Stream,
+        requested: u64,
+        lacks: Option<u64>,
+        lend: Option<LendAsk>,
+    ) {
         if self.asked || !stream.device.has_coordinator() {
             return;
         }
@@ -100,6 +122,7 @@ impl RunningShort {
             stream: stream.shared.stream,
             requested,
             lacks,
+            lend,
         });
     }
 

@@ -140,6 +140,7 @@ impl Stream {
     /// driver what earlier give-backs left behind fences that passed.
     pub(super) fn idle_tick(&mut self) {
         self.take_back_hot();
+        self.memory.free_used_by_others();
         self.memory.cleanup_idle();
         if self.memory.relocation_need() != RelocationNeed::None
             && let Ok(report) = self.memory.relocate(RelocationReason::Compaction)
@@ -171,6 +172,7 @@ impl Stream {
     /// moves sparse pages into smaller ones.
     pub(super) fn settle(&mut self, keep: u64) {
         self.take_back_hot();
+        self.memory.free_used_by_others();
         // Spares kept for a parked request's growth go now: what a settle
         // gives back goes to the driver.
         self.memory.release_spares();

@@ -1,6 +1,7 @@
 //! What every clone of a stream's handle shares: the inbox, the state the
 //! actor publishes, and the actor itself for serving in place.
 
+use super::super::device::DeviceShared;
 use super::super::message::Request;
 use super::super::shared::StreamShared;
 use crate::sync::Arc;
@@ -9,7 +10,6 @@ use crate::sync::channel::{Sender, TrySendError};
 use crate::sync::reply::AdaptiveSpin;
 
 /// What every clone of a handle shares.
-#[derive(Debug)]
 pub(crate) struct Connection {
     /// The stream's inbox.
     pub(crate) inbox: Sender<Request>,
@@ -29,6 +29,11 @@ pub(crate) struct Connection {
     /// has nothing to do (`in_place.rs`); `None`: every request goes to
     /// the thread.
     pub(crate) actor: Option<Box<dyn ServeInPlace>>,
+    /// The device, whose registry reaches the stream that lent an
+    /// allocation to this one's clients (`StreamHandle::lender_of`). The
+    /// registry holds this connection back while the stream is registered;
+    /// its removal, or the device's shutdown, breaks that cycle.
+    pub(crate) device: Arc<DeviceShared>,
 }
 
 /// A stream's actor as a client serving its own request sees it
@@ -37,6 +42,19 @@ pub(crate) struct Connection {
 pub(crate) trait ServeInPlace: Send + Sync + std::fmt::Debug {
     /// Serve `request` on this thread, or hand it back.
     fn serve_in_place(&self, request: Request, connection: &Connection) -> Result<(), Request>;
+}
+
+impl std::fmt::Debug for Connection {
+    /// Not the device: its registry holds this connection (a cycle).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("stream", &self.shared.stream)
+            .field("owner", &self.owner)
+            .field("hot_cache", &self.hot_cache)
+            .field("refill_ahead", &self.refill_ahead)
+            .field("in_place", &self.actor.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Connection {

@@ -24,7 +24,7 @@ use super::message::{ActorTurn, Request, job};
 use super::protocol::ShutdownReport;
 use super::shared::StreamStats;
 use crate::memory::{Allocation, AllocationMode, StreamId};
-use crate::sync::atomic::AtomicU64;
+use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::{Arc, Mutex};
 use call::ReplySlot;
 
@@ -125,6 +125,63 @@ impl StreamHandle {
     /// traffic included, without counting as a request of its clients.
     pub(crate) fn barrier(&self) -> Result<(), ServiceError> {
         self.call(|reply| Request::Barrier { reply })
+    }
+
+    /// The stream that lent `allocation` to this one's clients, through a
+    /// handle of its own that runs the operation there (`None`: the
+    /// allocation is this stream's). An allocation of another stream that
+    /// was not lent here is refused as before ([`ServiceError::WrongStream`]);
+    /// one whose lender stopped, with [`ServiceError::StreamStopped`].
+    pub(crate) fn lender_of(
+        &self,
+        allocation: &Allocation,
+    ) -> Result<Option<StreamHandle>, ServiceError> {
+        let cell = &allocation.cell;
+        if cell.owner == self.connection.owner {
+            return Ok(None);
+        }
+        if cell.lent_to.load(Ordering::Acquire) != self.connection.owner {
+            return Err(ServiceError::WrongStream {
+                owner: cell.stream,
+                used_on: self.stream(),
+            });
+        }
+        let lender = (self.connection.device.registry.lock())
+            .get(&cell.stream)
+            .filter(|entry| entry.handle.connection.owner == cell.owner)
+            .map(|entry| entry.handle.connection.clone());
+        match lender {
+            Some(connection) => Ok(Some(StreamHandle::borrowed_from(connection))),
+            None => Err(ServiceError::StreamStopped(cell.stream)),
+        }
+    }
+
+    /// A handle of a stream that lent to another's clients, for one of
+    /// their operations: no hot cache of its own.
+    fn borrowed_from(connection: Arc<Connection>) -> Self {
+        Self {
+            connection,
+            windows: Mutex::new(Vec::new()),
+            open_windows: AtomicU64::new(0),
+            hot: Arc::new(HotCache::new()),
+            next_window: AtomicU64::new(0),
+            replies: ReplySlot::default(),
+        }
+    }
+
+    /// Check that this stream's clients may use `allocation`: it is the
+    /// stream's own, or another stream of the device lent it here.
+    pub(crate) fn may_use(&self, allocation: &Allocation) -> Result<(), ServiceError> {
+        let cell = &allocation.cell;
+        if cell.owner == self.connection.owner
+            || cell.lent_to.load(Ordering::Acquire) == self.connection.owner
+        {
+            return Ok(());
+        }
+        Err(ServiceError::WrongStream {
+            owner: cell.stream,
+            used_on: self.stream(),
+        })
     }
 
     /// Check that `allocation` belongs to this stream before sending it.

@@ -114,7 +114,10 @@ impl StreamHandle {
     pub async fn resolve_async(&self, allocation: &Allocation) -> Result<Pinned, ServiceError> {
         match self.try_resolve(allocation)? {
             Some(pinned) => Ok(pinned),
-            None => self.run_async(pin_on_actor(allocation.clone())).await,
+            None => match self.lender_of(allocation)? {
+                Some(lender) => lender.run_async(pin_on_actor(allocation.clone())).await,
+                None => self.run_async(pin_on_actor(allocation.clone())).await,
+            },
         }
     }
 

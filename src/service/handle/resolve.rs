@@ -36,14 +36,17 @@ impl StreamHandle {
     pub fn resolve(&self, allocation: &Allocation) -> Result<Pinned, ServiceError> {
         match self.try_resolve(allocation)? {
             Some(pinned) => Ok(pinned),
-            None => self.run(pin_on_actor(allocation.clone())),
+            None => match self.lender_of(allocation)? {
+                Some(lender) => lender.run(pin_on_actor(allocation.clone())),
+                None => self.run(pin_on_actor(allocation.clone())),
+            },
         }
     }
 
     /// The lock-free half of [`resolve`](Self::resolve): `None` when the
     /// actor must be asked.
     pub fn try_resolve(&self, allocation: &Allocation) -> Result<Option<Pinned>, ServiceError> {
-        self.own(allocation)?;
+        self.may_use(allocation)?;
         let cell = &allocation.cell;
         if !Pinned::try_pin(cell) {
             return Ok(None);
@@ -63,7 +66,7 @@ impl StreamHandle {
         &self,
         allocation: &'a Allocation,
     ) -> Result<Option<PinnedRef<'a>>, ServiceError> {
-        self.own(allocation)?;
+        self.may_use(allocation)?;
         let cell = &**allocation.cell;
         if !Pinned::try_pin(cell) {
             return Ok(None);

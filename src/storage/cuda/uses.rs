@@ -84,6 +84,35 @@ impl CudaStorage {
         destroy(events);
     }
 
+    /// Make `user`'s work queued from now on wait, on the device, for the
+    /// work this storage's stream queued so far: an event recorded here,
+    /// waited on there, and let go at once (the driver keeps it until the
+    /// wait is done). No host wait.
+    pub(super) fn order_stream(&mut self, user: UserStream) -> Result<(), StorageError> {
+        self.bind()?;
+        let event = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+            .map_err(driver)?;
+        let own = self.stream.cu_stream();
+        // SAFETY: a fresh event, recorded on this storage's own stream and
+        // waited on by a stream the caller names as a live stream of this
+        // context (`UserStream`); destroyed once, below, whatever happened.
+        let queued = unsafe {
+            result::event::record(event, own).and_then(|()| {
+                result::stream::wait_event(
+                    user.0 as sys::CUstream,
+                    event,
+                    sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                )
+            })
+        };
+        // SAFETY: made above; a destroyed event a wait is queued on is
+        // freed by the driver once the wait is done.
+        let _ = unsafe { result::event::destroy(event) };
+        queued.map_err(driver)?;
+        self.ops.ordered_stream();
+        Ok(())
+    }
+
     /// Let every fence go, waited for or not: the storage ends (a
     /// destroyed event that has not passed is freed by the driver once it
     /// does).
