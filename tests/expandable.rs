@@ -6,11 +6,11 @@ mod common;
 
 use common::{KIB, MIB};
 use std::sync::Arc;
-use streamalloc::service::StreamStats;
 use streamalloc::memory::{
     Allocation, Cleanup, DeviceProperties, MemoryConfig, MemoryConfiguration, MemoryError,
     MemoryManager, PageUpdate, PoolKind, RelocationReason,
 };
+use streamalloc::service::StreamStats;
 use streamalloc::storage::{
     BudgetedStorage, DeviceBudget, DeviceStorage, HOST_GRANULE, HostStorage, StorageError,
     VirtualStorage,

@@ -14,9 +14,13 @@ use streamalloc::trace::{TraceAction, TraceEvent};
 mod common;
 use common::{KIB, Lcg, MIB};
 
+/// A device whose streams do not lend to each other: these tests are of
+/// the rounds that give memory back (`tests/lending.rs` has those that
+/// lend first).
 fn device(headroom: Option<Headroom>) -> Supervisor {
     Supervisor::virtual_device(ServiceConfig {
         headroom,
+        lend_across_streams: false,
         ..common::quiet()
     })
 }
@@ -28,6 +32,7 @@ fn device_budgeted(headroom: Option<Headroom>, budget: bool) -> Supervisor {
     Supervisor::virtual_device(ServiceConfig {
         headroom,
         budget: budget.then_some(1 << 30),
+        lend_across_streams: false,
         ..common::quiet()
     })
 }

@@ -57,6 +57,11 @@ pub struct ShutdownReport {
     pub rejected: u64,
     /// Allocations still pinned when the wait for pins ran out.
     pub pinned_at_exit: usize,
+    /// Allocations lent to other streams' clients that they still held
+    /// when the wait for pins (which waits for them too) ran out: freed
+    /// with the stream, their handles answer `StreamStopped` from then on
+    /// (`docs/service.md`, "Serving another stream").
+    pub lent_at_exit: usize,
     /// Bytes the storage still held after freeing every page (0 unless a
     /// storage failed to free).
     pub bytes_left: u64,

@@ -71,6 +71,9 @@ impl<S: DeviceStorage> MemoryManager<S> {
         assigned.cell.metered.store(metered, Ordering::Release);
         assigned.cell.len.store(live.size, Ordering::Release);
         assigned.cell.addr.store(addr, Ordering::Release);
+        // Lent, it stays lent to the same clients (`lend_to`).
+        let lent_to = live.cell.lent_to.load(Ordering::Acquire);
+        assigned.cell.lent_to.store(lent_to, Ordering::Release);
         live.rebind(Arc::clone(&assigned.cell));
         assigned.cell.set_key(to);
         let to = self.id_of(to);

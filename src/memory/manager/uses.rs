@@ -189,6 +189,19 @@ impl<S: DeviceStorage> MemoryManager<S> {
         }
     }
 
+    /// Allocations lent to another stream's clients
+    /// ([`lend_to`](Self::lend_to)) that they still hold: the end of
+    /// the stream waits a while for them, as for pins. A scan of the
+    /// slots: for the end of a stream, not for a hot path.
+    pub fn lent_out(&self) -> usize {
+        (self.slots.iter())
+            .filter(|(_, live)| {
+                live.cell.lent_to.load(Ordering::Relaxed) != 0
+                    && live.users.as_ref().is_some_and(|users| !users.released)
+            })
+            .count()
+    }
+
     /// Bytes of the live allocations other streams use
     /// ([`record_use`](Self::record_use)), released or not: what they
     /// hold in place.

@@ -157,6 +157,8 @@ impl StreamActor {
         self.stream.take_back_hot();
         self.wait_for_pins();
         let pinned_at_exit = self.stream.memory.pinned_count();
+        self.stream.memory.process_releases();
+        let lent_at_exit = self.stream.memory.lent_out();
         // Pages under a pin that outlived the wait stay until it drops
         // (`run` hands them to the pins as the thread ends).
         self.stream.memory.release_unpinned();
@@ -167,11 +169,13 @@ impl StreamActor {
             stream,
             rejected,
             pinned_at_exit,
+            lent_at_exit,
             bytes_left,
         }
     }
 
-    /// Wait up to `pin_wait` on the service's clock for pins to drop. A
+    /// Wait up to `pin_wait` on the service's clock for pins to drop, and
+    /// for the clients of other streams to drop what this one lent them. A
     /// manual clock does not move while the actor waits (nor does time
     /// under loom): one look, then on.
     fn wait_for_pins(&mut self) {
@@ -179,8 +183,10 @@ impl StreamActor {
             return;
         }
         let deadline = crate::clock::deadline(self.stream.now(), self.timing.pin_wait);
-        while self.stream.memory.pinned_count() > 0 && self.stream.now() < deadline {
+        let held = |memory: &MemoryManager<_>| memory.pinned_count() > 0 || memory.lent_out() > 0;
+        while held(&self.stream.memory) && self.stream.now() < deadline {
             crate::sync::thread::sleep(Duration::from_millis(1));
+            self.stream.memory.process_releases();
         }
     }
 

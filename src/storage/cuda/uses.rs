@@ -90,8 +90,8 @@ impl CudaStorage {
     /// wait is done). No host wait.
     pub(super) fn order_stream(&mut self, user: UserStream) -> Result<(), StorageError> {
         self.bind()?;
-        let event = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
-            .map_err(driver)?;
+        let event =
+            result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).map_err(driver)?;
         let own = self.stream.cu_stream();
         // SAFETY: a fresh event, recorded on this storage's own stream and
         // waited on by a stream the caller names as a live stream of this
