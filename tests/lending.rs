@@ -65,12 +65,11 @@ fn a_stream_past_the_headroom_is_served_from_anothers_room_with_no_map() {
     assert!(peak <= 48 * MIB + Headroom::default().slack, "peak {peak}");
     let seen = events.drain();
     assert!(
-        seen.iter().any(|event| *event
-            == SupervisorEvent::Lent {
-                stream: StreamId(1),
-                lender: StreamId(0),
-                bytes: 40 * MIB,
-            }),
+        seen.contains(&SupervisorEvent::Lent {
+            stream: StreamId(1),
+            lender: StreamId(0),
+            bytes: 40 * MIB,
+        }),
         "{seen:?}"
     );
     drop(big);
