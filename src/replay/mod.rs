@@ -348,6 +348,8 @@ impl<'s> Replayer<'s> {
                     reserved_bytes: stats.bytes_reserved,
                     peak_live_bytes: tally.peak_live,
                     peak_reserved_bytes: stats.peak_bytes_reserved,
+                    lent: stats.lent,
+                    borrowed: stats.borrowed,
                     pools: memory
                         .pools()
                         .map(crate::simulate::PoolFigures::from)

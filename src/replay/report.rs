@@ -32,6 +32,13 @@ pub struct StreamReplay {
     pub peak_live_bytes: u64,
     /// The most bytes this stream's storage held at once.
     pub peak_reserved_bytes: u64,
+    /// Allocations it served from its room for other streams' requests
+    /// past the headroom: in its reserved bytes, though another stream's
+    /// (`docs/service.md`, "Serving another stream").
+    pub lent: u64,
+    /// Allocations of this stream's that another stream served so, from
+    /// its room: in that stream's reserved bytes, not this one's.
+    pub borrowed: u64,
     /// Its pools once the load fell: pages, bytes, peaks.
     pub pools: Vec<crate::simulate::PoolFigures>,
     /// What its storage asked of the driver (per event: of this stream's

@@ -312,7 +312,18 @@ pub fn device_with(
     budget: u64,
     headroom: Option<Headroom>,
 ) -> DeviceUnderTest {
-    device_built(streams, config, budget, headroom, None)
+    device_built(streams, config, budget, headroom, None, false)
+}
+
+/// [`device_with`], its streams past the headroom asking the others to
+/// serve them from their room first (`ServiceConfig::lend_across_streams`).
+pub fn device_lending(
+    streams: u32,
+    config: MemoryConfig,
+    budget: u64,
+    headroom: Option<Headroom>,
+) -> DeviceUnderTest {
+    device_built(streams, config, budget, headroom, None, true)
 }
 
 /// [`device_on`], whose coordinator asks a stream to compact at a tick once
@@ -324,7 +335,7 @@ pub fn device_compacting(
     budget: u64,
     threshold: f64,
 ) -> DeviceUnderTest {
-    device_built(streams, config, budget, None, Some(threshold))
+    device_built(streams, config, budget, None, Some(threshold), false)
 }
 
 fn device_built(
@@ -333,11 +344,14 @@ fn device_built(
     budget: u64,
     headroom: Option<Headroom>,
     compaction_threshold: Option<f64>,
+    lends: bool,
 ) -> DeviceUnderTest {
     let budget = Arc::new(DeviceBudget::new(budget));
     let (notices_tx, notices_rx) = channel::unbounded();
     let device = Arc::new(
-        DeviceShared::new(Some(budget.clone()), Some(notices_tx), true).with_headroom(headroom),
+        DeviceShared::new(Some(budget.clone()), Some(notices_tx), true)
+            .with_headroom(headroom)
+            .with_lending(lends),
     );
     let mut out = Vec::new();
     for id in 0..streams {
