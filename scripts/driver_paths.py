@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 
-PATHS = ["growth", "trim", "compaction", "round", "short", "settle", "idle", "cleanup", "serve"]
+PATHS = ["growth", "trim", "compaction", "round", "lend", "short", "settle", "idle", "cleanup", "serve"]
 
 
 def replay(binary, trace, extra):

@@ -129,6 +129,43 @@ fn an_allocation_other_streams_use_stays_put() {
     assert!(!moved(true), "and leaves it in place when one does");
 }
 
+/// An allocation lent to another stream's clients (`lend_to`) moves, as
+/// one of the owner's own: the move's copy waits for the borrower's work
+/// queued so far, and the borrower's work from then on for the copy (two
+/// stream orders, no host wait). Released, it stays, waiting for its
+/// fence.
+#[test]
+fn a_loan_moves_with_its_borrowers_work_ordered_around_the_move() {
+    let mut memory = manager(0);
+    let holes: Vec<_> = (0..6u8).map(|i| filled(&mut memory, MIB, i)).collect();
+    let lent = filled(&mut memory, MIB, 0xEE);
+    let before = memory.get_storage(&lent).unwrap();
+    memory.lend_to(&lent, OTHER, 1).unwrap();
+    drop(holes);
+    let ops = memory.storage().driver_ops();
+    let report = memory.relocate(RelocationReason::Compaction).unwrap();
+    let orders = memory.storage().driver_ops().since(&ops);
+    assert_eq!(orders.stream_orders, 2, "{orders:?}");
+    assert_eq!(orders.stream_waits, 0);
+    let after = memory.get_storage(&lent).unwrap();
+    assert_ne!(
+        (before.id, before.offset),
+        (after.id, after.offset),
+        "moved"
+    );
+    assert!(report.moved >= 1);
+    assert!(holds(&mut memory, &after, 0xEE));
+    // Released, it waits in place for the borrower's work.
+    let fenced = filled(&mut memory, MIB, 0x33);
+    memory.lend_to(&fenced, OTHER, 1).unwrap();
+    let held = memory.get_storage(&fenced).unwrap();
+    drop(fenced);
+    memory.process_releases();
+    assert_eq!(memory.awaiting_users(), 1);
+    let _ = memory.relocate(RelocationReason::Compaction);
+    assert!(holds(&mut memory, &held, 0x33), "left where it was");
+}
+
 #[test]
 fn a_bad_record_is_a_typed_error() {
     let mut memory = manager(0);
@@ -204,6 +241,8 @@ fn through_the_service_one_stream_records_anothers_use() {
 enum Step {
     Reserve(u64),
     Record(usize, u64),
+    /// Lent to another stream's clients: it may move while they hold it.
+    Lend(usize, u64),
     Drop(usize),
     Flush,
     Compact,
@@ -219,6 +258,7 @@ fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         4 => (1u64..1_500_000).prop_map(Step::Reserve),
         2 => (any::<usize>(), 0u64..3).prop_map(|(at, user)| Step::Record(at, user)),
+        2 => (any::<usize>(), 0u64..3).prop_map(|(at, user)| Step::Lend(at, user)),
         3 => any::<usize>().prop_map(Step::Drop),
         2 => Just(Step::Flush),
         1 => Just(Step::Compact),
@@ -230,10 +270,10 @@ fn step() -> impl Strategy<Value = Step> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(32))]
 
-    /// However reservations, records, releases, compactions and cleanups
-    /// interleave, memory released while other streams used it keeps its
-    /// bytes (mapped, unmoved, unreused) until its fence passed, and the
-    /// live allocations keep theirs. A modeled device's fences pass in
+    /// However reservations, records, loans, releases, compactions and
+    /// cleanups interleave, memory released while other streams used it
+    /// keeps its bytes (mapped, unmoved, unreused) until its fence passed,
+    /// and the live allocations keep theirs (a loan where it moved to). A modeled device's fences pass in
     /// the order they were recorded, so the ones still awaited are the
     /// last ones recorded; on a device that never catches up, all of them
     /// until an explicit cleanup waits.
@@ -255,6 +295,11 @@ proptest! {
                 Step::Record(at, user) if !live.is_empty() => {
                     let at = at % live.len();
                     memory.record_use(&live[at].0, UserStream(100 + user)).unwrap();
+                    live[at].2 = true;
+                }
+                Step::Lend(at, user) if !live.is_empty() => {
+                    let at = at % live.len();
+                    memory.lend_to(&live[at].0, UserStream(100 + user), 1).unwrap();
                     live[at].2 = true;
                 }
                 Step::Drop(at) if !live.is_empty() => {

@@ -267,6 +267,7 @@ impl<S: DeviceStorage> DeviceStorage for BudgetedStorage<S> {
     forward_to_inner!(inner: whole_handles, first_handle_end, hold_spares, bytes_spare);
     forward_to_inner!(inner: set_handle_cut, hand_over_spares, adopt_handles);
     forward_to_inner!(inner: stream_name, fence_uses, uses_done, wait_uses, order_for);
+    forward_to_inner!(inner: order_after);
 
     /// Into the budget's exchange: their bytes stay granted, as the
     /// device still holds them; the granules they leave unmapped are

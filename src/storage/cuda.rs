@@ -550,6 +550,10 @@ impl DeviceStorage for CudaStorage {
     fn order_for(&mut self, user: UserStream) -> Result<(), StorageError> {
         self.order_stream(user)
     }
+
+    fn order_after(&mut self, users: &[UserStream]) -> Result<(), StorageError> {
+        self.wait_for_streams(users)
+    }
 }
 
 impl Drop for CudaStorage {

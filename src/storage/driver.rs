@@ -376,8 +376,8 @@ impl DriverOps {
         self.events_recorded += 1;
     }
 
-    /// Another stream was made to wait, on the device, for the work this
-    /// one queued so far: an event recorded here and waited on there.
+    /// One stream was made to wait, on the device, for the work another
+    /// queued so far: an event recorded on the other, waited on by the one.
     pub(crate) fn ordered_stream(&mut self) {
         self.events_recorded += 1;
         self.stream_orders += 1;

@@ -104,6 +104,7 @@ impl<S: DeviceStorage> DeviceStorage for LimitedStorage<S> {
     forward_to_inner!(inner: hold_spares, release_spares, bytes_spare);
     forward_to_inner!(inner: hand_over_spares, adopt_handles, pass_spares_on, take_passed_on);
     forward_to_inner!(inner: stream_name, fence_uses, uses_done, wait_uses, order_for);
+    forward_to_inner!(inner: order_after);
 
     fn allocate(&mut self, size: u64) -> Result<StorageHandle, StorageError> {
         self.admit(size)?;

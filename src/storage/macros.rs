@@ -76,6 +76,11 @@ macro_rules! forward_to_inner {
             self.$inner.order_for(user)
         }
     };
+    (@one $inner:ident order_after) => {
+        fn order_after(&mut self, users: &[UserStream]) -> Result<(), StorageError> {
+            self.$inner.order_after(users)
+        }
+    };
     (@one $inner:ident release_spares) => {
         fn release_spares(&mut self) {
             self.$inner.release_spares()
@@ -217,7 +222,8 @@ macro_rules! copy_and_slide_by {
     };
 }
 
-/// Implement `fence_uses`, `uses_done`, `wait_uses` and `order_for` for a
+/// Implement `fence_uses`, `uses_done`, `wait_uses`, `order_for` and
+/// `order_after` for a
 /// storage that models its device, whose fences lag its own flushes
 /// (`self.clock`), counting on `self.ops` what a device would
 /// (`storage/uses.rs`).
@@ -238,6 +244,13 @@ macro_rules! uses_lagged_by_clock {
         fn order_for(&mut self, user: UserStream) -> Result<(), StorageError> {
             let _ = user;
             self.ops.ordered_stream();
+            Ok(())
+        }
+
+        fn order_after(&mut self, users: &[UserStream]) -> Result<(), StorageError> {
+            for _ in users {
+                self.ops.ordered_stream();
+            }
             Ok(())
         }
     };

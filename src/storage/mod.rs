@@ -524,6 +524,22 @@ pub trait DeviceStorage: Send {
         let _ = user;
         Ok(())
     }
+
+    /// Make the work this storage's stream queues from now on wait, on
+    /// the device, for the work each of `users` queued so far: an event
+    /// recorded on each, waited on here (`cuStreamWaitEvent`), never a host
+    /// wait. Asked before memory another stream's work uses is moved (a
+    /// lent allocation a compaction or settle moves), with
+    /// [`order_for`](Self::order_for) each user after the move. The
+    /// default: nothing to order.
+    ///
+    /// # Errors
+    /// The driver could not record an event or queue a wait; what was
+    /// queued before the failure stays queued (a wait more is harmless).
+    fn order_after(&mut self, users: &[UserStream]) -> Result<(), StorageError> {
+        let _ = users;
+        Ok(())
+    }
 }
 
 impl<S: DeviceStorage + ?Sized> DeviceStorage for Box<S> {
@@ -640,6 +656,9 @@ impl<S: DeviceStorage + ?Sized> DeviceStorage for Box<S> {
     }
     fn order_for(&mut self, user: UserStream) -> Result<(), StorageError> {
         (**self).order_for(user)
+    }
+    fn order_after(&mut self, users: &[UserStream]) -> Result<(), StorageError> {
+        (**self).order_after(users)
     }
 }
 

@@ -73,9 +73,12 @@ impl Mover<'_> {
     }
 
     /// Claim the allocation of `slot` for a move; `None` when a client
-    /// holds a pin on it or other streams use it. The claim ends when the
-    /// [`Claim`] drops.
-    pub(crate) fn claim(&self, slot: u32) -> Option<Claim> {
+    /// holds a pin on it or other streams use it where it is. The claim
+    /// ends when the [`Claim`] drops. A loan its borrower holds is claimed
+    /// with the storage's stream ordered after the borrower's work so far
+    /// (`DeviceStorage::order_after`): the move's copy cannot overtake
+    /// what the borrower queued on the old bytes.
+    pub(crate) fn claim(&mut self, slot: u32) -> Option<Claim> {
         let live = self
             .slots
             .get(slot)
@@ -83,13 +86,20 @@ impl Mover<'_> {
         // A pin through a cell it was bound away from holds it too (no
         // client can pin those afresh: their address is unpublished).
         // Other streams' work may read it where it is (`record_use`).
-        if live.pinned_through_retired() || live.users.is_some() {
+        if live.pinned_through_retired() || live.users_hold_in_place() {
             return None;
         }
         let cell = live.cell.clone();
         // `then`, not `then_some`: a claim made for a refused move would end
         // a move it never began as it drops.
-        cell.pins.claim_move().then(|| Claim(cell))
+        let claim = cell.pins.claim_move().then(|| Claim(cell))?;
+        if let Some(users) = live.users.as_ref()
+            && self.storage.order_after(&users.streams).is_err()
+        {
+            // Not ordered: it stays (the claim ends as it drops).
+            return None;
+        }
+        Some(claim)
     }
 
     /// Run `moving` with the allocation of `slot` claimed for a move;
@@ -186,6 +196,16 @@ impl Mover<'_> {
         live.cell
             .addr
             .store(addr, crate::sync::atomic::Ordering::SeqCst);
+        // A loan: the borrower's work from now on waits for the move.
+        if let Some(users) = live.users.as_ref() {
+            for &user in &users.streams {
+                if self.storage.order_for(user).is_err() {
+                    // The driver could not queue the wait: the host waits
+                    // for the move instead (a failing driver's path only).
+                    self.storage.drain();
+                }
+            }
+        }
     }
 }
 

@@ -48,10 +48,30 @@ impl Live {
     }
 
     /// Whether its bytes must stay where they are: a pin holds them, or
-    /// other streams use them (their work may read them where they are).
-    /// What every path that moves bytes asks.
+    /// other streams use them and may not see them move
+    /// ([`users_hold_in_place`](Self::users_hold_in_place)). What every
+    /// path that moves bytes asks.
     pub(crate) fn stays_put(&self) -> bool {
-        self.is_pinned() || self.users.is_some()
+        self.is_pinned() || self.users_hold_in_place()
+    }
+
+    /// Whether other streams' work uses it where it is: it was released
+    /// and waits for their work (it is going: a move gains nothing), or it
+    /// was not lent (`record_use` of an allocation the owner's clients
+    /// hold: code such as PyTorch's keeps its raw address). A loan its
+    /// borrower holds may move: the move is ordered after the borrower's
+    /// work and the borrower's after the move (`Mover::claim`,
+    /// `Mover::publish`), and the borrower's clients reach it through its
+    /// cell, whose address a move publishes.
+    pub(crate) fn users_hold_in_place(&self) -> bool {
+        self.users.as_ref().is_some_and(|users| {
+            users.released
+                || self
+                    .cell
+                    .lent_to
+                    .load(crate::sync::atomic::Ordering::Relaxed)
+                    == 0
+        })
     }
 
     /// Whether only pins through retired cells hold it (the last of those

@@ -113,6 +113,35 @@ impl CudaStorage {
         Ok(())
     }
 
+    /// Make this storage's stream wait, on the device, for the work each
+    /// of `users` queued so far: an event recorded on each, waited on
+    /// here, let go at once. No host wait.
+    pub(super) fn wait_for_streams(&mut self, users: &[UserStream]) -> Result<(), StorageError> {
+        self.bind()?;
+        let own = self.stream.cu_stream();
+        for user in users {
+            let event = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+                .map_err(driver)?;
+            // SAFETY: a fresh event, recorded on a stream the caller names
+            // as a live stream of this context (`UserStream`) and waited
+            // on by this storage's own; destroyed once, below.
+            let queued = unsafe {
+                result::event::record(event, user.0 as sys::CUstream).and_then(|()| {
+                    result::stream::wait_event(
+                        own,
+                        event,
+                        sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                    )
+                })
+            };
+            // SAFETY: made above; the driver frees it once the wait is done.
+            let _ = unsafe { result::event::destroy(event) };
+            queued.map_err(driver)?;
+            self.ops.ordered_stream();
+        }
+        Ok(())
+    }
+
     /// Let every fence go, waited for or not: the storage ends (a
     /// destroyed event that has not passed is freed by the driver once it
     /// does).
