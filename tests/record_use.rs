@@ -397,3 +397,47 @@ fn a_fence_not_passed_holds_back_only_the_fences_on_the_same_streams() {
     // streams, where it was one an allocation (six).
     assert_eq!(asked, 3, "one fence asked per set of streams");
 }
+
+/// A reservation the room held serves asks no fence: only one that would
+/// otherwise grow (or a cleanup point) asks whether what waits for other
+/// streams is free. The bytes are the same: nothing grows while a fence
+/// that passed holds room.
+#[test]
+fn only_a_reservation_that_would_grow_asks_the_fences() {
+    let mut memory = manager(0);
+    let room: Vec<_> = (0..4u8).map(|i| filled(&mut memory, MIB, i)).collect();
+    let used = filled(&mut memory, MIB, 9);
+    memory.record_use(&used, OTHER).unwrap();
+    drop(room);
+    drop(used);
+    memory.process_releases();
+    // The device's work passes the fence (the storage's flush alone: the
+    // manager asks nothing).
+    memory.storage().flush();
+    assert_eq!(memory.awaiting_users(), 1, "passed, not asked yet");
+    let reserved = memory.bytes_reserved();
+    let asked =
+        |memory: &mut MemoryManager<HostStorage>| memory.storage().driver_ops().events_queried;
+    let mut held = Vec::new();
+    loop {
+        let free = memory.bytes_reserved() - memory.bytes_in_use();
+        let before = asked(&mut memory);
+        held.push(filled(&mut memory, MIB, 5));
+        if free >= MIB {
+            assert_eq!(
+                asked(&mut memory),
+                before,
+                "served from the room held: no query"
+            );
+            assert_eq!(memory.awaiting_users(), 1);
+            continue;
+        }
+        // This one would grow: the fence is asked first, and the memory
+        // it held serves.
+        assert!(asked(&mut memory) > before);
+        assert_eq!(memory.awaiting_users(), 0);
+        assert_eq!(memory.bytes_reserved(), reserved, "nothing grew");
+        break;
+    }
+    assert!(held.len() >= 5);
+}

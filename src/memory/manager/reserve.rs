@@ -148,9 +148,6 @@ impl<S: DeviceStorage> MemoryManager<S> {
         caches: Caches,
     ) -> Result<Option<Allocation>, MemoryError> {
         self.process_releases();
-        // Memory other streams were using may be free by now (asked, as
-        // PyTorch asks its events at each allocation; free when none wait).
-        self.poll_users();
         if update == PageUpdate::Allow {
             self.cleanup_pools(Cleanup::Periodic);
         }
@@ -159,6 +156,17 @@ impl<S: DeviceStorage> MemoryManager<S> {
         let pool = self.route(size, aligned, mode)?;
         let slot = self.slots.claim();
         let placement = match self.pools[pool].try_reserve(size, aligned, slot) {
+            Some(placement) => Some(placement),
+            // Memory other streams were using may be free by now: asked
+            // (never waited for) where the room held cannot serve, before
+            // anything grows. PyTorch asks its events at every allocation;
+            // asked there, a stream that lent to another paid a query a
+            // reservation while a loan waited (`serving-s1`'s `serve`
+            // path 0.20 us per event; `docs/performance.md`).
+            None if self.poll_users_freed() => self.pools[pool].try_reserve(size, aligned, slot),
+            None => None,
+        };
+        let placement = match placement {
             Some(placement) => placement,
             None if update == PageUpdate::Forbidden => {
                 self.slots.unclaim(slot);

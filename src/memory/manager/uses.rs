@@ -3,7 +3,8 @@
 //! the work those streams had queued by then, before a reservation may
 //! take it or a cleanup give it back. The wait is a fence the storage
 //! records on the user streams (`storage/uses.rs`): asked at each
-//! reservation and cleanup point, waited for only by explicit cleanup,
+//! reservation the room held cannot serve and at each cleanup point,
+//! waited for only by explicit cleanup,
 //! the last try before running out of memory and the end of the stream.
 //!
 //! `docs/memory.md`, "Memory other streams use".
@@ -103,13 +104,20 @@ impl<S: DeviceStorage> MemoryManager<S> {
     }
 
     /// Free what waited for other streams and need not any more: each
-    /// fence asked, none waited for. What each reservation and cleanup
-    /// point runs (nothing to do on the common path: none waits).
+    /// fence asked, none waited for. What each cleanup point runs, and a
+    /// reservation the room held cannot serve
+    /// ([`poll_users_freed`](Self::poll_users_freed)); nothing to do on
+    /// the common path: none waits.
     #[inline]
     pub(crate) fn poll_users(&mut self) {
         if !self.awaiting_users.is_empty() {
             self.settle_users(false);
         }
+    }
+
+    /// [`poll_users`](Self::poll_users), and whether it freed anything.
+    pub(crate) fn poll_users_freed(&mut self) -> bool {
+        !self.awaiting_users.is_empty() && self.settle_users(false)
     }
 
     /// Wait for every allocation released while other streams used it,
