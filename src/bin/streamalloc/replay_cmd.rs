@@ -534,6 +534,14 @@ fn print_figures(prefix: &str, report: &ReplayReport, recorded: &str) {
             Bytes(stream.peak_live_bytes),
             Bytes(stream.peak_reserved_bytes),
         );
+        if stream.lent + stream.borrowed > 0 {
+            println!(
+                "{prefix}  lent {} {} to other streams, borrowed {} from them",
+                stream.lent,
+                plural(stream.lent, "allocation"),
+                stream.borrowed,
+            );
+        }
         print_driver(&format!("{prefix}  "), &stream.driver);
     }
 }
