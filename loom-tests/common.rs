@@ -6,8 +6,11 @@
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicBool, Ordering};
 use streamalloc::memory::{MemoryConfig, MemoryConfiguration, PoolConfig, PoolKind};
+use streamalloc::service::Headroom;
 use streamalloc::service::StreamHandle;
-use streamalloc::service::loom_support::{ActorUnderTest, CoordinatorUnderTest, StopSignal};
+use streamalloc::service::loom_support::{
+    ActorUnderTest, CoordinatorUnderTest, DeviceUnderTest, StopSignal,
+};
 use streamalloc::storage::{
     DeviceStorage, Resource, StorageError, StorageHandle, StorageId, VirtualStorage,
 };
@@ -193,4 +196,32 @@ impl Running {
             actor.join().unwrap();
         }
     }
+}
+
+/// A headroom of nothing: the device may hold no more than it ever had
+/// live.
+pub fn strict_headroom() -> Headroom {
+    Headroom {
+        fraction: 0.0,
+        slack: 0,
+    }
+}
+
+/// Stream A (the first of `device`'s two) had a page live, the device's
+/// high-water mark, then cached it: its handle and actor, then B's.
+pub fn a_caches_a_page(
+    device: &mut DeviceUnderTest,
+    page: u64,
+) -> (
+    (StreamHandle, ActorUnderTest),
+    (StreamHandle, ActorUnderTest),
+) {
+    let b = device.streams.pop().unwrap();
+    let (a_handle, mut a_actor) = device.streams.pop().unwrap();
+    let held = a_actor.reserve(page).unwrap();
+    a_actor.publish();
+    drop(held);
+    a_actor.process_and_publish();
+    assert_eq!(device.budget.granted(), page, "A caches its page");
+    ((a_handle, a_actor), b)
 }

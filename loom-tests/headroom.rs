@@ -12,8 +12,7 @@
 
 mod common;
 
-use common::{caching_pages, run_wide_model, start};
-use streamalloc::service::Headroom;
+use common::{a_caches_a_page, caching_pages, run_wide_model, start, strict_headroom};
 use streamalloc::service::loom_support::{device_with, submit_reserve_many};
 
 /// A page: large enough to be worth a round (at least 1 MiB).
@@ -22,21 +21,11 @@ const PAGE: u64 = 1 << 20;
 #[test]
 fn a_growing_stream_gets_another_streams_cache_back_first() {
     run_wide_model("a headroom round", "LOOM_HEADROOM_PREEMPTIONS", || {
-        let strict = Headroom {
-            fraction: 0.0,
-            slack: 0,
-        };
         // A budget far above what is used: only the headroom holds back.
-        let mut device = device_with(2, caching_pages(PAGE), 1 << 40, Some(strict));
+        let strict = Some(strict_headroom());
+        let mut device = device_with(2, caching_pages(PAGE), 1 << 40, strict);
         let meter = device.budget.clone();
-        let (b_handle, b_actor) = device.streams.pop().unwrap();
-        let (a_handle, mut a_actor) = device.streams.pop().unwrap();
-        // A had a page live (the device's high-water mark), then cached it.
-        let held = a_actor.reserve(PAGE).unwrap();
-        a_actor.publish();
-        drop(held);
-        a_actor.process_and_publish();
-        assert_eq!(meter.granted(), PAGE, "A caches its page");
+        let ((a_handle, a_actor), (b_handle, b_actor)) = a_caches_a_page(&mut device, PAGE);
 
         let b_answer = submit_reserve_many(&b_handle, vec![PAGE]);
         let running = start(device.coordinator, device.stop, vec![a_actor, b_actor]);

@@ -30,6 +30,14 @@ fn config(lend: bool) -> ServiceConfig {
     }
 }
 
+/// Streams 0 and 1 of `device`, stream 0 holding 48 MiB of room.
+fn lender_and_borrower(device: &Supervisor) -> (StreamHandle, StreamHandle) {
+    let a = device.stream(StreamId(0)).unwrap();
+    let b = device.stream(StreamId(1)).unwrap();
+    room_of_48_mib(&a);
+    (a, b)
+}
+
 /// 48 MiB reserved and dropped on `stream`: its room, kept mapped.
 fn room_of_48_mib(stream: &StreamHandle) {
     drop(stream.reserve_many(&[MIB; 48]).unwrap());
@@ -42,9 +50,7 @@ fn room_of_48_mib(stream: &StreamHandle) {
 fn a_stream_past_the_headroom_is_served_from_anothers_room_with_no_map() {
     let device = device(true);
     let events = device.events();
-    let a = device.stream(StreamId(0)).unwrap();
-    let b = device.stream(StreamId(1)).unwrap();
-    room_of_48_mib(&a);
+    let (a, b) = lender_and_borrower(&device);
     let a_before = a.report().unwrap();
     let a_reserved = a.stats().bytes_reserved;
 
@@ -79,9 +85,7 @@ fn a_stream_past_the_headroom_is_served_from_anothers_room_with_no_map() {
 #[test]
 fn what_a_stream_borrowed_works_through_its_own_handle() {
     let device = host(true);
-    let a = device.stream(StreamId(0)).unwrap();
-    let b = device.stream(StreamId(1)).unwrap();
-    room_of_48_mib(&a);
+    let (a, b) = lender_and_borrower(&device);
     let borrowed = b.reserve_many(&[20 * MIB, 20 * MIB]).unwrap();
     assert!(
         borrowed
@@ -136,9 +140,7 @@ fn another_streams_allocation_not_lent_here_is_still_refused() {
 #[test]
 fn a_borrowed_allocation_goes_back_to_its_lender() {
     let device = device(true);
-    let a = device.stream(StreamId(0)).unwrap();
-    let b = device.stream(StreamId(1)).unwrap();
-    room_of_48_mib(&a);
+    let (a, b) = lender_and_borrower(&device);
     let reserved = a.stats().bytes_reserved;
     for _ in 0..4 {
         let big = b.reserve(40 * MIB).unwrap();
@@ -158,9 +160,7 @@ fn a_borrowed_allocation_goes_back_to_its_lender() {
 #[test]
 fn with_lending_off_the_others_give_back_instead() {
     let device = device(false);
-    let a = device.stream(StreamId(0)).unwrap();
-    let b = device.stream(StreamId(1)).unwrap();
-    room_of_48_mib(&a);
+    let (a, b) = lender_and_borrower(&device);
     let big = b.reserve(40 * MIB).unwrap();
     assert_eq!(big.id().unwrap().stream, StreamId(1));
     assert_eq!((a.stats().lent, b.stats().borrowed), (0, 0));
@@ -172,9 +172,7 @@ fn with_lending_off_the_others_give_back_instead() {
 #[test]
 fn a_lender_that_stops_leaves_typed_errors_behind() {
     let device = host(true);
-    let a = device.stream(StreamId(0)).unwrap();
-    let b = device.stream(StreamId(1)).unwrap();
-    room_of_48_mib(&a);
+    let (a, b) = lender_and_borrower(&device);
     let big = b.reserve(40 * MIB).unwrap();
     b.write(&big, 0, b"data").unwrap();
     // On a manual clock the stop looks once for pins and loans, then

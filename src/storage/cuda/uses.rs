@@ -85,58 +85,22 @@ impl CudaStorage {
     }
 
     /// Make `user`'s work queued from now on wait, on the device, for the
-    /// work this storage's stream queued so far: an event recorded here,
-    /// waited on there, and let go at once (the driver keeps it until the
-    /// wait is done). No host wait.
+    /// work this storage's stream queued so far. No host wait.
     pub(super) fn order_stream(&mut self, user: UserStream) -> Result<(), StorageError> {
         self.bind()?;
-        let event =
-            result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).map_err(driver)?;
         let own = self.stream.cu_stream();
-        // SAFETY: a fresh event, recorded on this storage's own stream and
-        // waited on by a stream the caller names as a live stream of this
-        // context (`UserStream`); destroyed once, below, whatever happened.
-        let queued = unsafe {
-            result::event::record(event, own).and_then(|()| {
-                result::stream::wait_event(
-                    user.0 as sys::CUstream,
-                    event,
-                    sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-                )
-            })
-        };
-        // SAFETY: made above; a destroyed event a wait is queued on is
-        // freed by the driver once the wait is done.
-        let _ = unsafe { result::event::destroy(event) };
-        queued.map_err(driver)?;
+        queue_wait(own, user.0 as sys::CUstream).map_err(driver)?;
         self.ops.ordered_stream();
         Ok(())
     }
 
     /// Make this storage's stream wait, on the device, for the work each
-    /// of `users` queued so far: an event recorded on each, waited on
-    /// here, let go at once. No host wait.
+    /// of `users` queued so far. No host wait.
     pub(super) fn wait_for_streams(&mut self, users: &[UserStream]) -> Result<(), StorageError> {
         self.bind()?;
         let own = self.stream.cu_stream();
         for user in users {
-            let event = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
-                .map_err(driver)?;
-            // SAFETY: a fresh event, recorded on a stream the caller names
-            // as a live stream of this context (`UserStream`) and waited
-            // on by this storage's own; destroyed once, below.
-            let queued = unsafe {
-                result::event::record(event, user.0 as sys::CUstream).and_then(|()| {
-                    result::stream::wait_event(
-                        own,
-                        event,
-                        sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-                    )
-                })
-            };
-            // SAFETY: made above; the driver frees it once the wait is done.
-            let _ = unsafe { result::event::destroy(event) };
-            queued.map_err(driver)?;
+            queue_wait(user.0 as sys::CUstream, own).map_err(driver)?;
             self.ops.ordered_stream();
         }
         Ok(())
@@ -150,6 +114,29 @@ impl CudaStorage {
             destroy(events);
         }
     }
+}
+
+/// Make `waiting`'s work queued from now on wait for the work `done`
+/// queued so far: an event recorded on `done`, waited on by `waiting`
+/// (`cuStreamWaitEvent`), and let go at once (the driver frees it once
+/// the wait is done). Both are live streams of the bound context: this
+/// storage's own, or one a caller names (`UserStream`).
+fn queue_wait(done: sys::CUstream, waiting: sys::CUstream) -> Result<(), result::DriverError> {
+    let event = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)?;
+    // SAFETY: a fresh event, recorded on and waited on by live streams of
+    // the bound context (above); destroyed once, below, whatever happened.
+    let queued = unsafe {
+        result::event::record(event, done).and_then(|()| {
+            result::stream::wait_event(
+                waiting,
+                event,
+                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+            )
+        })
+    };
+    // SAFETY: made above, destroyed once.
+    let _ = unsafe { result::event::destroy(event) };
+    queued
 }
 
 /// Destroy events made by `record_uses`, each once.
