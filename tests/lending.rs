@@ -172,7 +172,7 @@ fn with_lending_off_the_others_give_back_instead() {
 #[test]
 fn a_lender_that_stops_leaves_typed_errors_behind() {
     let device = host(true);
-    let (a, b) = lender_and_borrower(&device);
+    let (_lender, b) = lender_and_borrower(&device);
     let big = b.reserve(40 * MIB).unwrap();
     b.write(&big, 0, b"data").unwrap();
     // On a manual clock the stop looks once for pins and loans, then
