@@ -1,8 +1,8 @@
 //! The CUDA storage on a real device: bytes round-trip, relocation keeps
 //! them, running out of device memory is a typed error, a page used on
 //! another stream waits for its work, memory goes back in stream order on
-//! a stream of its own and on the default stream, and the service runs
-//! over it. Each test prints one skip line and passes where no driver or
+//! a stream of its own and on the default stream, the service runs over
+//! it, and one stream lends to another there. Each test prints one skip line and passes where no driver or
 //! device exists.
 
 #![cfg(feature = "cuda")]
@@ -331,4 +331,70 @@ fn handles_handed_over_map_on_another_stream() {
     asker.release_spares();
     assert_eq!(asker.driver_ops().handles_released, 1, "the one not mapped");
     assert_eq!(budget.held(), 3 * granule);
+}
+
+/// One stream serves another past the headroom from its room on the
+/// device: the borrower writes and reads the loan through its own handle,
+/// each loan is an event and a queued stream wait (no host wait), and a
+/// loan a compaction moves keeps its bytes.
+#[test]
+fn a_stream_lends_to_another_on_the_device() {
+    use streamalloc::memory::RelocationReason;
+    use streamalloc::service::Headroom;
+    if device().is_none() {
+        return;
+    }
+    let context = CudaStorage::context(0).unwrap();
+    let factory_context = context.clone();
+    let supervisor = Supervisor::new(
+        ServiceConfig {
+            headroom: Some(Headroom::default()),
+            ..ServiceConfig::default()
+        },
+        Box::new(move |_| {
+            CudaStorage::on_context(factory_context.clone())
+                .map(|s| Box::new(s) as Box<dyn DeviceStorage>)
+        }),
+    );
+    let (a, b) = (
+        supervisor.stream(StreamId(0)).unwrap(),
+        supervisor.stream(StreamId(1)).unwrap(),
+    );
+    drop(a.reserve_many(&[1 << 20; 48]).unwrap());
+    a.report().unwrap();
+    let loan = b.reserve(40 << 20).unwrap();
+    assert_eq!(loan.id().unwrap().stream, StreamId(0), "lent by a");
+    b.write(&loan, 4096, &[0x5A; 512]).unwrap();
+    assert_eq!(b.read(&loan, 4096, 512).unwrap(), vec![0x5A; 512]);
+    let ops = a.report().unwrap().driver;
+    assert!(ops.stream_orders >= 1, "{ops:?}");
+    drop(loan);
+    for report in supervisor.shutdown() {
+        assert_eq!(report.unwrap().bytes_left, 0);
+    }
+
+    // The manager alone: a loan moves, its bytes with it.
+    let mut manager = MemoryManager::new(
+        CudaStorage::on_context(context.clone()).unwrap(),
+        MemoryConfig::default(),
+    );
+    // The borrower's stream lives as long as its work may: to the end.
+    let borrower = CudaStorage::on_context(context).unwrap();
+    let user = borrower
+        .stream_name()
+        .expect("a CUDA storage names its stream");
+    let holes: Vec<_> = (0..6)
+        .map(|_| manager.reserve(1 << 20, PageUpdate::Allow).unwrap())
+        .collect();
+    let lent = manager.reserve(1 << 20, PageUpdate::Allow).unwrap();
+    manager.write(&lent, 0, &[0xC3; 256]).unwrap();
+    manager.lend_to(&lent, user, 1).unwrap();
+    drop(holes);
+    manager.relocate(RelocationReason::Compaction).unwrap();
+    assert_eq!(manager.read(&lent, 0, 256).unwrap(), vec![0xC3; 256]);
+    drop(lent);
+    manager.cleanup(Cleanup::Explicit);
+    assert_eq!(manager.bytes_in_use(), 0);
+    drop(manager);
+    drop(borrower);
 }
