@@ -97,7 +97,11 @@ pub struct ServiceConfig {
     /// "Serving another stream"). The allocations it gets are the lender's:
     /// they count in the lender's bytes in use and go back to it when
     /// dropped; every operation of a [`StreamHandle`](super::StreamHandle)
-    /// of the device takes them.
+    /// of the device takes them. Off by default: it saves driver calls
+    /// (`serving_contig` 2-3x less modeled driver time) and costs a round
+    /// trip through three threads for every request it serves, where a
+    /// round serves many (`docs/performance.md`, "Lending, as an option":
+    /// 1.9 → 14 us per event of host time replaying `cnn_multi-h101`).
     pub lend_across_streams: bool,
 }
 
@@ -120,7 +124,7 @@ impl Default for ServiceConfig {
             max_streams: 256,
             handle_share: None,
             shared_handle_share: None,
-            lend_across_streams: true,
+            lend_across_streams: false,
         }
     }
 }

@@ -120,12 +120,13 @@ pub(crate) struct Common {
     /// pages cached until each pool's periodic cleanup.
     #[arg(long, default_value = "1.04", value_parser = parse_settle)]
     pub(crate) settle: SettleArg,
-    /// A stream about to grow the device past its headroom does not ask
-    /// the others to serve it from their room first: memory moves between
-    /// streams only in rounds that unmap it there and map it here (what
-    /// every replay did before lending).
+    /// A stream about to grow the device past its headroom first asks the
+    /// others to serve it from their room (lending): fewer driver calls,
+    /// a round trip through the coordinator for each request served so.
+    /// Off: memory moves between streams only in rounds that unmap it
+    /// there and map it here.
     #[arg(long)]
-    pub(crate) no_lend: bool,
+    pub(crate) lend: bool,
     /// Let each client handle keep hot caches of the sizes it repeats
     /// (served with no round trip; can move the peak by a percent or two).
     #[arg(long)]
@@ -345,7 +346,7 @@ pub(crate) fn service_config(common: &Common, device: DeviceProperties) -> Servi
         settle: common.settle.0,
         handle_share: common.handle_share,
         shared_handle_share: common.shared_handle_share,
-        lend_across_streams: !common.no_lend,
+        lend_across_streams: common.lend,
         calls: Calls {
             hot_cache: common.hot_cache,
             ..Calls::default()
@@ -437,8 +438,8 @@ impl std::fmt::Display for Settings {
         if self.trim_to_live {
             f.write_str(", trimmed to live")?;
         }
-        if !self.lend {
-            f.write_str(", no lending between streams")?;
+        if self.lend {
+            f.write_str(", lending between streams")?;
         }
         Ok(())
     }
