@@ -18,11 +18,12 @@ use common::MIB;
 const G: u64 = DEFAULT_GRANULE;
 
 fn replay(events: &[TraceEvent]) -> Value {
-    replay_lending(events, true)
+    replay_lending(events, false)
 }
 
-/// [`replay`], streams past the headroom asking the others to serve them
-/// from their room first where `lend`.
+/// A replay on the default service, streams past the headroom asking the
+/// others to serve them from their room first where `lend` (off by
+/// default).
 fn replay_lending(events: &[TraceEvent], lend: bool) -> Value {
     let mut replayer = Replayer::new(|_| {
         Supervisor::virtual_device(ServiceConfig {
@@ -123,7 +124,7 @@ fn a_growth_maps_on_its_path_and_the_fall_gives_back_on_the_settles() {
 /// the round's path, and the second maps them on its growth's.
 #[test]
 fn what_one_stream_gives_another_is_the_rounds() {
-    let report = replay_lending(&second_stream_after_first_fell(), false);
+    let report = replay(&second_stream_after_first_fell());
     let streams = report["per_stream"].as_array().unwrap();
     let giver = paths(&streams[0]["driver"]);
     let taker = paths(&streams[1]["driver"]);
@@ -161,7 +162,7 @@ fn second_stream_after_first_fell() -> Vec<TraceEvent> {
 /// mapped again here: the device maps its peak once.
 #[test]
 fn what_one_stream_lends_another_is_on_the_lend_path_and_maps_nothing() {
-    let report = replay(&second_stream_after_first_fell());
+    let report = replay_lending(&second_stream_after_first_fell(), true);
     let streams = report["per_stream"].as_array().unwrap();
     let lender = paths(&streams[0]["driver"]);
     let lend = on(&lender, "lend").expect("the first stream lent");
@@ -176,7 +177,7 @@ fn what_one_stream_lends_another_is_on_the_lend_path_and_maps_nothing() {
     let mapped: u64 = borrower.iter().map(|(_, granules)| granules).sum();
     assert_eq!(mapped, 2, "the second stream mapped its slack alone");
     assert_eq!(ops.granule_maps(), 16 + 2);
-    let rounds = replay_lending(&second_stream_after_first_fell(), false);
+    let rounds = replay(&second_stream_after_first_fell());
     let moved: DriverOps = serde_json::from_value(rounds["driver"]["ops"].clone()).unwrap();
     assert!(moved.granule_maps() > ops.granule_maps() + 8);
 }
