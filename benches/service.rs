@@ -349,12 +349,51 @@ fn decode(c: &mut Criterion) {
     group.finish();
 }
 
+/// Two streams whose loads peak in turn, on a device past its headroom
+/// each time: one reserves 32 MiB and drops it, then the other. Each
+/// turn's room is at the other stream: a round hands its physical handles
+/// over (virtual storage: the driver is free here, so this is the
+/// service's own time), or, lending, the other serves it from its room
+/// (a round trip through the coordinator's thread and the lender's).
+fn peaks_in_turn(c: &mut Criterion) {
+    let mut group = c.benchmark_group("peaks_in_turn");
+    for (name, lend) in [("rounds", false), ("lending", true)] {
+        let device = Supervisor::virtual_device(ServiceConfig {
+            idle_tick: None,
+            settle: None,
+            lend_across_streams: lend,
+            ..ServiceConfig::default()
+        });
+        let (a, b) = (
+            device.stream(StreamId(0)).unwrap(),
+            device.stream(StreamId(1)).unwrap(),
+        );
+        drop(a.reserve(32 << 20).unwrap());
+        group.bench_function(name, |bench| {
+            bench.iter(|| {
+                drop(black_box(b.reserve(32 << 20).unwrap()));
+                drop(black_box(a.reserve(32 << 20).unwrap()));
+            })
+        });
+        let driver = |s: &StreamHandle| s.report().unwrap().driver;
+        let (da, db) = (driver(&a), driver(&b));
+        println!(
+            "peaks_in_turn/{name}: lent {} + {}, handles adopted {}, stream orders {}",
+            a.stats().lent,
+            b.stats().lent,
+            da.handles_adopted + db.handles_adopted,
+            da.stream_orders + db.stream_orders,
+        );
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .sample_size(30)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(3));
-    targets = round_trip, round_trip_percentiles, client_side, decode
+    targets = round_trip, round_trip_percentiles, client_side, decode, peaks_in_turn
 }
 criterion_main!(benches);
