@@ -200,8 +200,12 @@ impl<S: DeviceStorage> MemoryManager<S> {
     /// Allocations lent to another stream's clients
     /// ([`lend_to`](Self::lend_to)) that they still hold: the end of
     /// the stream waits a while for them, as for pins. A scan of the
-    /// slots: for the end of a stream, not for a hot path.
+    /// slots where any use is recorded (none: nothing to scan), for the
+    /// end of a stream, not for a hot path.
     pub fn lent_out(&self) -> usize {
+        if self.bytes_used_by_others == 0 {
+            return 0;
+        }
         (self.slots.iter())
             .filter(|(_, live)| {
                 live.cell.lent_to.load(Ordering::Relaxed) != 0
