@@ -18,7 +18,7 @@ pub struct Settle {
     /// How far back "lately" looks; also the least time between two settles
     /// of one stream. A stream's own window doubles, up to `backoff`
     /// times, each time a settle of it proves early, and halves back each
-    /// time one holds (see [`SettleWatch`]).
+    /// time one holds (see `SettleWatch`).
     pub window: Duration,
     /// How many times a stream's window may double: a settle whose
     /// give-back the stream takes back (it holds more than half of what it
