@@ -246,8 +246,9 @@ impl Coordinator {
         }
     }
 
-    /// The lender the active episode waited on refused (or ended): ask the
-    /// next, or, with none left, the givers.
+    /// Ask the active episode's next lender (the first, as it starts; the
+    /// next, when the one it waited on refused or ended), or, with none
+    /// left, the givers.
     fn next_lender(&mut self) {
         let Some(active) = self.active.as_mut() else {
             return;
@@ -316,26 +317,19 @@ impl Coordinator {
             }
             let id = self.next_episode;
             self.next_episode = self.next_episode.wrapping_add(1);
-            let mut lending = lend.map(|ask| Lending {
+            // Lending (past the headroom only) asks its lenders first, and
+            // the givers once none is left (`next_lender`).
+            let lending = lend.map(|ask| Lending {
                 lenders: lenders(&streams, stream, &ask),
                 ask,
                 lacks,
             });
-            let first = lending.as_mut().and_then(|l| l.lenders.pop_front());
-            let waiting = match (first, lending.as_ref()) {
-                (Some(lender), Some(lending)) => {
-                    streams[&lender].send(Control::Lend {
-                        episode: id,
-                        ask: lending.ask.clone(),
-                    });
-                    vec![lender]
-                }
-                _ => {
-                    lending = None;
-                    ask_givers(&streams, id, stream, short, lacks)
-                }
+            let waiting = match lending {
+                Some(_) => Vec::new(),
+                None => ask_givers(&streams, id, stream, short, lacks),
             };
             drop(streams);
+            let lends = lending.is_some();
             self.active = Some(Episode {
                 id,
                 stream,
@@ -344,7 +338,9 @@ impl Coordinator {
                 started: self.timers.clock.now(),
                 lending,
             });
-            if self.active.as_ref().is_some_and(|e| e.waiting.is_empty()) {
+            if lends {
+                self.next_lender();
+            } else if self.active.as_ref().is_some_and(|e| e.waiting.is_empty()) {
                 self.finish(None);
             }
         }
@@ -583,16 +579,31 @@ fn lenders(
     ask: &LendAsk,
 ) -> VecDeque<StreamId> {
     let requested = super::message::requested(&ask.sizes);
-    let mut room: Vec<(u64, StreamId)> = (streams.iter())
-        .filter(|(other, entry)| **other != asker && entry.handle.is_running())
-        .map(|(other, entry)| (entry.shared().unused_at_most(), *other))
-        .filter(|&(unused, _)| unused >= requested)
-        .collect();
-    room.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let mut room = room_of_others(streams, asker, requested);
+    roomiest_first(&mut room);
     room.into_iter()
         .take(MAX_LENDERS)
         .map(|(_, other)| other)
         .collect()
+}
+
+/// The other running streams of `asker`'s device that hold at least
+/// `least` bytes beyond their clients', with those bytes, in stream order.
+fn room_of_others(
+    streams: &std::collections::BTreeMap<StreamId, super::registry::StreamEntry>,
+    asker: StreamId,
+    least: u64,
+) -> Vec<(u64, StreamId)> {
+    (streams.iter())
+        .filter(|(other, entry)| **other != asker && entry.handle.is_running())
+        .map(|(other, entry)| (entry.shared().unused_at_most(), *other))
+        .filter(|&(unused, _)| unused >= least)
+        .collect()
+}
+
+/// The roomiest first; ties by stream, so every run asks the same.
+fn roomiest_first(room: &mut [(u64, StreamId)]) {
+    room.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
 }
 
 /// The streams a round for `asker` wakes, each with what it is asked for.
@@ -611,16 +622,11 @@ fn givers(
     short: bool,
     lacks: u64,
 ) -> Vec<(StreamId, u64)> {
-    let mut room: Vec<(u64, StreamId)> = (streams.iter())
-        .filter(|(other, entry)| **other != asker && entry.handle.is_running())
-        .map(|(other, entry)| (entry.shared().unused_at_most(), *other))
-        .filter(|&(unused, _)| unused > 0)
-        .collect();
+    let mut room = room_of_others(streams, asker, 1);
     if short || lacks == 0 {
         return room.into_iter().map(|(_, other)| (other, lacks)).collect();
     }
-    // The roomiest first; ties by stream, so every run wakes the same.
-    room.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    roomiest_first(&mut room);
     let mut left = lacks;
     let mut givers = Vec::new();
     for (unused, other) in room {

@@ -155,17 +155,19 @@ impl<S: DeviceStorage> MemoryManager<S> {
         self.serial += 1;
         let pool = self.route(size, aligned, mode)?;
         let slot = self.slots.claim();
-        let placement = match self.pools[pool].try_reserve(size, aligned, slot) {
-            Some(placement) => Some(placement),
-            // Memory other streams were using may be free by now: asked
-            // (never waited for) where the room held cannot serve, before
-            // anything grows. PyTorch asks its events at every allocation;
-            // asked there, a stream that lent to another paid a query a
-            // reservation while a loan waited (`serving-s1`'s `serve`
-            // path 0.20 us per event; `docs/performance.md`).
-            None if self.poll_users_freed() => self.pools[pool].try_reserve(size, aligned, slot),
-            None => None,
-        };
+        // Memory other streams were using may be free by now: asked (never
+        // waited for) where the room held cannot serve, before anything
+        // grows. PyTorch asks its events at every allocation; asked there,
+        // a stream that lent to another paid a query a reservation while a
+        // loan waited (`serving-s1`'s `serve` path 0.20 us per event;
+        // `docs/performance.md`, "Lending, as an option").
+        let placement = self.pools[pool]
+            .try_reserve(size, aligned, slot)
+            .or_else(|| {
+                self.poll_users_freed()
+                    .then(|| self.pools[pool].try_reserve(size, aligned, slot))
+                    .flatten()
+            });
         let placement = match placement {
             Some(placement) => placement,
             None if update == PageUpdate::Forbidden => {

@@ -95,12 +95,12 @@ impl Stream {
     /// one's work; `None` where the room does not hold them all.
     ///
     /// What its clients dropped and the fences passed since its last turn
-    /// are room too: looked at first, after a flush (a cleanup point: the
-    /// storage's work so far sealed, and the fences asked again). (A lender that idles while the asker
-    /// peaks would otherwise hold, behind fences nobody asked, what the
-    /// asker released of an earlier loan: `cnn_multi-h101` held 1.512 of
-    /// its live bytes at the peak that way in the prototype,
-    /// `docs/cross-stream-serving.md`.)
+    /// are room too: a flush first (a cleanup point: the storage's work so
+    /// far sealed, the fences asked again). A lender that idles while the
+    /// asker peaks would otherwise hold, behind fences nobody asked, what
+    /// the asker released of an earlier loan: `cnn_multi-h101` held 1.512
+    /// of its live bytes at the peak that way in the prototype
+    /// (`docs/cross-stream-serving.md`).
     ///
     /// The asker's work may touch the bytes only after what this stream
     /// queued on them before (the event `order_for` records), and this
