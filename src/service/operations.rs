@@ -165,8 +165,8 @@ operations! {
     /// stream's id.
     fn user_stream / user_stream_async(&self) -> UserStream {
         |actor: &mut dyn ActorTurn| {
-            let own = actor.memory().storage().stream_name();
-            Ok(own.unwrap_or(UserStream(u64::from(actor.shared().stream.0))))
+            let named = actor.memory().storage().stream_name();
+            Ok(actor.shared().user_stream(named))
         }
     }
 

@@ -4,6 +4,7 @@
 use super::error::ServiceError;
 use super::hot::HotCaches;
 use crate::memory::{LiveMeter, StreamId};
+use crate::storage::UserStream;
 use crate::sync::Arc;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -174,6 +175,13 @@ impl StreamShared {
             hot: HotCaches::default(),
             hot_taken_back: AtomicU64::new(0),
         }
+    }
+
+    /// How other streams name this stream's device stream when its work
+    /// uses their memory: `named`, its storage's own (a CUDA stream), or
+    /// else its id (a storage that models its device takes any).
+    pub(crate) fn user_stream(&self, named: Option<UserStream>) -> UserStream {
+        named.unwrap_or(UserStream(u64::from(self.stream.0)))
     }
 
     /// The bytes the stream holds beyond what its clients hold: what it

@@ -10,7 +10,7 @@ use crate::service::headroom::MIN_ROUND_GAIN;
 use crate::service::message::{Pending, PendingState};
 use crate::service::protocol::{Allocations, LendAsk};
 use crate::service::shared::bump;
-use crate::storage::{DriverPath, UserStream};
+use crate::storage::DriverPath;
 
 impl RunningShort {
     /// Serve a reservation, or park it if the device is short.
@@ -248,11 +248,11 @@ impl Stream {
         if pending.for_cache > 0 || !self.device.lends {
             return None;
         }
-        let own = self.memory.storage().stream_name();
+        let named = self.memory.storage().stream_name();
         Some(LendAsk {
             sizes: pending.sizes.clone(),
             mode: pending.mode,
-            user: own.unwrap_or(UserStream(u64::from(self.shared.stream.0))),
+            user: self.shared.user_stream(named),
             borrower: self.memory.owner_id(),
         })
     }
