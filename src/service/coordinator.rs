@@ -7,7 +7,7 @@
 
 use super::device::{DeviceShared, Notice};
 use super::events::SupervisorEvent;
-use super::protocol::{Allocations, Control, LendAsk, Lent};
+use super::protocol::Control;
 use super::seat::Seat;
 use super::settle::{Settle, SettleWatch};
 use crate::clock::SharedClock;
@@ -16,12 +16,6 @@ use crate::sync::channel::{self, Receiver, RecvError, Sender};
 use crate::sync::{Arc, Mutex};
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
-
-/// A round past the headroom asks at most this many streams, the roomiest
-/// first, to serve the request from their room before it asks any to give
-/// back: past the second, a stream's room rarely holds a block the first
-/// two lacked, and each ask is a turn on its thread.
-const MAX_LENDERS: usize = 2;
 
 /// Compaction is not scheduled for less than this to win back.
 const MIN_COMPACTION_GAIN: u64 = 4 << 20;
@@ -42,8 +36,6 @@ struct Asker {
     /// what they give back to be gone before they answer, since this is
     /// the asker's last try before `OutOfMemory`.
     short: bool,
-    /// Past the headroom: the request, for another stream to serve.
-    lend: Option<LendAsk>,
 }
 
 /// One recovery round for a short stream.
@@ -59,21 +51,6 @@ struct Episode {
     freed: u64,
     /// When it began (on the service's clock).
     started: Duration,
-    /// Asking streams to serve the request before any gives back.
-    lending: Option<Lending>,
-}
-
-/// The first part of a round past the headroom: streams asked, one at a
-/// time and the roomiest first, to serve the asker's request from the room
-/// they hold (`docs/service.md`, "Serving another stream").
-#[derive(Debug)]
-struct Lending {
-    /// The request.
-    ask: LendAsk,
-    /// The streams still to ask, in order.
-    lenders: VecDeque<StreamId>,
-    /// What the asker lacks, for the givers if none serves it.
-    lacks: u64,
 }
 
 /// What the coordinator remembers of one stream for its idle tick.
@@ -155,7 +132,6 @@ impl Coordinator {
                 stream,
                 requested,
                 lacks,
-                lend,
             } => {
                 let headroom = lacks.is_some();
                 let lacks = lacks.unwrap_or(0);
@@ -170,25 +146,16 @@ impl Coordinator {
                     Some(queued) => {
                         queued.short |= !headroom;
                         queued.lacks = queued.lacks.max(lacks);
-                        if queued.short {
-                            queued.lend = None;
-                        }
                     }
                     None if !active => self.queue.push_back(Asker {
                         stream,
                         lacks,
                         short: !headroom,
-                        lend: lend.filter(|_| headroom),
                     }),
                     None => {}
                 }
                 self.start_next();
             }
-            Notice::Lent {
-                stream,
-                episode,
-                lent,
-            } => self.lent(stream, episode, lent),
             Notice::GaveBack {
                 stream,
                 episode,
@@ -217,78 +184,12 @@ impl Coordinator {
         true
     }
 
-    /// `stream` answered the active episode's `Lend` with `lent`: served,
-    /// the round ends with them; refused, the next lender is asked, or the
-    /// givers. An answer to an episode no longer active drops what it
-    /// lent, which goes back to the lender as any release.
-    fn lent(&mut self, stream: StreamId, episode: u64, lent: Option<Allocations>) {
-        let Some(active) = self.active.as_mut() else {
-            return;
-        };
-        if active.id != episode || active.lending.is_none() || active.waiting != [stream] {
-            return;
-        }
-        match lent {
-            Some(allocations) => {
-                let lending = active.lending.take().expect("checked");
-                let event = SupervisorEvent::Lent {
-                    stream: active.stream,
-                    lender: stream,
-                    bytes: super::message::requested(&lending.ask.sizes),
-                };
-                self.emit(event);
-                self.finish(Some(Lent {
-                    ask: lending.ask,
-                    allocations,
-                }));
-            }
-            None => self.next_lender(),
-        }
-    }
-
-    /// Ask the active episode's next lender (the first, as it starts; the
-    /// next, when the one it waited on refused or ended), or, with none
-    /// left, the givers.
-    fn next_lender(&mut self) {
-        let Some(active) = self.active.as_mut() else {
-            return;
-        };
-        let Some(lending) = active.lending.as_mut() else {
-            return;
-        };
-        let streams = self.device.registry.lock();
-        while let Some(lender) = lending.lenders.pop_front() {
-            if let Some(link) = streams.get(&lender) {
-                link.send(Control::Lend {
-                    episode: active.id,
-                    ask: lending.ask.clone(),
-                });
-                active.waiting = vec![lender];
-                return;
-            }
-        }
-        let lacks = lending.lacks;
-        active.lending = None;
-        active.waiting = ask_givers(&streams, active.id, active.stream, false, lacks);
-        drop(streams);
-        if active.waiting.is_empty() {
-            self.finish(None);
-        }
-    }
-
     /// `stream` answered the active episode (or ended), returning `freed`
     /// bytes; the last answer ends it.
     fn answered(&mut self, stream: StreamId, freed: u64) {
         let Some(active) = self.active.as_mut() else {
             return;
         };
-        if active.lending.is_some() {
-            // Only a lender that ended answers this way while lending.
-            if active.waiting == [stream] {
-                self.next_lender();
-            }
-            return;
-        }
         let before = active.waiting.len();
         active.waiting.retain(|s| *s != stream);
         if active.waiting.len() == before {
@@ -296,7 +197,7 @@ impl Coordinator {
         }
         active.freed = active.freed.saturating_add(freed);
         if active.waiting.is_empty() {
-            self.finish(None);
+            self.finish();
         }
     }
 
@@ -306,7 +207,6 @@ impl Coordinator {
                 stream,
                 lacks,
                 short,
-                lend,
             }) = self.queue.pop_front()
             else {
                 return;
@@ -317,50 +217,33 @@ impl Coordinator {
             }
             let id = self.next_episode;
             self.next_episode = self.next_episode.wrapping_add(1);
-            // Lending (past the headroom only) asks its lenders first, and
-            // the givers once none is left (`next_lender`).
-            let lending = lend.map(|ask| Lending {
-                lenders: lenders(&streams, stream, &ask),
-                ask,
-                lacks,
-            });
-            let waiting = match lending {
-                Some(_) => Vec::new(),
-                None => ask_givers(&streams, id, stream, short, lacks),
-            };
+            let waiting = ask_givers(&streams, id, stream, short, lacks);
             drop(streams);
-            let lends = lending.is_some();
+            let none_asked = waiting.is_empty();
             self.active = Some(Episode {
                 id,
                 stream,
                 waiting,
                 freed: 0,
                 started: self.timers.clock.now(),
-                lending,
             });
-            if lends {
-                self.next_lender();
-            } else if self.active.as_ref().is_some_and(|e| e.waiting.is_empty()) {
-                self.finish(None);
+            if none_asked {
+                self.finish();
             }
         }
     }
 
-    /// End the active episode: tell the short stream to retry, with what
-    /// another stream `lent` it, if one did (an asker gone drops it, and
-    /// it goes back to its lender).
-    fn finish(&mut self, lent: Option<Lent>) {
+    /// End the active episode: tell the short stream to retry.
+    fn finish(&mut self) {
         let Some(episode) = self.active.take() else {
             return;
         };
-        if lent.is_none() {
-            self.emit(SupervisorEvent::GaveBack {
-                stream: episode.stream,
-                freed: episode.freed,
-            });
-        }
+        self.emit(SupervisorEvent::GaveBack {
+            stream: episode.stream,
+            freed: episode.freed,
+        });
         if let Some(link) = self.device.registry.lock().get(&episode.stream) {
-            link.send(Control::Retry { lent });
+            link.send(Control::Retry);
         }
         self.start_next();
     }
@@ -375,7 +258,7 @@ impl Coordinator {
             .as_ref()
             .is_some_and(|e| now.saturating_sub(e.started) > self.timers.episode_timeout)
         {
-            self.finish(None);
+            self.finish();
         }
         self.schedule_settles(now);
         self.schedule_compactions(now);
@@ -568,28 +451,9 @@ fn ask_givers(
     givers.into_iter().map(|(other, _)| other).collect()
 }
 
-/// The streams a round past the headroom asks to serve `ask` from their
-/// room, in order: those whose room their clients do not use holds the
-/// request, the roomiest first (ties by stream, so every run asks the
-/// same), at most [`MAX_LENDERS`]. Room is not a block: a lender whose
-/// free room is in pieces refuses, and the next is asked.
-fn lenders(
-    streams: &std::collections::BTreeMap<StreamId, super::registry::StreamEntry>,
-    asker: StreamId,
-    ask: &LendAsk,
-) -> VecDeque<StreamId> {
-    let requested = super::message::requested(&ask.sizes);
-    let mut room = room_of_others(streams, asker, requested);
-    roomiest_first(&mut room);
-    room.into_iter()
-        .take(MAX_LENDERS)
-        .map(|(_, other)| other)
-        .collect()
-}
-
 /// The other running streams of `asker`'s device that hold at least
 /// `least` bytes beyond their clients', with those bytes, in stream order.
-fn room_of_others(
+pub(super) fn room_of_others(
     streams: &std::collections::BTreeMap<StreamId, super::registry::StreamEntry>,
     asker: StreamId,
     least: u64,
@@ -602,7 +466,7 @@ fn room_of_others(
 }
 
 /// The roomiest first; ties by stream, so every run asks the same.
-fn roomiest_first(room: &mut [(u64, StreamId)]) {
+pub(super) fn roomiest_first(room: &mut [(u64, StreamId)]) {
     room.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
 }
 

@@ -5,7 +5,6 @@
 use super::error::{OutOfMemoryReport, StreamUsage};
 use super::events::SupervisorEvent;
 use super::headroom::Headroom;
-use super::protocol::{Allocations, LendAsk};
 use super::registry::{Registry, StreamEntry};
 use crate::clock::{ManualClock, SharedClock};
 use crate::memory::{LiveBytes, StreamId};
@@ -31,18 +30,6 @@ pub(crate) enum Notice {
         /// bytes the device would hold past it with this request grown
         /// (what the others are asked to give); `None` when short.
         lacks: Option<u64>,
-        /// Past the headroom: the request, for another stream to serve
-        /// from its room before the others are asked to give back.
-        lend: Option<LendAsk>,
-    },
-    /// A stream answered a `Lend`: the allocations it served, or `None`.
-    Lent {
-        /// The lender.
-        stream: StreamId,
-        /// The episode it answers.
-        episode: u64,
-        /// What it served.
-        lent: Option<Allocations>,
     },
     /// A stream answered a `GiveBack`.
     GaveBack {

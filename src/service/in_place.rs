@@ -5,6 +5,7 @@
 
 use super::actor::{Flow, StreamActor};
 use super::handle::{Connection, ServeInPlace};
+use super::lending::lend_for;
 use super::message::Request;
 use super::seat::Seat;
 use crate::sync::Arc;
@@ -56,10 +57,17 @@ impl ServeInPlace for Arc<SharedActor> {
                 }
                 actor.serve(request);
                 actor.drain_control();
-                actor.parked() > parked
+                (actor.parked() > parked, actor.take_lend_jobs())
             })
         })?;
-        if served != Some(false) {
+        // A request past the headroom another stream may lend for: its
+        // lenders' turns, then the asker's again, now this one is over.
+        let parked = match served {
+            Some((parked, jobs)) if !jobs.is_empty() => parked | lend_for(self, jobs),
+            Some((parked, _)) => parked,
+            None => true,
+        };
+        if parked {
             // Parked: the thread polls the request's deadline from now on.
             // Failed: the thread ends the stream.
             connection.wake();
@@ -123,10 +131,15 @@ fn serve(seat: &SharedActor, inbox: &Receiver<Request>, spin: &AdaptiveSpin) -> 
             if flow == Flow::Continue {
                 actor.drain_control();
             }
-            flow
+            (flow, actor.take_lend_jobs())
         });
-        if flow != Some(Flow::Continue) {
+        drop(turn);
+        let Some((Flow::Continue, jobs)) = flow else {
             return None;
+        };
+        if !jobs.is_empty() {
+            // Its own thread watches what parked: no wake-up to send.
+            lend_for(seat, jobs);
         }
     }
     None

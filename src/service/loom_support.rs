@@ -110,8 +110,12 @@ impl ActorUnderTest {
     pub fn step(&mut self) -> bool {
         match self.inbox.recv() {
             Ok(request) => {
-                self.with(|actor| actor.handle(request, &self.inbox))
-                    == super::actor::Flow::Continue
+                let (flow, jobs) = self.with(|actor| {
+                    let flow = actor.handle(request, &self.inbox);
+                    (flow, actor.take_lend_jobs())
+                });
+                super::lending::lend_for(&self.seat, jobs);
+                flow == super::actor::Flow::Continue
             }
             Err(_) => false,
         }

@@ -35,6 +35,7 @@ mod handle;
 mod headroom;
 mod hot;
 mod in_place;
+mod lending;
 mod message;
 mod operations;
 mod protocol;

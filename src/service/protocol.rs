@@ -102,22 +102,8 @@ pub(crate) enum Control {
         /// mapped for its own next reservations).
         wanted: u64,
     },
-    /// Another stream past the headroom asks this one to serve `ask` from
-    /// the room it holds, with no growth (`Notice::Lent` answers).
-    Lend {
-        /// The recovery episode this answers.
-        episode: u64,
-        /// What to serve.
-        ask: LendAsk,
-    },
-    /// The recovery round for this stream is over: retry what is parked,
-    /// and answer the request the round asked about with `lent`, if
-    /// another stream served it.
-    Retry {
-        /// Another stream's allocations for the request whose sizes and
-        /// mode they match.
-        lent: Option<Lent>,
-    },
+    /// The recovery round for this stream is over: retry what is parked.
+    Retry,
     /// Reserved / in use passed the threshold: compact.
     Compact,
     /// No request for the idle tick: tidy up as an idle stream does.
@@ -128,16 +114,6 @@ pub(crate) enum Control {
         /// Bytes the stream should hold at most.
         keep: u64,
     },
-}
-
-/// What another stream served for a request: its sizes and mode, and the
-/// allocations (the lender's).
-#[derive(Debug)]
-pub(crate) struct Lent {
-    /// The request it answers.
-    pub(crate) ask: LendAsk,
-    /// One for each of its sizes.
-    pub(crate) allocations: Allocations,
 }
 
 impl Control {

@@ -9,10 +9,11 @@
 
 use super::error::ServiceError;
 use super::handle::StreamHandle;
+use super::in_place::SharedActor;
 use super::protocol::{Control, ShutdownReport};
 use super::shared::StreamShared;
 use crate::memory::StreamId;
-use crate::sync::Mutex;
+use crate::sync::{Arc, Mutex};
 use crate::sync::channel::Sender;
 use crate::sync::thread::JoinHandle;
 use std::collections::BTreeMap;
@@ -24,6 +25,9 @@ pub(crate) struct StreamEntry {
     pub(crate) handle: StreamHandle,
     /// The coordinator's control channel to it (unbounded).
     pub(crate) control: Sender<Control>,
+    /// Its actor's seat, whose turn another stream's lending job takes
+    /// (`lending.rs`) whether or not its clients serve in place.
+    pub(crate) seat: Arc<SharedActor>,
     /// The actor's thread, once spawned.
     pub(crate) thread: Option<JoinHandle<()>>,
     /// Whether timer-driven control wakes the actor (see `Wiring`).

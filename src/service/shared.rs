@@ -243,6 +243,17 @@ impl StreamShared {
             });
     }
 
+    /// What a request to a stream no longer running is refused with.
+    pub(crate) fn refusal(&self) -> ServiceError {
+        match self.state() {
+            StreamState::Failed(message) => ServiceError::StreamFailed {
+                stream: self.stream,
+                message,
+            },
+            _ => ServiceError::StreamStopped(self.stream),
+        }
+    }
+
     pub(crate) fn set_failed(&self, message: String) {
         *self.failure.lock() = Some(message);
         self.state.store(FAILED, Ordering::Release);

@@ -41,14 +41,11 @@ impl StreamActor {
                 };
                 stream.on_driver_path(path, |stream| stream.give_back(episode, short, wanted));
             }
-            Control::Lend { episode, ask } => {
-                stream.on_driver_path(DriverPath::Lend, |stream| stream.lend(episode, &ask));
-            }
-            Control::Retry { lent } => {
+            Control::Retry => {
                 // What the givers passed on maps where this growth would
                 // create handles; what it leaves is released once served.
                 stream.memory.take_passed_on();
-                self.short.round_over(stream, lent);
+                self.short.round_over(stream);
                 stream.memory.release_spares();
             }
             Control::Settle { keep } => {
@@ -70,25 +67,22 @@ impl StreamActor {
         }
         stream.publish();
     }
+
+    /// Another stream past the headroom asks this one, in a turn its
+    /// lending job took (`lending.rs`), to serve `ask` from the room it
+    /// holds (`docs/service.md`, "Serving another stream").
+    pub(crate) fn lend(&mut self, ask: &LendAsk) -> Option<Allocations> {
+        let stream = &mut self.stream;
+        let lent = stream.on_driver_path(DriverPath::Lend, |stream| stream.lend_from_room(ask));
+        if let Some(lent) = &lent {
+            bump(&stream.shared.lent, lent.len() as u64);
+        }
+        stream.publish();
+        lent
+    }
 }
 
 impl Stream {
-    /// Another stream's round past the headroom (`episode`) asks this one
-    /// to serve `ask` from the room it holds, then tell the coordinator
-    /// what it served (`docs/service.md`, "Serving another stream").
-    fn lend(&mut self, episode: u64, ask: &LendAsk) {
-        let lent = self.lend_from_room(ask);
-        if let Some(lent) = &lent {
-            bump(&self.shared.lent, lent.len() as u64);
-        }
-        self.publish();
-        self.device.notify(Notice::Lent {
-            stream: self.shared.stream,
-            episode,
-            lent,
-        });
-    }
-
     /// `ask`'s sizes, all from the room this stream holds (never a growth,
     /// a trim or a move: no driver call maps or unmaps anything), each
     /// recorded as used by the asker's stream, which is ordered after this

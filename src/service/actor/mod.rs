@@ -8,6 +8,7 @@ mod reserve;
 mod short;
 mod stream;
 
+use reserve::Served;
 use short::RunningShort;
 use stream::Stream;
 
@@ -16,7 +17,9 @@ use super::error::ServiceError;
 use super::events::SupervisorEvent;
 use super::hot::HotCache;
 use super::message::{ActorTurn, Request};
-use super::protocol::{Control, ShutdownReport};
+use super::lending::LendJob;
+use super::message::Pending;
+use super::protocol::{Allocations, Control, ShutdownReport};
 use super::shared::StreamShared;
 use crate::memory::{AllocationMode, MemoryManager};
 use crate::storage::DeviceStorage;
@@ -266,6 +269,31 @@ impl StreamActor {
         shared.set_exited(Box::new(inbox), &refusal);
         self.stream.device.notify(Notice::Event(event));
         self.stream.memory.retire();
+    }
+
+    /// The requests this turn leaves to be lent (`lending.rs`): whoever
+    /// took the turn runs them once it is over.
+    pub(crate) fn take_lend_jobs(&mut self) -> Vec<LendJob> {
+        self.short.take_lend_jobs()
+    }
+
+    /// Answer `pending` with what a lender served (`lending.rs`).
+    pub(crate) fn answer_borrowed(&mut self, pending: Pending, lent: Allocations) {
+        self.stream.answer_borrowed(pending, lent);
+    }
+
+    /// No lender served `pending`: on as it would have gone without
+    /// lending (a round, or growth).
+    pub(crate) fn go_on_unlent(&mut self, pending: Pending) {
+        if self.short.past_own_room(&mut self.stream, pending, false) == Served::Answered {
+            self.stream.memory.release_spares();
+        }
+        self.stream.publish();
+    }
+
+    /// Tell the supervisor's subscribers.
+    pub(crate) fn tell(&self, event: SupervisorEvent) {
+        self.stream.device.tell(event);
     }
 
     /// What handles and the supervisor read.

@@ -8,6 +8,7 @@ use crate::memory::{AllocationMode, MemoryError, PageUpdate, RelocationReason};
 use crate::service::events::SupervisorEvent;
 use crate::service::headroom::MIN_ROUND_GAIN;
 use crate::service::message::{Pending, PendingState};
+use crate::service::lending::{self, LendJob, Lender};
 use crate::service::protocol::{Allocations, LendAsk};
 use crate::service::shared::bump;
 use crate::storage::DriverPath;
@@ -92,7 +93,7 @@ impl RunningShort {
     fn serve_within_headroom_holding(
         &mut self,
         stream: &mut Stream,
-        mut pending: Pending,
+        pending: Pending,
     ) -> Served {
         for trimmed in [false, true] {
             if trimmed {
@@ -122,6 +123,19 @@ impl RunningShort {
                 }
             }
         }
+        self.past_own_room(stream, pending, true)
+    }
+
+    /// What a request past the headroom that its stream's room cannot
+    /// serve comes to: lent by another stream (`may_lend`, and lending is
+    /// on: handed to whoever ends this turn, `lending.rs`), parked for the
+    /// others' round, or grown for.
+    pub(super) fn past_own_room(
+        &mut self,
+        stream: &mut Stream,
+        mut pending: Pending,
+        may_lend: bool,
+    ) -> Served {
         if self.round_out() {
             // A round for this stream is under way: its `Retry` serves this.
             stream.park_spares();
@@ -143,13 +157,24 @@ impl RunningShort {
             && stream.device.others_excess(stream.shared.stream) >= MIN_ROUND_GAIN
         {
             stream.park_spares();
-            let lacks = stream.headroom_lacks(&pending);
             pending.state = PendingState::ParkedForHeadroom {
                 since: stream.now(),
             };
-            let lend = stream.lend_ask(&pending);
+            if may_lend && let Some(ask) = stream.lend_ask(&pending) {
+                let lenders = stream.lenders(&ask);
+                if !lenders.is_empty() {
+                    self.lend_after_turn(LendJob {
+                        asker: stream.shared.stream,
+                        pending,
+                        ask,
+                        lenders,
+                    });
+                    return Served::Parked;
+                }
+            }
+            let lacks = stream.headroom_lacks(&pending);
             self.park_for_round(pending);
-            self.ask_now(stream, requested, Some(lacks), lend);
+            self.ask_now(stream, requested, Some(lacks));
             return Served::Parked;
         }
         pending.state = stream.growth_state(&pending);
@@ -160,12 +185,12 @@ impl RunningShort {
 
 /// Where a request served within the headroom went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Served {
+pub(super) enum Served {
     /// Answered (served, parked as short, or refused): the spares its trim
     /// kept go.
     Answered,
-    /// Parked for the others' round: the spares stay for its `Retry`
-    /// (`Stream::park_spares`).
+    /// Parked for the others' round, or out to be lent: the spares stay
+    /// for its `Retry` or its loan (`Stream::park_spares`).
     Parked,
 }
 
@@ -241,6 +266,12 @@ impl Stream {
         Ok(Some(batch))
     }
 
+    /// The streams that may lend `ask`, in order (`lending::lenders`).
+    fn lenders(&self, ask: &LendAsk) -> Vec<Lender> {
+        let streams = self.device.registry.lock();
+        lending::lenders(&streams, self.shared.stream, ask)
+    }
+
     /// What another stream may serve of `pending` from its room, past the
     /// device's headroom: its sizes, none for a client's cache (those are
     /// dropped past the headroom: `serve_reserve`).
@@ -258,7 +289,7 @@ impl Stream {
     }
 
     /// Answer `pending` with allocations another stream lent from its
-    /// room (`Control::Retry`): no growth, nothing mapped here.
+    /// room (`lending.rs`): no growth, nothing mapped here.
     pub(super) fn answer_borrowed(&mut self, pending: Pending, lent: Allocations) {
         self.memory.release_spares();
         bump(&self.shared.borrowed, lent.len() as u64);

@@ -5,7 +5,7 @@
 use super::stream::{Stream, is_out_of_memory};
 use crate::service::device::Notice;
 use crate::service::message::{Pending, PendingState};
-use crate::service::protocol::{LendAsk, Lent};
+use crate::service::lending::LendJob;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -25,6 +25,9 @@ pub(crate) struct RunningShort {
     asked: bool,
     /// When the last `Short` notice went out.
     last_ask: Option<Duration>,
+    /// Requests past the headroom that leave this turn to be lent
+    /// (`lending.rs`), for whoever ends the turn.
+    lend_out: Vec<LendJob>,
 }
 
 impl RunningShort {
@@ -38,9 +41,22 @@ impl RunningShort {
         self.parked.len()
     }
 
-    /// Every parked request, taken to be answered (the stream's end).
+    /// Every parked request, taken to be answered (the stream's end),
+    /// those still to be lent included.
     pub(crate) fn take_parked(&mut self) -> VecDeque<Pending> {
-        std::mem::take(&mut self.parked)
+        let mut parked = std::mem::take(&mut self.parked);
+        parked.extend(self.lend_out.drain(..).map(|job| job.pending));
+        parked
+    }
+
+    /// Hand `job` to whoever ends this turn.
+    pub(super) fn lend_after_turn(&mut self, job: LendJob) {
+        self.lend_out.push(job);
+    }
+
+    /// The requests this turn leaves to be lent.
+    pub(crate) fn take_lend_jobs(&mut self) -> Vec<LendJob> {
+        std::mem::take(&mut self.lend_out)
     }
 
     /// Park `pending` to be served when the round ends (headroom).
@@ -49,25 +65,10 @@ impl RunningShort {
     }
 
     /// The coordinator's round for this stream ended (`Control::Retry`):
-    /// the request another stream `lent` allocations for is answered with
-    /// them, every other parked request gets tried, and those that did
-    /// not ask to wait get their final answer.
-    pub(crate) fn round_over(&mut self, stream: &mut Stream, lent: Option<Lent>) {
+    /// every parked request gets tried, and those that did not ask to wait
+    /// get their final answer.
+    pub(crate) fn round_over(&mut self, stream: &mut Stream) {
         self.asked = false;
-        if let Some(Lent { ask, allocations }) = lent {
-            // The oldest request parked for the round with the same sizes
-            // and mode: the one that asked (a request answered since, at
-            // its deadline or the stream's end, leaves none: then they
-            // drop, and go back to the lender).
-            let asked = self.parked.iter().position(|pending| {
-                matches!(pending.state, PendingState::ParkedForHeadroom { .. })
-                    && pending.sizes == ask.sizes
-                    && pending.mode == ask.mode
-            });
-            if let Some(pending) = asked.and_then(|at| self.parked.remove(at)) {
-                stream.answer_borrowed(pending, allocations);
-            }
-        }
         self.retry_parked(stream, true);
     }
 
@@ -86,7 +87,7 @@ impl RunningShort {
         if waits {
             self.ask_for_memory(stream, requested);
         } else {
-            self.ask_now(stream, requested, None, None);
+            self.ask_now(stream, requested, None);
         }
     }
 
@@ -101,7 +102,7 @@ impl RunningShort {
         {
             return;
         }
-        self.ask_now(stream, requested, None, None);
+        self.ask_now(stream, requested, None);
     }
 
     /// Tell the coordinator we are short (or, with what the device `lacks`,
@@ -111,7 +112,6 @@ impl RunningShort {
         stream: &Stream,
         requested: u64,
         lacks: Option<u64>,
-        lend: Option<LendAsk>,
     ) {
         if self.asked || !stream.device.has_coordinator() {
             return;
@@ -122,7 +122,6 @@ impl RunningShort {
             stream: stream.shared.stream,
             requested,
             lacks,
-            lend,
         });
     }
 
