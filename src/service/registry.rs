@@ -13,9 +13,9 @@ use super::in_place::SharedActor;
 use super::protocol::{Control, ShutdownReport};
 use super::shared::StreamShared;
 use crate::memory::StreamId;
-use crate::sync::{Arc, Mutex};
 use crate::sync::channel::Sender;
 use crate::sync::thread::JoinHandle;
+use crate::sync::{Arc, Mutex};
 use std::collections::BTreeMap;
 
 /// One registered stream.

@@ -7,8 +7,8 @@ use super::stream::{Stream, is_out_of_memory};
 use crate::memory::{AllocationMode, MemoryError, PageUpdate, RelocationReason};
 use crate::service::events::SupervisorEvent;
 use crate::service::headroom::MIN_ROUND_GAIN;
-use crate::service::message::{Pending, PendingState};
 use crate::service::lending::{self, LendJob, Lender};
+use crate::service::message::{Pending, PendingState};
 use crate::service::protocol::{Allocations, LendAsk};
 use crate::service::shared::bump;
 use crate::storage::DriverPath;
@@ -90,11 +90,7 @@ impl RunningShort {
         }
     }
 
-    fn serve_within_headroom_holding(
-        &mut self,
-        stream: &mut Stream,
-        pending: Pending,
-    ) -> Served {
+    fn serve_within_headroom_holding(&mut self, stream: &mut Stream, pending: Pending) -> Served {
         for trimmed in [false, true] {
             if trimmed {
                 let alone = stream.alone();

@@ -4,8 +4,8 @@
 
 use super::stream::{Stream, is_out_of_memory};
 use crate::service::device::Notice;
-use crate::service::message::{Pending, PendingState};
 use crate::service::lending::LendJob;
+use crate::service::message::{Pending, PendingState};
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -107,12 +107,7 @@ impl RunningShort {
 
     /// Tell the coordinator we are short (or, with what the device `lacks`,
     /// about to grow past its headroom), unless a round is under way.
-    pub(super) fn ask_now(
-        &mut self,
-        stream: &Stream,
-        requested: u64,
-        lacks: Option<u64>,
-    ) {
+    pub(super) fn ask_now(&mut self, stream: &Stream, requested: u64, lacks: Option<u64>) {
         if self.asked || !stream.device.has_coordinator() {
             return;
         }
