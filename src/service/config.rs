@@ -97,11 +97,13 @@ pub struct ServiceConfig {
     /// "Serving another stream"). The allocations it gets are the lender's:
     /// they count in the lender's bytes in use and go back to it when
     /// dropped; every operation of a [`StreamHandle`](super::StreamHandle)
-    /// of the device takes them. Off by default: it saves driver calls
-    /// (`serving_contig` 2-3x less modeled driver time) and costs a round
-    /// trip through three threads for every request it serves, where a
-    /// round serves many (`docs/performance.md`, "Lending, as an option":
-    /// 1.9 → 14 us per event of host time replaying `cnn_multi-h101`).
+    /// of the device takes them. Each loan is served on the thread that
+    /// served the request, in the lender's turn and then the asker's (no
+    /// thread hand-off). Off by default: it saves driver calls
+    /// (`serving_contig` 2-3x less modeled driver time) and host time, but
+    /// loans keep the lenders' room in use, and on held-out multi-stream
+    /// traces some peaks rise by up to 0.03 of the live bytes
+    /// (`docs/performance.md`, "Lending, as an option").
     pub lend_across_streams: bool,
 }
 
