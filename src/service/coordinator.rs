@@ -8,6 +8,7 @@
 use super::device::{DeviceShared, Notice};
 use super::events::SupervisorEvent;
 use super::protocol::Control;
+use super::registry::{room_of_others, roomiest_first};
 use super::seat::Seat;
 use super::settle::{Settle, SettleWatch};
 use crate::clock::SharedClock;
@@ -449,25 +450,6 @@ fn ask_givers(
         });
     }
     givers.into_iter().map(|(other, _)| other).collect()
-}
-
-/// The other running streams of `asker`'s device that hold at least
-/// `least` bytes beyond their clients', with those bytes, in stream order.
-pub(super) fn room_of_others(
-    streams: &std::collections::BTreeMap<StreamId, super::registry::StreamEntry>,
-    asker: StreamId,
-    least: u64,
-) -> Vec<(u64, StreamId)> {
-    (streams.iter())
-        .filter(|(other, entry)| **other != asker && entry.handle.is_running())
-        .map(|(other, entry)| (entry.shared().unused_at_most(), *other))
-        .filter(|&(unused, _)| unused >= least)
-        .collect()
-}
-
-/// The roomiest first; ties by stream, so every run asks the same.
-pub(super) fn roomiest_first(room: &mut [(u64, StreamId)]) {
-    room.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
 }
 
 /// The streams a round for `asker` wakes, each with what it is asked for.

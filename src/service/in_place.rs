@@ -3,11 +3,10 @@
 //!
 //! The long form: `docs/modules.md`, "`src/service/in_place.rs`".
 
-use super::actor::{Flow, StreamActor};
+use super::actor::{Flow, SharedActor, StreamActor, guarded};
 use super::handle::{Connection, ServeInPlace};
 use super::lending::lend_for;
 use super::message::Request;
-use super::seat::Seat;
 use crate::sync::Arc;
 use crate::sync::atomic::Ordering;
 use crate::sync::channel::{Receiver, RecvError};
@@ -17,10 +16,6 @@ use std::time::Duration;
 /// How often an actor whose parked requests wait for a deadline (or for a
 /// round's safety net) looks at the clock again.
 const PARK_POLL: Duration = Duration::from_millis(2);
-
-/// A stream's actor, shared by its thread and its clients; `None` once the
-/// thread took it to end the stream.
-pub(crate) type SharedActor = Seat<Option<StreamActor>>;
 
 impl ServeInPlace for Arc<SharedActor> {
     /// Serve `request` on this thread, as the actor's thread would, when it
@@ -74,31 +69,6 @@ impl ServeInPlace for Arc<SharedActor> {
         }
         Ok(())
     }
-}
-
-/// Run one turn on the actor; a panic inside marks the stream failed while
-/// the turn's lock is still held, so no other turn serves a half-changed
-/// actor, and gives `None`.
-pub(crate) fn guarded<R>(
-    actor: &mut StreamActor,
-    turn: impl FnOnce(&mut StreamActor) -> R,
-) -> Option<R> {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| turn(&mut *actor))) {
-        Ok(value) => Some(value),
-        Err(panic) => {
-            actor.shared().set_failed(panic_message(panic.as_ref()));
-            None
-        }
-    }
-}
-
-/// What a panic said.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "the stream actor panicked".into())
 }
 
 /// The loop of a stream's thread: serve its inbox until shut down or every

@@ -3,6 +3,7 @@
 //! supervisor's threads, and the actor driven one step at a time from a
 //! loom thread. Compiled only under `--cfg streamalloc_loom`.
 
+use super::actor::SharedActor;
 use super::actor::{ActorTiming, StreamActor};
 use super::coordinator::{Coordinator, CoordinatorSeat, Subscribers, Timers};
 use super::device::{DeviceShared, Notice};
@@ -10,7 +11,6 @@ use super::error::ServiceError;
 use super::events::{Events, SupervisorEvent};
 use super::handle::StreamHandle;
 use super::headroom::Headroom;
-use super::in_place::SharedActor;
 use super::message::{ActorTurn, Pending, Request};
 use super::protocol::{Allocations, Reply};
 use super::wiring::{Wiring, wire};

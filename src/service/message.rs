@@ -4,7 +4,7 @@
 
 use super::error::ServiceError;
 use super::hot::HotCache;
-use super::protocol::{Allocations, Answer, ShutdownReport, Sizes};
+use super::protocol::{Allocations, Answer, LendAsk, ShutdownReport, Sizes};
 use super::shared::{Refuse, StreamShared};
 use crate::memory::{AllocationMode, MemoryManager, PageUpdate, StreamId};
 use crate::storage::DeviceStorage;
@@ -250,4 +250,34 @@ pub(crate) fn requested(sizes: &[u64]) -> u64 {
     sizes
         .iter()
         .fold(0u64, |total, size| total.saturating_add(*size))
+}
+
+/// A request past the headroom, out of its stream's turn to be served by
+/// another stream's room (`lending.rs`; `docs/service.md`, "Serving
+/// another stream").
+#[derive(Debug)]
+pub(crate) struct LendJob {
+    /// The asking stream.
+    pub(crate) asker: StreamId,
+    /// The request (`PendingState::ParkedForHeadroom`).
+    pub(crate) pending: Pending,
+    /// What a lender serves of it.
+    pub(crate) ask: LendAsk,
+    /// The streams asked, in order.
+    pub(crate) lenders: Vec<Lender>,
+}
+
+/// A stream a [`LendJob`] asks, and how it reaches its actor.
+#[derive(Debug)]
+pub(crate) struct Lender {
+    pub(crate) stream: StreamId,
+    pub(crate) seat: crate::sync::Arc<dyn Lends>,
+}
+
+/// A stream's actor as another stream's lending job reaches it: in a turn
+/// of its own, taken as any client of the stream takes one (`lending.rs`).
+pub(crate) trait Lends: Send + Sync + std::fmt::Debug {
+    /// `ask`, served from the room the stream holds, or `None` (refused,
+    /// or the stream no longer runs).
+    fn lend(&self, ask: &LendAsk) -> Option<Allocations>;
 }

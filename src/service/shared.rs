@@ -224,7 +224,7 @@ impl StreamShared {
         self.state.load(Ordering::Acquire) == RUNNING
     }
 
-    /// A turn on the actor panicked (`in_place::guarded`).
+    /// A turn on the actor panicked (`actor::guarded`).
     pub(crate) fn has_failed(&self) -> bool {
         self.state.load(Ordering::Acquire) == FAILED
     }

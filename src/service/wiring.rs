@@ -2,10 +2,10 @@
 //! handle and registry entry, for `Supervisor::stream` and the loom models
 //! alike.
 
+use super::actor::SharedActor;
 use super::actor::{ActorTiming, StreamActor};
 use super::device::DeviceShared;
 use super::handle::{Connection, ServeInPlace, StreamHandle};
-use super::in_place::SharedActor;
 use super::message::Request;
 use super::registry::StreamEntry;
 use super::shared::StreamShared;
@@ -92,7 +92,7 @@ pub(crate) fn wire(
     let entry = StreamEntry {
         handle: StreamHandle::new(connection),
         control,
-        seat: seat.clone(),
+        lender: seat.clone(),
         thread: None,
         wake_for_timers: wiring.wake_for_timers,
     };

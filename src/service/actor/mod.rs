@@ -7,18 +7,18 @@ mod control;
 mod reserve;
 mod short;
 mod stream;
+mod turn;
 
 use reserve::Served;
 use short::RunningShort;
 use stream::Stream;
+pub(crate) use turn::{SharedActor, guarded};
 
 use super::device::{DeviceShared, Notice};
 use super::error::ServiceError;
 use super::events::SupervisorEvent;
 use super::hot::HotCache;
-use super::lending::LendJob;
-use super::message::Pending;
-use super::message::{ActorTurn, Request};
+use super::message::{ActorTurn, LendJob, Pending, Request};
 use super::protocol::{Allocations, Control, ShutdownReport};
 use super::shared::StreamShared;
 use crate::memory::{AllocationMode, MemoryManager};

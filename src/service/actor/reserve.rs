@@ -7,8 +7,7 @@ use super::stream::{Stream, is_out_of_memory};
 use crate::memory::{AllocationMode, MemoryError, PageUpdate, RelocationReason};
 use crate::service::events::SupervisorEvent;
 use crate::service::headroom::MIN_ROUND_GAIN;
-use crate::service::lending::{self, LendJob, Lender};
-use crate::service::message::{Pending, PendingState};
+use crate::service::message::{LendJob, Lender, Pending, PendingState};
 use crate::service::protocol::{Allocations, LendAsk};
 use crate::service::shared::bump;
 use crate::storage::DriverPath;
@@ -262,10 +261,10 @@ impl Stream {
         Ok(Some(batch))
     }
 
-    /// The streams that may lend `ask`, in order (`lending::lenders`).
+    /// The streams that may lend `ask`, in order (`registry::lenders`).
     fn lenders(&self, ask: &LendAsk) -> Vec<Lender> {
         let streams = self.device.registry.lock();
-        lending::lenders(&streams, self.shared.stream, ask)
+        crate::service::registry::lenders(&streams, self.shared.stream, ask)
     }
 
     /// What another stream may serve of `pending` from its room, past the

@@ -4,8 +4,7 @@
 
 use super::stream::{Stream, is_out_of_memory};
 use crate::service::device::Notice;
-use crate::service::lending::LendJob;
-use crate::service::message::{Pending, PendingState};
+use crate::service::message::{LendJob, Pending, PendingState};
 use std::collections::VecDeque;
 use std::time::Duration;
 
