@@ -20,8 +20,9 @@ use super::events::SupervisorEvent;
 use super::message::{LendJob, Lends, Pending};
 use super::protocol::{Allocations, LendAsk};
 use crate::memory::StreamId;
+use crate::sync::Arc;
 
-impl Lends for SharedActor {
+impl Lends for Arc<SharedActor> {
     /// A turn of this stream's, taken as any client's: control first (as
     /// every turn serves it), then the loan.
     fn lend(&self, ask: &LendAsk) -> Option<Allocations> {
@@ -34,6 +35,10 @@ impl Lends for SharedActor {
             lent
         })
         .flatten()
+    }
+
+    fn cloned(&self) -> Box<dyn Lends> {
+        Box::new(self.clone())
     }
 }
 

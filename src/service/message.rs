@@ -271,7 +271,7 @@ pub(crate) struct LendJob {
 #[derive(Debug)]
 pub(crate) struct Lender {
     pub(crate) stream: StreamId,
-    pub(crate) seat: crate::sync::Arc<dyn Lends>,
+    pub(crate) seat: Box<dyn Lends>,
 }
 
 /// A stream's actor as another stream's lending job reaches it: in a turn
@@ -280,4 +280,7 @@ pub(crate) trait Lends: Send + Sync + std::fmt::Debug {
     /// `ask`, served from the room the stream holds, or `None` (refused,
     /// or the stream no longer runs).
     fn lend(&self, ask: &LendAsk) -> Option<Allocations>;
+
+    /// Another reach of the same actor, for a job to keep.
+    fn cloned(&self) -> Box<dyn Lends>;
 }

@@ -13,9 +13,9 @@ use super::message::{Lender, Lends};
 use super::protocol::{Control, LendAsk, ShutdownReport};
 use super::shared::StreamShared;
 use crate::memory::StreamId;
+use crate::sync::Mutex;
 use crate::sync::channel::Sender;
 use crate::sync::thread::JoinHandle;
-use crate::sync::{Arc, Mutex};
 use std::collections::BTreeMap;
 
 /// One registered stream.
@@ -27,7 +27,7 @@ pub(crate) struct StreamEntry {
     pub(crate) control: Sender<Control>,
     /// Its actor, as another stream's lending job takes its turn
     /// (`lending.rs`), whether or not its clients serve in place.
-    pub(crate) lender: Arc<dyn Lends>,
+    pub(crate) lender: Box<dyn Lends>,
     /// The actor's thread, once spawned.
     pub(crate) thread: Option<JoinHandle<()>>,
     /// Whether timer-driven control wakes the actor (see `Wiring`).
@@ -91,7 +91,7 @@ pub(crate) fn lenders(
         .take(MAX_LENDERS)
         .map(|(_, stream)| Lender {
             stream,
-            seat: streams[&stream].lender.clone(),
+            seat: streams[&stream].lender.cloned(),
         })
         .collect()
 }

@@ -92,7 +92,7 @@ pub(crate) fn wire(
     let entry = StreamEntry {
         handle: StreamHandle::new(connection),
         control,
-        lender: seat.clone(),
+        lender: Box::new(seat.clone()),
         thread: None,
         wake_for_timers: wiring.wake_for_timers,
     };
