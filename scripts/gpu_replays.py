@@ -18,9 +18,16 @@ import tempfile
 
 # Each snapshot runs as the default cuts its physical handles, with the
 # larger handles of `--handle-share 16` (docs/performance.md, "Larger
-# handles, as an option"), and with a granule a handle (what the driver
-# cost before handles grew).
-VARIANTS = (("default", []), ("share 16", ["--handle-share", "16"]), ("1 granule", ["--handle-granules", "1"]))
+# handles, as an option"), with a granule a handle (what the driver
+# cost before handles grew), and with lending between streams (`--lend`:
+# an event and a stream wait a loan where rounds map and unmap; the same
+# as the default on a snapshot of one stream).
+VARIANTS = (
+    ("default", []),
+    ("share 16", ["--handle-share", "16"]),
+    ("1 granule", ["--handle-granules", "1"]),
+    ("lend", ["--lend"]),
+)
 
 
 def replay(binary, path, storage, extra):
