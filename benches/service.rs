@@ -354,7 +354,7 @@ fn decode(c: &mut Criterion) {
 /// turn's room is at the other stream: a round hands its physical handles
 /// over (virtual storage: the driver is free here, so this is the
 /// service's own time), or, lending, the other serves it from its room
-/// (a round trip through the coordinator's thread and the lender's).
+/// (the lender's turn and the asker's, taken on the reserving thread).
 fn peaks_in_turn(c: &mut Criterion) {
     let mut group = c.benchmark_group("peaks_in_turn");
     for (name, lend) in [("rounds", false), ("lending", true)] {
