@@ -9,7 +9,7 @@ use streamalloc::memory::StreamId;
 use streamalloc::service::{ServiceConfig, ServiceError, Supervisor, SupervisorEvent};
 
 mod common;
-use common::MIB;
+use common::{MIB, wait_for};
 
 /// A device of `budget` bytes with no idle tick and no headroom, so cached
 /// pages stay cached unless a short stream asks for them.
@@ -19,20 +19,6 @@ fn device(budget: u64) -> Supervisor {
         settle: ServiceConfig::default().settle,
         ..common::quiet()
     })
-}
-
-/// Whether an event `want`ed comes. The wait decides nothing: events come
-/// in the order they happen, and a minute without any is a hang.
-fn wait_for(
-    events: &streamalloc::service::Events,
-    want: impl Fn(&SupervisorEvent) -> bool,
-) -> bool {
-    while let Some(event) = events.next_timeout(Duration::from_secs(60)) {
-        if want(&event) {
-            return true;
-        }
-    }
-    false
 }
 
 #[test]

@@ -62,10 +62,10 @@ pub(crate) fn lend_for(asker: &SharedActor, jobs: Vec<LendJob>) -> bool {
     parked
 }
 
-/// Whether a stream's actor still serves.
+/// Whether a stream's actor still serves (not stopping, stopped or
+/// failed).
 fn runs(actor: &StreamActor) -> bool {
-    let shared = actor.shared();
-    shared.is_running() && !shared.has_failed()
+    actor.shared().is_running()
 }
 
 /// The asker's turn after its lenders: `lent` answers the request, or it

@@ -3,8 +3,9 @@
 
 #![allow(dead_code)]
 
+use std::time::Duration;
 use streamalloc::clock::ManualClock;
-use streamalloc::service::ServiceConfig;
+use streamalloc::service::{ServiceConfig, SupervisorEvent};
 
 /// A kibibyte.
 pub const KIB: u64 = 1 << 10;
@@ -73,4 +74,18 @@ impl Drop for BusyCore {
             let _ = thread.join();
         }
     }
+}
+
+/// Whether an event `want`ed comes. The wait decides nothing: events come
+/// in the order they happen, and a minute without any is a hang.
+pub fn wait_for(
+    events: &streamalloc::service::Events,
+    want: impl Fn(&SupervisorEvent) -> bool,
+) -> bool {
+    while let Some(event) = events.next_timeout(Duration::from_secs(60)) {
+        if want(&event) {
+            return true;
+        }
+    }
+    false
 }

@@ -242,21 +242,13 @@ impl StreamActor {
         }
         // A failed stream stays failed.
         shared.set_stopped();
-        let (event, refusal) = match shared.state() {
-            super::shared::StreamState::Failed(message) => (
-                SupervisorEvent::StreamFailed {
-                    stream: shared.stream,
-                    message: message.clone(),
-                },
-                ServiceError::StreamFailed {
-                    stream: shared.stream,
-                    message,
-                },
-            ),
-            _ => (
-                SupervisorEvent::StreamStopped(shared.stream),
-                ServiceError::StreamStopped(shared.stream),
-            ),
+        let refusal = shared.refusal();
+        let event = match &refusal {
+            ServiceError::StreamFailed { stream, message } => SupervisorEvent::StreamFailed {
+                stream: *stream,
+                message: message.clone(),
+            },
+            _ => SupervisorEvent::StreamStopped(shared.stream),
         };
         // Refuse what is queued and hand the inbox over: a request sent after
         // that is refused by its own caller (`StreamShared::leftovers`).

@@ -4,7 +4,6 @@
 use super::super::error::ServiceError;
 use super::super::message::Request;
 use super::super::protocol::{Allocations, Answer, Reply};
-use super::super::shared::StreamState;
 use super::StreamHandle;
 use crate::sync::atomic::{AtomicPtr, Ordering};
 use crate::sync::reply::ReplyCell;
@@ -75,13 +74,7 @@ impl StreamHandle {
                 crate::sync::thread::sleep(Duration::from_millis(1));
             }
         }
-        match shared.state() {
-            StreamState::Failed(message) => ServiceError::StreamFailed {
-                stream: shared.stream,
-                message,
-            },
-            _ => ServiceError::StreamStopped(shared.stream),
-        }
+        shared.refusal()
     }
 
     /// Send a request and block for its answer.

@@ -136,15 +136,10 @@ impl StreamHandle {
         &self,
         allocation: &Allocation,
     ) -> Result<Option<StreamHandle>, ServiceError> {
+        self.may_use(allocation)?;
         let cell = &allocation.cell;
         if cell.owner == self.connection.owner {
             return Ok(None);
-        }
-        if cell.lent_to.load(Ordering::Acquire) != self.connection.owner {
-            return Err(ServiceError::WrongStream {
-                owner: cell.stream,
-                used_on: self.stream(),
-            });
         }
         let lender = (self.connection.device.registry.lock())
             .get(&cell.stream)

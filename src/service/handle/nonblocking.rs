@@ -114,10 +114,12 @@ impl StreamHandle {
     pub async fn resolve_async(&self, allocation: &Allocation) -> Result<Pinned, ServiceError> {
         match self.try_resolve(allocation)? {
             Some(pinned) => Ok(pinned),
-            None => match self.lender_of(allocation)? {
-                Some(lender) => lender.run_async(pin_on_actor(allocation.clone())).await,
-                None => self.run_async(pin_on_actor(allocation.clone())).await,
-            },
+            // On the stream that lent it, if another did.
+            None => {
+                let lender = self.lender_of(allocation)?;
+                let on = lender.as_ref().unwrap_or(self);
+                on.run_async(pin_on_actor(allocation.clone())).await
+            }
         }
     }
 

@@ -36,10 +36,12 @@ impl StreamHandle {
     pub fn resolve(&self, allocation: &Allocation) -> Result<Pinned, ServiceError> {
         match self.try_resolve(allocation)? {
             Some(pinned) => Ok(pinned),
-            None => match self.lender_of(allocation)? {
-                Some(lender) => lender.run(pin_on_actor(allocation.clone())),
-                None => self.run(pin_on_actor(allocation.clone())),
-            },
+            // On the stream that lent it, if another did.
+            None => {
+                let lender = self.lender_of(allocation)?;
+                let on = lender.as_ref().unwrap_or(self);
+                on.run(pin_on_actor(allocation.clone()))
+            }
         }
     }
 
